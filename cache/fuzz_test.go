@@ -1,0 +1,123 @@
+package cache
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/wire"
+)
+
+// fuzzSeeds are responses of every shape the cache handles.
+func fuzzSeeds(t testing.TB) [][]byte {
+	soa := "cluster.local. 30 IN SOA ns.dns.cluster.local. h.cluster.local. 1 7200 1800 86400 30"
+	do := reply(t, "signed.example.", dns.TypeA, 0, []string{"signed.example. 60 IN A 192.0.2.1"}, nil)
+	do.SetEdns0(1232, true)
+	cd := reply(t, "cd.example.", dns.TypeAAAA, 0, []string{"cd.example. 60 IN AAAA 2001:db8::1"}, nil)
+	cd.CheckingDisabled = true
+	mx := reply(t, "mail.example.", dns.TypeMX, 0, []string{"mail.example. 300 IN MX 10 mx.mail.example."}, []string{"mail.example. 300 IN NS ns.mail.example."})
+	mx.Extra = []dns.RR{rr(t, "mx.mail.example. 300 IN A 192.0.2.25")}
+	return [][]byte{
+		pack(t, reply(t, "svc.ns.svc.cluster.local.", dns.TypeA, 0, []string{"svc.ns.svc.cluster.local. 30 IN A 10.0.0.1"}, nil)),
+		pack(t, reply(t, "www.example.", dns.TypeA, 0, []string{"www.example. 300 IN CNAME web.example.", "web.example. 60 IN A 192.0.2.80"}, nil)),
+		pack(t, reply(t, "nx.cluster.local.", dns.TypeA, dns.RcodeNameError, nil, []string{soa})),
+		pack(t, reply(t, "svc.cluster.local.", dns.TypeAAAA, 0, nil, []string{soa})),
+		pack(t, do), pack(t, cd), pack(t, mx),
+	}
+}
+
+// FuzzInsert feeds arbitrary responses to Insert. Whatever it accepts must
+// then serve as a well-formed answer to a query for the same question.
+func FuzzInsert(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, resp []byte) {
+		c, _ := newTestCache(t, nil)
+		if err := c.Insert(resp); err != nil {
+			if c.Len() != 0 {
+				t.Fatalf("rejected insert left %d entries", c.Len())
+			}
+			return
+		}
+		var m dns.Msg
+		if err := m.Unpack(resp); err != nil {
+			t.Fatalf("accepted a response miekg/dns cannot unpack: %v", err)
+		}
+		q := new(dns.Msg)
+		q.Id = 0xabcd
+		q.Question = []dns.Question{m.Question[0]}
+		q.CheckingDisabled = m.CheckingDisabled
+		if opt := m.IsEdns0(); opt != nil {
+			q.SetEdns0(4096, opt.Do())
+		}
+		raw, err := q.Pack()
+		if err != nil {
+			return // a question miekg/dns will not pack back (odd names)
+		}
+		var wq wire.Query
+		if err := wire.ParseQuery(raw, &wq); err != nil {
+			return
+		}
+		buf := make([]byte, 65535)
+		n, st := c.Serve(buf, &wq, 65535, false)
+		if st != Fresh || n == 0 {
+			t.Fatalf("accepted response not served: status %s", st)
+		}
+		var a dns.Msg
+		if err := a.Unpack(buf[:n]); err != nil {
+			t.Fatalf("served answer does not unpack: %v", err)
+		}
+		if a.Id != 0xabcd || a.Rcode != m.Rcode || len(a.Answer) != len(m.Answer) || len(a.Ns) != len(m.Ns) {
+			t.Fatalf("served answer differs: id %#x rcode %d/%d answers %d/%d ns %d/%d",
+				a.Id, a.Rcode, m.Rcode, len(a.Answer), len(m.Answer), len(a.Ns), len(m.Ns))
+		}
+	})
+}
+
+// FuzzServe sends arbitrary queries to a populated cache. Nothing may
+// panic; every answer must unpack, fit the limit and echo the client's ID
+// and question bytes.
+func FuzzServe(f *testing.F) {
+	seeds := fuzzSeeds(f)
+	for _, s := range seeds {
+		var m dns.Msg
+		if err := m.Unpack(s); err != nil {
+			f.Fatal(err)
+		}
+		q := new(dns.Msg)
+		q.Question = m.Question
+		q.SetEdns0(512, false)
+		f.Add(pack(f, q))
+	}
+	f.Add([]byte{0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1})
+	c, _ := newTestCache(f, func(c *Config) { c.NSID = "dnsstandby" })
+	for _, s := range seeds {
+		if err := c.Insert(s); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var q wire.Query
+		if err := wire.ParseQuery(raw, &q); err != nil {
+			return
+		}
+		buf := make([]byte, 65535)
+		limit := q.PayloadLimit()
+		n, st := c.Serve(buf, &q, limit, true)
+		if n == 0 {
+			return
+		}
+		if st == Miss || n > limit {
+			t.Fatalf("n=%d status %s limit %d", n, st, limit)
+		}
+		var a dns.Msg
+		if err := a.Unpack(buf[:n]); err != nil {
+			t.Fatalf("answer does not unpack: %v", err)
+		}
+		if a.Id != q.ID || !bytes.Equal(buf[wire.HeaderLen:wire.HeaderLen+len(q.QName)], q.QName) {
+			t.Fatalf("answer does not echo id and question")
+		}
+	})
+}

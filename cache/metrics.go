@@ -1,0 +1,71 @@
+package cache
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Stats is a point-in-time copy of the cache's counters.
+type Stats struct {
+	Entries   int
+	Bytes     int64
+	Hits      uint64 // fresh answers served
+	StaleHits uint64 // stale answers served
+	Misses    uint64 // lookups that found nothing servable
+	Inserts   uint64
+	Evictions uint64 // entries pushed out by the entry or byte bound
+	Rejects   map[string]uint64
+}
+
+// Stats sums the shards' counters.
+func (c *Cache) Stats() Stats {
+	st := Stats{Rejects: make(map[string]uint64, numReasons)}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		st.Entries += s.lru.Len()
+		st.Bytes += s.bytes
+		s.mu.Unlock()
+		st.Hits += s.hits.Load()
+		st.StaleHits += s.staleHits.Load()
+		st.Misses += s.misses.Load()
+		st.Inserts += s.inserts.Load()
+		st.Evictions += s.evictions.Load()
+	}
+	for r := Reason(0); r < numReasons; r++ {
+		st.Rejects[r.String()] = c.rejects[r].Load()
+	}
+	return st
+}
+
+// Metric descriptions. The hot path only bumps atomic counters in its
+// shard; Prometheus reads them at scrape time through Collect.
+var (
+	descEntries   = prometheus.NewDesc("dnsstandby_cache_entries", "Entries in the cache, expired ones included until evicted.", nil, nil)
+	descBytes     = prometheus.NewDesc("dnsstandby_cache_bytes", "Bytes the cache accounts for its entries, estimated overhead included.", nil, nil)
+	descHits      = prometheus.NewDesc("dnsstandby_cache_hits_total", "Fresh answers served from the cache.", nil, nil)
+	descStaleHits = prometheus.NewDesc("dnsstandby_cache_stale_hits_total", "Stale answers served from the cache (RFC 8767).", nil, nil)
+	descMisses    = prometheus.NewDesc("dnsstandby_cache_misses_total", "Cache lookups that found nothing servable.", nil, nil)
+	descInserts   = prometheus.NewDesc("dnsstandby_cache_inserts_total", "Responses stored in the cache.", nil, nil)
+	descEvictions = prometheus.NewDesc("dnsstandby_cache_evictions_total", "Entries evicted to stay within the entry and byte bounds.", nil, nil)
+	descRejects   = prometheus.NewDesc("dnsstandby_cache_rejects_total", "Responses not cached, by reason.", []string{"reason"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Cache) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descEntries, descBytes, descHits, descStaleHits, descMisses, descInserts, descEvictions, descRejects} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Cache) Collect(ch chan<- prometheus.Metric) {
+	st := c.Stats()
+	ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(descHits, prometheus.CounterValue, float64(st.Hits))
+	ch <- prometheus.MustNewConstMetric(descStaleHits, prometheus.CounterValue, float64(st.StaleHits))
+	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(st.Misses))
+	ch <- prometheus.MustNewConstMetric(descInserts, prometheus.CounterValue, float64(st.Inserts))
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions))
+	for reason, n := range st.Rejects {
+		ch <- prometheus.MustNewConstMetric(descRejects, prometheus.CounterValue, float64(n), reason)
+	}
+}

@@ -1,0 +1,410 @@
+package cache
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/wire"
+)
+
+func TestServeRewritesPerClient(t *testing.T) {
+	const name = "web.shop.svc.cluster.local."
+	stored := reply(t, name, dns.TypeA, 0, []string{
+		name + " 30 IN CNAME backend.shop.svc.cluster.local.",
+		"backend.shop.svc.cluster.local. 30 IN A 10.1.2.3",
+	}, nil)
+	stored.AuthenticatedData = true
+	stored.Authoritative = true
+
+	tests := []struct {
+		name  string
+		query func() *dns.Msg
+		check func(t *testing.T, q, a *dns.Msg)
+	}{
+		{
+			name: "ID and 0x20 case come from the client",
+			query: func() *dns.Msg {
+				q := query(t, "WeB.sHoP.SvC.cLuStEr.LoCaL.", dns.TypeA, -1, false)
+				q.Id = 0xbeef
+				return q
+			},
+			check: func(t *testing.T, q, a *dns.Msg) {
+				if a.Id != 0xbeef {
+					t.Errorf("id %#x, want 0xbeef", a.Id)
+				}
+				if a.Question[0].Name != q.Question[0].Name {
+					t.Errorf("question %q, want the client's %q", a.Question[0].Name, q.Question[0].Name)
+				}
+				if len(a.Answer) != 2 || a.Answer[1].(*dns.A).A.String() != "10.1.2.3" {
+					t.Errorf("answer %v", a.Answer)
+				}
+			},
+		},
+		{
+			name:  "RD and CD from the query, RA and AA from the answer",
+			query: func() *dns.Msg { q := query(t, name, dns.TypeA, -1, false); q.RecursionDesired = false; return q },
+			check: func(t *testing.T, q, a *dns.Msg) {
+				if a.RecursionDesired || a.CheckingDisabled || !a.RecursionAvailable || !a.Authoritative || !a.Response || a.Truncated {
+					t.Errorf("flags rd=%v cd=%v ra=%v aa=%v qr=%v tc=%v", a.RecursionDesired, a.CheckingDisabled, a.RecursionAvailable, a.Authoritative, a.Response, a.Truncated)
+				}
+			},
+		},
+		{
+			name:  "no OPT in the answer when the client sent none, and no AD",
+			query: func() *dns.Msg { return query(t, name, dns.TypeA, -1, false) },
+			check: func(t *testing.T, q, a *dns.Msg) {
+				if a.IsEdns0() != nil {
+					t.Errorf("answer carries OPT %v", a.IsEdns0())
+				}
+				if a.AuthenticatedData {
+					t.Errorf("AD set for a client that asked for neither AD nor DO")
+				}
+			},
+		},
+		{
+			name:  "AD kept for a client that set AD",
+			query: func() *dns.Msg { q := query(t, name, dns.TypeA, -1, false); q.AuthenticatedData = true; return q },
+			check: func(t *testing.T, q, a *dns.Msg) {
+				if !a.AuthenticatedData {
+					t.Errorf("AD cleared")
+				}
+			},
+		},
+		{
+			name:  "OPT for an EDNS client, without NSID when not asked",
+			query: func() *dns.Msg { return query(t, name, dns.TypeA, 4096, false) },
+			check: func(t *testing.T, q, a *dns.Msg) {
+				opt := a.IsEdns0()
+				if opt == nil || opt.UDPSize() != 1232 || opt.Do() || len(opt.Option) != 0 {
+					t.Errorf("OPT %v, want udp 1232, no DO, no options", opt)
+				}
+			},
+		},
+		{
+			name: "NSID when asked",
+			query: func() *dns.Msg {
+				q := query(t, name, dns.TypeA, 1232, false)
+				q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
+				return q
+			},
+			check: func(t *testing.T, q, a *dns.Msg) {
+				opt := a.IsEdns0()
+				if opt == nil || len(opt.Option) != 1 {
+					t.Fatalf("OPT %v, want one option", opt)
+				}
+				nsid, ok := opt.Option[0].(*dns.EDNS0_NSID)
+				if !ok || nsid.Nsid != fmt.Sprintf("%x", "dnsstandby") {
+					t.Errorf("option %v, want NSID dnsstandby", opt.Option[0])
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestCache(t, func(c *Config) { c.NSID = "dnsstandby" })
+			mustInsert(t, c, stored)
+			q := tt.query()
+			a, st := serve(t, c, q, 0, false)
+			if st != Fresh {
+				t.Fatalf("status %s, want fresh", st)
+			}
+			tt.check(t, q, a)
+		})
+	}
+}
+
+func TestKeySeparation(t *testing.T) {
+	const name = "signed.example."
+	withOPT := func(m *dns.Msg, do bool) *dns.Msg { m.SetEdns0(1232, do); return m }
+	plain := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil)
+	do := withOPT(reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.2"}, nil), true)
+	cd := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.3"}, nil)
+	cd.CheckingDisabled = true
+	aaaa := reply(t, name, dns.TypeAAAA, 0, []string{name + " 60 IN AAAA 2001:db8::4"}, nil)
+	txt := reply(t, name, dns.TypeTXT, 0, []string{name + ` 60 IN TXT "internet"`}, nil)
+	chaos := reply(t, name, dns.TypeTXT, 0, []string{name + ` 60 CH TXT "chaos"`}, nil)
+	chaos.Question[0].Qclass = dns.ClassCHAOS
+
+	c, _ := newTestCache(t, nil)
+	for _, m := range []*dns.Msg{plain, do, cd, aaaa, txt, chaos} {
+		mustInsert(t, c, m)
+	}
+	if c.Len() != 6 {
+		t.Fatalf("Len = %d, want 6 separate entries", c.Len())
+	}
+
+	tests := []struct {
+		name  string
+		query func() *dns.Msg
+		want  string
+	}{
+		{"plain", func() *dns.Msg { return query(t, name, dns.TypeA, -1, false) }, "192.0.2.1"},
+		{"EDNS without DO shares the plain entry", func() *dns.Msg { return query(t, name, dns.TypeA, 1232, false) }, "192.0.2.1"},
+		{"upper case shares the plain entry", func() *dns.Msg { return query(t, "SIGNED.EXAMPLE.", dns.TypeA, -1, false) }, "192.0.2.1"},
+		{"DO", func() *dns.Msg { return query(t, name, dns.TypeA, 1232, true) }, "192.0.2.2"},
+		{"CD", func() *dns.Msg { q := query(t, name, dns.TypeA, -1, false); q.CheckingDisabled = true; return q }, "192.0.2.3"},
+		{"AAAA", func() *dns.Msg { return query(t, name, dns.TypeAAAA, -1, false) }, "2001:db8::4"},
+		{"TXT class IN", func() *dns.Msg { return query(t, name, dns.TypeTXT, -1, false) }, "internet"},
+		{"TXT class CH", func() *dns.Msg {
+			q := query(t, name, dns.TypeTXT, -1, false)
+			q.Question[0].Qclass = dns.ClassCHAOS
+			return q
+		}, "chaos"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, st := serve(t, c, tt.query(), 0, false)
+			if st != Fresh || len(a.Answer) != 1 {
+				t.Fatalf("status %s answer %v", st, a)
+			}
+			got := ""
+			switch r := a.Answer[0].(type) {
+			case *dns.A:
+				got = r.A.String()
+			case *dns.AAAA:
+				got = r.AAAA.String()
+			case *dns.TXT:
+				got = r.Txt[0]
+			}
+			if got != tt.want {
+				t.Fatalf("answer %v, want %q", a.Answer[0], tt.want)
+			}
+		})
+	}
+	if _, st := serve(t, c, query(t, name, dns.TypeMX, -1, false), 0, false); st != Miss {
+		t.Fatalf("MX: status %s, want miss", st)
+	}
+}
+
+func TestTruncation(t *testing.T) {
+	const name = "big.example."
+	var answer []string
+	for i := range 40 { // 40 × 16 B of A records: about 700 bytes
+		answer = append(answer, fmt.Sprintf("%s 60 IN A 10.0.%d.%d", name, i/256, i%256))
+	}
+	big := reply(t, name, dns.TypeA, 0, answer, nil)
+	size := big.Len()
+	if size <= 512 || size >= 1232 {
+		t.Fatalf("test answer is %d bytes, want between 512 and 1232", size)
+	}
+
+	tests := []struct {
+		name      string
+		edns      int // -1: none
+		limit     int // 0: the query's payload limit
+		wantTC    bool
+		wantCount int
+	}{
+		{"no EDNS: 512", -1, 0, true, 0},
+		{"EDNS 1232", 1232, 0, false, 40},
+		{"EDNS below 512 counts as 512", 256, 0, true, 0},
+		{"EDNS 600", 600, 0, true, 0},
+		{"TCP without EDNS", -1, 65535, false, 40},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, _ := newTestCache(t, nil)
+			mustInsert(t, c, big)
+			q := query(t, "BiG.example.", dns.TypeA, tt.edns, false)
+			a, st := serve(t, c, q, tt.limit, false)
+			if st != Fresh {
+				t.Fatalf("status %s", st)
+			}
+			if a.Truncated != tt.wantTC || len(a.Answer) != tt.wantCount {
+				t.Fatalf("TC=%v with %d answers, want TC=%v with %d", a.Truncated, len(a.Answer), tt.wantTC, tt.wantCount)
+			}
+			if a.Truncated && (len(a.Ns) != 0 || len(a.Extra) > 1) {
+				t.Fatalf("truncated answer has records: %v", a)
+			}
+			if a.Question[0].Name != "BiG.example." || a.Id != q.Id {
+				t.Fatalf("question %v id %#x", a.Question, a.Id)
+			}
+			if (a.IsEdns0() != nil) != (tt.edns >= 0) {
+				t.Fatalf("OPT in answer: %v, client sent one: %v", a.IsEdns0() != nil, tt.edns >= 0)
+			}
+		})
+	}
+}
+
+func TestStaleWindow(t *testing.T) {
+	const name = "stale.example."
+	tests := []struct {
+		name       string
+		mod        func(*Config)
+		after      time.Duration // past insert; the entry's TTL is 60 s
+		allowStale bool
+		want       Status
+		wantTTL    uint32
+	}{
+		{"fresh", nil, 59 * time.Second, true, Fresh, 1},
+		{"just expired, stale not allowed", nil, 60 * time.Second, false, Stale, 0},
+		{"just expired, stale allowed", nil, 60 * time.Second, true, Stale, 30},
+		{"end of default window", nil, 60*time.Second + 72000*time.Second - time.Nanosecond, true, Stale, 30},
+		{"past default window", nil, 60*time.Second + 72000*time.Second, true, Miss, 0},
+		{"custom stale TTL", func(c *Config) { c.StaleTTL = 7 * time.Second }, time.Hour, true, Stale, 7},
+		{"stale disabled", func(c *Config) { c.MaxStale = 0 }, 61 * time.Second, true, Miss, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, clk := newTestCache(t, tt.mod)
+			mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil))
+			clk.Advance(tt.after)
+			a, st := serve(t, c, query(t, name, dns.TypeA, -1, false), 0, tt.allowStale)
+			if st != tt.want {
+				t.Fatalf("status %s, want %s", st, tt.want)
+			}
+			if (a != nil) != (tt.want != Miss && (tt.want == Fresh || tt.allowStale)) {
+				t.Fatalf("answer %v for status %s", a, st)
+			}
+			if a != nil && a.Answer[0].Header().Ttl != tt.wantTTL {
+				t.Fatalf("TTL %d, want %d", a.Answer[0].Header().Ttl, tt.wantTTL)
+			}
+			if tt.want == Miss && c.Len() != 0 {
+				t.Fatalf("entry past the stale window still held")
+			}
+		})
+	}
+}
+
+func TestAgingNeverExceedsOriginal(t *testing.T) {
+	c, clk := newTestCache(t, nil)
+	const name = "age.example."
+	mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 100 IN A 192.0.2.1"}, nil))
+	q := query(t, name, dns.TypeA, -1, false)
+	for _, step := range []time.Duration{0, time.Millisecond, 999 * time.Millisecond, time.Second, 1500 * time.Millisecond, 50 * time.Second} {
+		clk.Advance(step)
+		age := clk.Now().Sub(time.Unix(1_800_000_000, 0))
+		a, _ := serve(t, c, q, 0, false)
+		got := a.Answer[0].Header().Ttl
+		if float64(got) > 100-age.Seconds() {
+			t.Fatalf("at age %s: TTL %d exceeds 100 - age", age, got)
+		}
+		if float64(got) < 100-age.Seconds()-1 {
+			t.Fatalf("at age %s: TTL %d aged more than a second too fast", age, got)
+		}
+	}
+}
+
+func TestEviction(t *testing.T) {
+	names := []string{"a.example.", "b.example.", "c.example.", "d.example."}
+	ins := func(t *testing.T, c *Cache, name string) {
+		mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil))
+	}
+	present := func(t *testing.T, c *Cache) []string {
+		var out []string
+		for _, n := range names {
+			if _, st := serve(t, c, query(t, n, dns.TypeA, -1, false), 0, false); st == Fresh {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	oneEntry := func() int64 {
+		c, _ := newTestCache(t, func(c *Config) { c.Shards = 1 })
+		ins(t, c, names[0])
+		return c.Stats().Bytes
+	}()
+
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"by entries", func(c *Config) { c.MaxEntries = 3; c.Shards = 1 }},
+		{"by bytes", func(c *Config) { c.MaxBytes = 3*oneEntry + oneEntry/2; c.Shards = 1 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, clk := newTestCache(t, tt.mod)
+			ins(t, c, names[0])
+			ins(t, c, names[1])
+			ins(t, c, names[2])
+			// Touch a (LRU order is kept to the second): b is now the
+			// least recently used.
+			clk.Advance(time.Duration(promoteEvery))
+			if _, st := serve(t, c, query(t, names[0], dns.TypeA, -1, false), 0, false); st != Fresh {
+				t.Fatal("a missing before eviction")
+			}
+			ins(t, c, names[3])
+			got := present(t, c)
+			want := []string{"a.example.", "c.example.", "d.example."}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("present after eviction: %v, want %v", got, want)
+			}
+			st := c.Stats()
+			if st.Evictions != 1 || st.Entries != 3 {
+				t.Fatalf("evictions %d entries %d, want 1 and 3", st.Evictions, st.Entries)
+			}
+			if st.Bytes > c.cfg.MaxBytes {
+				t.Fatalf("bytes %d over limit %d", st.Bytes, c.cfg.MaxBytes)
+			}
+		})
+	}
+}
+
+func TestStats(t *testing.T) {
+	c, clk := newTestCache(t, nil)
+	const name = "count.example."
+	mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil))
+	q := query(t, name, dns.TypeA, -1, false)
+	serve(t, c, q, 0, false)                                                // hit
+	serve(t, c, q, 0, false)                                                // hit
+	serve(t, c, query(t, "other.example.", dns.TypeA, -1, false), 0, false) // miss
+	clk.Advance(time.Minute)
+	serve(t, c, q, 0, false) // stale, not served: counted nowhere
+	serve(t, c, q, 0, true)  // stale hit
+	_ = c.Insert([]byte{0})  // reject
+
+	st := c.Stats()
+	got := [...]uint64{st.Hits, st.StaleHits, st.Misses, st.Inserts, st.Rejects["malformed"], uint64(st.Entries)}
+	want := [...]uint64{2, 1, 1, 1, 1, 1}
+	if got != want {
+		t.Fatalf("hits, stale hits, misses, inserts, malformed, entries = %v, want %v", got, want)
+	}
+}
+
+func TestServeNotCacheable(t *testing.T) {
+	c, _ := newTestCache(t, nil)
+	const name = "op.example."
+	mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil))
+	q := query(t, name, dns.TypeA, -1, false)
+	q.Opcode = dns.OpcodeStatus
+	var wq wire.Query
+	if err := wire.ParseQuery(pack(t, q), &wq); err != nil {
+		t.Fatal(err)
+	}
+	if n, st := c.Serve(make([]byte, 512), &wq, 512, true); n != 0 || st != Miss {
+		t.Fatalf("opcode STATUS served from cache: n=%d status %s", n, st)
+	}
+	q.Opcode = dns.OpcodeQuery
+	if err := wire.ParseQuery(pack(t, q), &wq); err != nil {
+		t.Fatal(err)
+	}
+	if n, st := c.Serve(make([]byte, 20), &wq, 512, true); n != 0 || st != Miss {
+		t.Fatalf("buffer too small for even a truncated answer: n=%d status %s", n, st)
+	}
+}
+
+func TestServeHitAllocs(t *testing.T) {
+	c, _ := newTestCache(t, func(c *Config) { c.NSID = "dnsstandby" })
+	const name = "alloc.default.svc.cluster.local."
+	mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 30 IN A 10.0.0.1"}, nil))
+	for _, edns := range []int{-1, 1232} {
+		raw := pack(t, query(t, "AlLoC.default.svc.cluster.local.", dns.TypeA, edns, false))
+		buf := make([]byte, 65535)
+		var q wire.Query
+		allocs := testing.AllocsPerRun(1000, func() {
+			if err := wire.ParseQuery(raw, &q); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := c.Serve(buf, &q, q.PayloadLimit(), false); n == 0 {
+				t.Fatal("miss")
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("edns %d: %v allocs per hit, want 0", edns, allocs)
+		}
+	}
+}

@@ -1,0 +1,306 @@
+// Package wire reads and writes the few parts of a DNS message that the hot
+// path needs — the header, the single question and the OPT record — straight
+// from the wire bytes and without allocating. Whole messages (misses,
+// validation, upstream replies) are miekg/dns's job; this package exists so
+// that a cache hit never has to build one.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// HeaderLen is the size of the fixed DNS header.
+const HeaderLen = 12
+
+// Header flag bits (RFC 1035 §4.1.1, RFC 4035 §3.2).
+const (
+	FlagQR     uint16 = 1 << 15
+	FlagAA     uint16 = 1 << 10
+	FlagTC     uint16 = 1 << 9
+	FlagRD     uint16 = 1 << 8
+	FlagRA     uint16 = 1 << 7
+	FlagAD     uint16 = 1 << 5
+	FlagCD     uint16 = 1 << 4
+	opcodeMask uint16 = 0xf << 11
+	RcodeMask  uint16 = 0xf
+)
+
+// Resource record types and option codes the hot path looks at.
+const (
+	TypeOPT    uint16 = 41
+	OptionNSID uint16 = 3
+)
+
+// Limits from RFC 1035 §2.3.4 and RFC 6891 §6.2.5.
+const (
+	MaxNameLen = 255
+	// MinUDPSize is the payload every client can take, with or without EDNS.
+	MinUDPSize = 512
+)
+
+var (
+	// ErrShort means the message is too short to hold a header: there is
+	// nothing to answer, so callers drop it.
+	ErrShort = errors.New("dns message shorter than its header")
+	// ErrFormat means the header was readable but the rest was not; callers
+	// answer FORMERR.
+	ErrFormat = errors.New("malformed dns message")
+	// ErrQuestionCount means the message does not carry exactly one
+	// question, which is all a resolver query may carry in practice.
+	ErrQuestionCount = errors.New("dns message does not have exactly one question")
+)
+
+// Query is what the hot path needs from a query. Its slices alias the
+// message it was parsed from.
+type Query struct {
+	ID    uint16
+	Flags uint16
+	// QName is the question's wire-format name exactly as the client sent
+	// it, 0x20 mixed case included; it has no compression pointers.
+	QName  []byte
+	QType  uint16
+	QClass uint16
+	// QEnd is the offset just past the question section.
+	QEnd int
+
+	EDNS        bool   // the query carried an OPT record
+	EDNSVersion uint8  // OPT version; only 0 exists
+	UDPSize     uint16 // payload size the OPT advertised, as sent
+	DO          bool   // DNSSEC OK
+	NSID        bool   // the OPT asked for the server's NSID
+}
+
+// Opcode returns the query's opcode (0 is QUERY).
+func (q *Query) Opcode() int { return int(q.Flags&opcodeMask) >> 11 }
+
+// PayloadLimit is the largest UDP answer the client accepts: 512 bytes
+// without EDNS, else its advertised size but never below 512 (RFC 6891
+// §6.2.5 treats smaller values as 512).
+func (q *Query) PayloadLimit() int {
+	if !q.EDNS || q.UDPSize < MinUDPSize {
+		return MinUDPSize
+	}
+	return int(q.UDPSize)
+}
+
+// ParseHeader reads the ID and flags; it fails only on ErrShort.
+func ParseHeader(msg []byte) (id, flags uint16, err error) {
+	if len(msg) < HeaderLen {
+		return 0, 0, ErrShort
+	}
+	return binary.BigEndian.Uint16(msg), binary.BigEndian.Uint16(msg[2:]), nil
+}
+
+// ParseQuery fills q from msg. It reads the header and the question, skips
+// any answer and authority records, and reads the OPT record if present.
+// It does not allocate. On ErrFormat and ErrQuestionCount, q.ID and q.Flags
+// are still set so that the caller can answer.
+func ParseQuery(msg []byte, q *Query) error {
+	id, flags, err := ParseHeader(msg)
+	if err != nil {
+		return err
+	}
+	*q = Query{ID: id, Flags: flags}
+	if binary.BigEndian.Uint16(msg[4:]) != 1 {
+		return ErrQuestionCount
+	}
+	an := int(binary.BigEndian.Uint16(msg[6:]))
+	ns := int(binary.BigEndian.Uint16(msg[8:]))
+	ar := int(binary.BigEndian.Uint16(msg[10:]))
+
+	end, err := questionNameEnd(msg, HeaderLen)
+	if err != nil {
+		return err
+	}
+	if end+4 > len(msg) {
+		return ErrFormat
+	}
+	q.QName = msg[HeaderLen:end]
+	q.QType = binary.BigEndian.Uint16(msg[end:])
+	q.QClass = binary.BigEndian.Uint16(msg[end+2:])
+	q.QEnd = end + 4
+
+	off := q.QEnd
+	for i := 0; i < an+ns; i++ {
+		if off, err = skipRR(msg, off); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < ar; i++ {
+		start := off
+		if off, err = skipRR(msg, off); err != nil {
+			return err
+		}
+		if rrType(msg, start) != TypeOPT {
+			continue
+		}
+		if q.EDNS {
+			return ErrFormat // RFC 6891 §6.1.1: more than one OPT is FORMERR
+		}
+		if err := parseOPT(msg[start:off], q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// questionNameEnd validates an uncompressed name starting at off and returns
+// the offset just past it. A question name never needs a pointer: nothing
+// precedes it but the header.
+func questionNameEnd(msg []byte, off int) (int, error) {
+	start := off
+	for {
+		if off >= len(msg) {
+			return 0, ErrFormat
+		}
+		l := int(msg[off])
+		if l == 0 {
+			off++
+			break
+		}
+		if l > 63 { // pointers and the obsolete extended label types
+			return 0, ErrFormat
+		}
+		off += 1 + l
+		if off-start > MaxNameLen {
+			return 0, ErrFormat
+		}
+	}
+	if off-start > MaxNameLen {
+		return 0, ErrFormat
+	}
+	return off, nil
+}
+
+// SkipName returns the offset just past the possibly compressed name at off.
+// It does not follow pointers: a pointer ends the name's bytes here.
+func SkipName(msg []byte, off int) (int, error) {
+	start := off
+	for {
+		if off >= len(msg) {
+			return 0, ErrFormat
+		}
+		l := int(msg[off])
+		switch {
+		case l == 0:
+			return off + 1, nil
+		case l&0xc0 == 0xc0:
+			if off+2 > len(msg) {
+				return 0, ErrFormat
+			}
+			return off + 2, nil
+		case l > 63:
+			return 0, ErrFormat
+		}
+		off += 1 + l
+		if off-start > MaxNameLen {
+			return 0, ErrFormat
+		}
+	}
+}
+
+// RRFixedLen is the size of an RR's type, class, TTL and RDLENGTH fields.
+const RRFixedLen = 10
+
+// SkipRR returns the offset just past the resource record at off, and the
+// offset of its TTL field.
+func SkipRR(msg []byte, off int) (next, ttlOff int, err error) {
+	off, err = SkipName(msg, off)
+	if err != nil {
+		return 0, 0, err
+	}
+	if off+RRFixedLen > len(msg) {
+		return 0, 0, ErrFormat
+	}
+	rdlen := int(binary.BigEndian.Uint16(msg[off+8:]))
+	next = off + RRFixedLen + rdlen
+	if next > len(msg) {
+		return 0, 0, ErrFormat
+	}
+	return next, off + 4, nil
+}
+
+func skipRR(msg []byte, off int) (int, error) {
+	next, _, err := SkipRR(msg, off)
+	return next, err
+}
+
+// rrType returns the type of the (already bounds-checked) RR at off.
+func rrType(msg []byte, off int) uint16 {
+	end, _ := SkipName(msg, off)
+	return binary.BigEndian.Uint16(msg[end:])
+}
+
+// parseOPT reads the OPT record rr (whole, from its owner name on).
+func parseOPT(rr []byte, q *Query) error {
+	if rr[0] != 0 { // the owner must be the root
+		return ErrFormat
+	}
+	q.EDNS = true
+	q.UDPSize = binary.BigEndian.Uint16(rr[3:])
+	ttl := binary.BigEndian.Uint32(rr[5:])
+	q.EDNSVersion = uint8(ttl >> 16)
+	q.DO = ttl&(1<<15) != 0
+	opts := rr[1+RRFixedLen:]
+	for len(opts) > 0 {
+		if len(opts) < 4 {
+			return ErrFormat
+		}
+		code := binary.BigEndian.Uint16(opts)
+		n := int(binary.BigEndian.Uint16(opts[2:]))
+		if 4+n > len(opts) {
+			return ErrFormat
+		}
+		if code == OptionNSID {
+			q.NSID = true
+		}
+		opts = opts[4+n:]
+	}
+	return nil
+}
+
+// OPTLen is the size of the OPT record PutOPT writes.
+func OPTLen(nsid []byte) int {
+	if nsid == nil {
+		return 1 + RRFixedLen
+	}
+	return 1 + RRFixedLen + 4 + len(nsid)
+}
+
+// PutOPT writes an OPT record (version 0, extended rcode 0) into b, which
+// must hold OPTLen(nsid) bytes, and returns the bytes written. A non-nil
+// nsid adds the NSID option.
+func PutOPT(b []byte, udpSize uint16, do bool, nsid []byte) int {
+	n := OPTLen(nsid)
+	_ = b[n-1]
+	b[0] = 0
+	binary.BigEndian.PutUint16(b[1:], TypeOPT)
+	binary.BigEndian.PutUint16(b[3:], udpSize)
+	var ttl uint32
+	if do {
+		ttl = 1 << 15
+	}
+	binary.BigEndian.PutUint32(b[5:], ttl)
+	binary.BigEndian.PutUint16(b[9:], uint16(n-1-RRFixedLen))
+	if nsid != nil {
+		binary.BigEndian.PutUint16(b[11:], OptionNSID)
+		binary.BigEndian.PutUint16(b[13:], uint16(len(nsid)))
+		copy(b[15:], nsid)
+	}
+	return n
+}
+
+// LowerName writes the ASCII-lower-cased copy of name into dst, which must
+// be at least as long, and returns the bytes written. DNS compares names
+// case-insensitively in ASCII only (RFC 4343).
+func LowerName(dst, name []byte) int {
+	dst = dst[:len(name)]
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst[i] = c
+	}
+	return len(name)
+}

@@ -1,0 +1,287 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+func packMsg(t testing.TB, m *dns.Msg) []byte {
+	t.Helper()
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatalf("Pack: %v", err)
+	}
+	return b
+}
+
+func newQuery(name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.Id = 0x4242
+	return m
+}
+
+func TestParseQuery(t *testing.T) {
+	nsid := func() []byte {
+		m := newQuery("a.example.", dns.TypeA)
+		m.SetEdns0(1232, true)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID}, &dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0102030405060708"})
+		return packMsg(t, m)
+	}
+	tests := []struct {
+		name    string
+		raw     func() []byte
+		wantErr error
+		check   func(t *testing.T, q *Query)
+	}{
+		{
+			name: "plain query, 0x20 case kept",
+			raw:  func() []byte { return packMsg(t, newQuery("WwW.ExAmPlE.", dns.TypeAAAA)) },
+			check: func(t *testing.T, q *Query) {
+				if q.ID != 0x4242 || q.QType != dns.TypeAAAA || q.QClass != dns.ClassINET || q.EDNS {
+					t.Errorf("got %+v", q)
+				}
+				if string(q.QName) != "\x03WwW\x07ExAmPlE\x00" {
+					t.Errorf("qname %q", q.QName)
+				}
+				if q.PayloadLimit() != 512 || q.Opcode() != 0 || q.Flags&FlagRD == 0 {
+					t.Errorf("limit %d opcode %d flags %#x", q.PayloadLimit(), q.Opcode(), q.Flags)
+				}
+			},
+		},
+		{
+			name: "root name",
+			raw:  func() []byte { return packMsg(t, newQuery(".", dns.TypeNS)) },
+			check: func(t *testing.T, q *Query) {
+				if !bytes.Equal(q.QName, []byte{0}) || q.QEnd != HeaderLen+5 {
+					t.Errorf("qname %q qend %d", q.QName, q.QEnd)
+				}
+			},
+		},
+		{
+			name: "EDNS with DO, NSID and a cookie",
+			raw:  nsid,
+			check: func(t *testing.T, q *Query) {
+				if !q.EDNS || !q.DO || !q.NSID || q.UDPSize != 1232 || q.EDNSVersion != 0 || q.PayloadLimit() != 1232 {
+					t.Errorf("got %+v", q)
+				}
+			},
+		},
+		{
+			name: "EDNS size below 512 counts as 512",
+			raw: func() []byte {
+				m := newQuery("a.example.", dns.TypeA)
+				m.SetEdns0(100, false)
+				return packMsg(t, m)
+			},
+			check: func(t *testing.T, q *Query) {
+				if q.UDPSize != 100 || q.PayloadLimit() != 512 || q.DO {
+					t.Errorf("got %+v limit %d", q, q.PayloadLimit())
+				}
+			},
+		},
+		{
+			name: "EDNS version 1 is reported",
+			raw: func() []byte {
+				m := newQuery("a.example.", dns.TypeA)
+				m.SetEdns0(1232, false)
+				m.IsEdns0().SetVersion(1)
+				return packMsg(t, m)
+			},
+			check: func(t *testing.T, q *Query) {
+				if q.EDNSVersion != 1 {
+					t.Errorf("version %d", q.EDNSVersion)
+				}
+			},
+		},
+		{
+			name: "OPT after an answer record",
+			raw: func() []byte {
+				m := newQuery("a.example.", dns.TypeA)
+				rr, _ := dns.NewRR("a.example. 60 IN A 192.0.2.1")
+				m.Answer = []dns.RR{rr}
+				m.SetEdns0(4096, true)
+				return packMsg(t, m)
+			},
+			check: func(t *testing.T, q *Query) {
+				if !q.EDNS || !q.DO || q.UDPSize != 4096 {
+					t.Errorf("got %+v", q)
+				}
+			},
+		},
+		{
+			name:    "shorter than a header",
+			raw:     func() []byte { return []byte{1, 2, 3} },
+			wantErr: ErrShort,
+		},
+		{
+			name:    "no question",
+			raw:     func() []byte { m := newQuery("a.", dns.TypeA); m.Question = nil; return packMsg(t, m) },
+			wantErr: ErrQuestionCount,
+		},
+		{
+			name: "two questions",
+			raw: func() []byte {
+				m := newQuery("a.", dns.TypeA)
+				m.Question = append(m.Question, m.Question[0])
+				return packMsg(t, m)
+			},
+			wantErr: ErrQuestionCount,
+		},
+		{
+			name:    "question cut short",
+			raw:     func() []byte { b := packMsg(t, newQuery("a.example.", dns.TypeA)); return b[:len(b)-2] },
+			wantErr: ErrFormat,
+		},
+		{
+			name:    "pointer in question",
+			raw:     func() []byte { return append(header(1, 0, 0), 0xc0, 12, 0, 1, 0, 1) },
+			wantErr: ErrFormat,
+		},
+		{
+			name: "name longer than 255",
+			raw: func() []byte {
+				b := header(1, 0, 0)
+				for range 5 {
+					b = append(b, 63)
+					b = append(b, strings.Repeat("x", 63)...)
+				}
+				return append(b, 0, 0, 1, 0, 1)
+			},
+			wantErr: ErrFormat,
+		},
+		{
+			name: "two OPT records",
+			raw: func() []byte {
+				m := newQuery("a.example.", dns.TypeA)
+				m.SetEdns0(1232, false)
+				m.Extra = append(m.Extra, m.Extra[0])
+				return packMsg(t, m)
+			},
+			wantErr: ErrFormat,
+		},
+		{
+			name:    "additional count past the end",
+			raw:     func() []byte { b := packMsg(t, newQuery("a.", dns.TypeA)); b[11] = 1; return b },
+			wantErr: ErrFormat,
+		},
+		{
+			name: "OPT option length past RDATA",
+			raw: func() []byte {
+				b := packMsg(t, newQuery("a.", dns.TypeA))
+				b[11] = 1
+				return append(b, 0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 4, 0, 3, 0, 9)
+			},
+			wantErr: ErrFormat,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var q Query
+			err := ParseQuery(tt.raw(), &q)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if tt.wantErr != nil && tt.wantErr != ErrShort && q.ID == 0 {
+				t.Fatalf("ID not set on %v", err)
+			}
+			if tt.check != nil {
+				tt.check(t, &q)
+			}
+		})
+	}
+}
+
+// header returns a query header with the given counts and ID 0x0101.
+func header(qd, an, ar byte) []byte {
+	return []byte{1, 1, 1, 0, 0, qd, 0, an, 0, 0, 0, ar}
+}
+
+func TestPutOPT(t *testing.T) {
+	for _, nsid := range [][]byte{nil, []byte("dnsstandby")} {
+		m := newQuery("a.", dns.TypeA)
+		b := packMsg(t, m)
+		b[11] = 1
+		opt := make([]byte, OPTLen(nsid))
+		if n := PutOPT(opt, 1232, true, nsid); n != len(opt) {
+			t.Fatalf("PutOPT wrote %d, want %d", n, len(opt))
+		}
+		var got dns.Msg
+		if err := got.Unpack(append(b, opt...)); err != nil {
+			t.Fatalf("unpack with OPT: %v", err)
+		}
+		o := got.IsEdns0()
+		if o == nil || o.UDPSize() != 1232 || !o.Do() || o.Version() != 0 {
+			t.Fatalf("OPT %v", o)
+		}
+		if nsid != nil {
+			if len(o.Option) != 1 || o.Option[0].(*dns.EDNS0_NSID).Nsid != "646e737374616e646279" {
+				t.Fatalf("options %v", o.Option)
+			}
+		} else if len(o.Option) != 0 {
+			t.Fatalf("options %v", o.Option)
+		}
+	}
+}
+
+func TestLowerName(t *testing.T) {
+	in := []byte("\x03WwW\x07Ex-AmPlE\x00")
+	out := make([]byte, len(in))
+	LowerName(out, in)
+	if string(out) != "\x03www\x07ex-ample\x00" {
+		t.Fatalf("got %q", out)
+	}
+}
+
+func TestParseQueryAllocs(t *testing.T) {
+	m := newQuery("a.example.", dns.TypeA)
+	m.SetEdns0(1232, true)
+	raw := packMsg(t, m)
+	var q Query
+	if n := testing.AllocsPerRun(100, func() { _ = ParseQuery(raw, &q) }); n != 0 {
+		t.Fatalf("%v allocs", n)
+	}
+}
+
+// FuzzParseQuery checks ParseQuery never panics and agrees with miekg/dns
+// on every message both accept.
+func FuzzParseQuery(f *testing.F) {
+	m := newQuery("WwW.example.", dns.TypeA)
+	f.Add(packMsg(f, m))
+	m.SetEdns0(1232, true)
+	m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
+	f.Add(packMsg(f, m))
+	f.Add(append(header(1, 0, 0), 0xc0, 12, 0, 1, 0, 1))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var q Query
+		if err := ParseQuery(raw, &q); err != nil {
+			return
+		}
+		if q.QEnd > len(raw) || len(q.QName) == 0 || q.QName[len(q.QName)-1] != 0 {
+			t.Fatalf("inconsistent parse: %+v", q)
+		}
+		var m dns.Msg
+		if m.Unpack(raw) != nil {
+			return // miekg/dns also checks RDATA, which the hot path skips
+		}
+		wantName := make([]byte, 256)
+		n, err := dns.PackDomainName(m.Question[0].Name, wantName, 0, nil, false)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(wantName[:n], q.QName) || m.Question[0].Qtype != q.QType || m.Question[0].Qclass != q.QClass || m.Id != q.ID {
+			t.Fatalf("question differs from miekg/dns: %q %d %d vs %v", q.QName, q.QType, q.QClass, m.Question[0])
+		}
+		opt := m.IsEdns0()
+		if (opt != nil) != q.EDNS {
+			t.Fatalf("EDNS %v, miekg/dns %v", q.EDNS, opt != nil)
+		}
+		if opt != nil && (opt.UDPSize() != q.UDPSize || opt.Do() != q.DO || opt.Version() != q.EDNSVersion) {
+			t.Fatalf("OPT differs: %+v vs %v", q, opt)
+		}
+	})
+}
