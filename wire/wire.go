@@ -35,6 +35,8 @@ const (
 // Limits from RFC 1035 §2.3.4 and RFC 6891 §6.2.5.
 const (
 	MaxNameLen = 255
+	// MaxMsgLen is the largest DNS message (TCP framing, RFC 1035 §4.2.2).
+	MaxMsgLen = 65535
 	// MinUDPSize is the payload every client can take, with or without EDNS.
 	MinUDPSize = 512
 )

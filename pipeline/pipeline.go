@@ -1,0 +1,284 @@
+// Package pipeline decides how each query is answered: from the cache when
+// it can (the hot path, no allocation), else from an upstream, else from a
+// stale cache entry, else SERVFAIL. It owns the miss path: coalescing of
+// identical in-flight queries, the per-client and global caps on upstream
+// work, and the serve-stale policy (RFC 8767, `verify` or `immediate` as in
+// CoreDNS). It never touches sockets: the responder hands it bytes and a
+// way to reply.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/wire"
+)
+
+// Exchanger sends a query upstream and returns the reply. upstream.Group
+// implements it.
+type Exchanger interface {
+	Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error)
+}
+
+// Route sends queries for names under Zone to Upstream.
+type Route struct {
+	Zone     string // fully qualified, e.g. "." or "cluster.local."
+	Upstream Exchanger
+}
+
+// StaleMode is how a stale cache entry is used.
+type StaleMode uint8
+
+const (
+	// StaleVerify asks upstreams first and serves the stale entry only if
+	// they fail within the stale budget (CoreDNS `serve_stale ... verify`,
+	// what LocalDNS's pod block uses).
+	StaleVerify StaleMode = iota
+	// StaleImmediate serves the stale entry at once and refreshes it in
+	// the background (CoreDNS's default).
+	StaleImmediate
+)
+
+func (m StaleMode) String() string {
+	if m == StaleImmediate {
+		return "immediate"
+	}
+	return "verify"
+}
+
+// ParseStaleMode parses "verify" or "immediate".
+func ParseStaleMode(s string) (StaleMode, error) {
+	switch s {
+	case "verify":
+		return StaleVerify, nil
+	case "immediate":
+		return StaleImmediate, nil
+	}
+	return 0, fmt.Errorf("stale mode %q: want verify or immediate", s)
+}
+
+// Config configures a Pipeline.
+type Config struct {
+	Cache  *cache.Cache // always non-nil
+	Routes []Route      // at least one
+
+	StaleMode StaleMode
+	// StaleBudget is how long, in verify mode, a query with a stale entry
+	// waits for upstreams before the stale answer goes out.
+	StaleBudget time.Duration
+	// UpstreamTimeout bounds one upstream resolution; a query with nothing
+	// stale to fall back on gets SERVFAIL when it runs out.
+	UpstreamTimeout time.Duration
+
+	// MaxInflight caps concurrent upstream resolutions; MaxPerClient caps
+	// the queries one source address may have waiting on the miss path.
+	// Over either cap a query is answered stale or SERVFAIL at once.
+	MaxInflight  int
+	MaxPerClient int
+
+	// UDPSize is advertised to EDNS clients and upstreams; NSID is sent to
+	// clients that ask for it ("" for none).
+	UDPSize uint16
+	NSID    string
+
+	Logger *slog.Logger // or nil
+}
+
+// DefaultConfig returns the tunables' defaults; Cache and Routes are left
+// for the caller.
+func DefaultConfig() Config {
+	return Config{
+		StaleMode: StaleVerify,
+		// Pods' resolvers (glibc: 5 s, musl: 2.5 s per try) retry well after
+		// this: a stale answer within half a second is an answer on the
+		// first try.
+		StaleBudget:     500 * time.Millisecond,
+		UpstreamTimeout: 2 * time.Second,
+		// LocalDNS runs its forward with max_concurrent 1000.
+		MaxInflight: 1000,
+		// One pod may use a tenth of that; the Zalando incident in the
+		// seeds was one client's query storm taking cluster DNS down.
+		MaxPerClient: 100,
+		UDPSize:      1232,
+		NSID:         "dnsstandby",
+	}
+}
+
+// Pipeline answers queries. Create it with New; Drain it before closing
+// the sockets its replies go to.
+type Pipeline struct {
+	cfg    Config
+	cache  *cache.Cache // always non-nil
+	routes []Route      // most specific zone first
+	nsid   []byte       // or nil
+	log    *slog.Logger // always non-nil
+
+	ctx    context.Context // good until Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // flights and their exchanges
+
+	mu        sync.Mutex // guards following
+	flights   map[flightKey]*flight
+	perClient map[netip.Addr]int
+	waiting   int  // queries waiting on flights
+	closed    bool // no new flights after Close
+
+	workersMu sync.Mutex // guards workers
+	workers   []*Worker
+
+	stats missStats
+}
+
+// New validates cfg and returns a pipeline.
+func New(cfg Config) (*Pipeline, error) {
+	switch {
+	case cfg.Cache == nil:
+		return nil, errors.New("pipeline: no cache")
+	case len(cfg.Routes) == 0:
+		return nil, errors.New("pipeline: no upstream routes")
+	case cfg.UpstreamTimeout <= 0 || cfg.StaleBudget <= 0:
+		return nil, errors.New("pipeline: upstream timeout and stale budget must be positive")
+	case cfg.MaxInflight <= 0 || cfg.MaxPerClient <= 0:
+		return nil, errors.New("pipeline: caps must be positive")
+	case cfg.UDPSize < wire.MinUDPSize:
+		return nil, fmt.Errorf("pipeline: udp size %d below 512", cfg.UDPSize)
+	}
+	routes, err := sortRoutes(cfg.Routes)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	p := &Pipeline{
+		cfg:       cfg,
+		cache:     cfg.Cache,
+		routes:    routes,
+		log:       cfg.Logger,
+		flights:   make(map[flightKey]*flight),
+		perClient: make(map[netip.Addr]int),
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NSID != "" {
+		p.nsid = []byte(cfg.NSID)
+	}
+	p.stats.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "dnsstandby_resolve_duration_seconds",
+		Help:    "Time to resolve a miss upstream, failures included.",
+		Buckets: latencyBuckets,
+	})
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Drain waits until every resolution in flight has answered its clients,
+// or ctx ends; then it cancels whatever is left (those clients get
+// SERVFAIL or stale) and waits for that too. New misses arriving during the
+// drain still resolve. Drain is safe to call more than once.
+func (p *Pipeline) Drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.cancel()
+	<-done
+}
+
+// Inflight returns the number of upstream resolutions in progress.
+func (p *Pipeline) Inflight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.flights)
+}
+
+// Action tells the caller of Worker.Answer what to do next.
+type Action uint8
+
+const (
+	// Drop: send nothing (unreadable, or a response sent to us).
+	Drop Action = iota
+	// Reply: send the n bytes written to dst.
+	Reply
+	// Resolve: the cache cannot answer; pass a copy of the query to
+	// Pipeline.Resolve.
+	Resolve
+)
+
+// Worker is one read loop's handle on the pipeline: it owns scratch space
+// and counters so that the hot path shares no written memory with other
+// loops. A Worker must be used by one goroutine at a time.
+type Worker struct {
+	p *Pipeline
+	q wire.Query
+	hotStats
+}
+
+// NewWorker returns a worker for one read loop.
+func (p *Pipeline) NewWorker() *Worker {
+	w := &Worker{p: p}
+	p.workersMu.Lock()
+	p.workers = append(p.workers, w)
+	p.workersMu.Unlock()
+	return w
+}
+
+// Answer handles msg on the hot path: it writes an answer into dst when
+// the cache or a protocol error decides it, without allocating. udp says
+// whether the client's UDP payload size limits the answer (else TCP's
+// 65535). dst must hold at least 512 bytes.
+func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
+	q := &w.q
+	err := wire.ParseQuery(msg, q)
+	switch {
+	case errors.Is(err, wire.ErrShort):
+		w.drops[dropShort].Add(1)
+		return 0, Drop
+	case q.Flags&wire.FlagQR != 0:
+		// Never answer a response: two servers answering each other's
+		// answers would loop.
+		w.drops[dropResponse].Add(1)
+		return 0, Drop
+	case err != nil:
+		w.answers[srcError].Add(1)
+		return writeHeaderOnly(dst, q, dns.RcodeFormatError), Reply
+	case q.Opcode() != dns.OpcodeQuery:
+		w.answers[srcError].Add(1)
+		return writeError(dst, q, dns.RcodeNotImplemented), Reply
+	case q.EDNS && q.EDNSVersion != 0:
+		w.answers[srcError].Add(1)
+		return writeError(dst, q, dns.RcodeBadVers), Reply
+	case q.QType == dns.TypeAXFR || q.QType == dns.TypeIXFR:
+		// Zone transfers are not a resolver's business.
+		w.answers[srcError].Add(1)
+		return writeError(dst, q, dns.RcodeRefused), Reply
+	}
+	limit := wire.MaxMsgLen
+	if udp {
+		limit = q.PayloadLimit()
+	}
+	immediate := w.p.cfg.StaleMode == StaleImmediate
+	n, st := w.p.cache.Serve(dst, q, limit, immediate)
+	switch {
+	case n > 0 && st == cache.Fresh:
+		w.answers[srcCache].Add(1)
+		return n, Reply
+	case n > 0 && st == cache.Stale:
+		w.answers[srcStale].Add(1)
+		w.p.refresh(msg)
+		return n, Reply
+	}
+	return 0, Resolve
+}

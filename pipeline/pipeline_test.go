@@ -1,0 +1,481 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+)
+
+// fakeUpstream answers from a table and counts exchanges. A name listed in
+// block waits until released or until ctx ends; fail makes every exchange
+// fail at once. The pipeline's upstream behaviour against real servers is
+// covered by the integration tests; this one makes timing deterministic.
+type fakeUpstream struct {
+	mu      sync.Mutex
+	answers map[string][]string // name -> RRs
+	calls   map[string]int
+	fail    bool
+	block   map[string]chan struct{}
+	noCD    bool // do not echo CD, as a careless upstream might
+}
+
+func newFake() *fakeUpstream {
+	return &fakeUpstream{answers: map[string][]string{}, calls: map[string]int{}, block: map[string]chan struct{}{}}
+}
+
+func (f *fakeUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	name := dns.CanonicalName(req.Question[0].Name)
+	f.mu.Lock()
+	f.calls[name]++
+	ch := f.block[name]
+	fail := f.fail
+	rrs, ok := f.answers[name]
+	f.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if fail {
+		return nil, errors.New("upstream unreachable")
+	}
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.RecursionAvailable = true
+	if f.noCD {
+		resp.CheckingDisabled = false
+	}
+	if !ok {
+		resp.Rcode = dns.RcodeNameError
+		soa, _ := dns.NewRR("example. 30 IN SOA ns.example. h.example. 1 2 3 4 30")
+		resp.Ns = []dns.RR{soa}
+	}
+	for _, s := range rrs {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			return nil, err
+		}
+		resp.Answer = append(resp.Answer, rr)
+	}
+	if opt := req.IsEdns0(); opt != nil {
+		resp.SetEdns0(1232, opt.Do())
+	}
+	return resp, nil
+}
+
+func (f *fakeUpstream) set(name string, rrs ...string) {
+	f.mu.Lock()
+	f.answers[name] = rrs
+	f.mu.Unlock()
+}
+
+func (f *fakeUpstream) setFail(v bool) { f.mu.Lock(); f.fail = v; f.mu.Unlock() }
+
+func (f *fakeUpstream) hold(name string) chan struct{} {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.block[name] = ch
+	f.mu.Unlock()
+	return ch
+}
+
+func (f *fakeUpstream) count(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[name]
+}
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newPipeline(t *testing.T, up Exchanger, mod func(*Config)) (*Pipeline, *clock) {
+	t.Helper()
+	clk := &clock{t: time.Unix(1_800_000_000, 0)}
+	ccfg := cache.DefaultConfig()
+	ccfg.Now = clk.Now
+	ccfg.NSID = "dnsstandby"
+	c, err := cache.New(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Cache = c
+	cfg.Routes = []Route{{Zone: ".", Upstream: up}}
+	cfg.StaleBudget = 50 * time.Millisecond
+	cfg.UpstreamTimeout = 500 * time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		p.Drain(ctx)
+	})
+	return p, clk
+}
+
+// result is what a client got back.
+type result struct {
+	msg *dns.Msg
+	err error
+}
+
+// ask runs msg through the pipeline as the responder would and returns the
+// reply channel (buffered; nothing sent means dropped).
+func ask(t *testing.T, w *Worker, raw []byte, client string) <-chan result {
+	t.Helper()
+	out := make(chan result, 1)
+	deliver := func(b []byte) {
+		m := new(dns.Msg)
+		err := m.Unpack(b)
+		out <- result{m, err}
+	}
+	buf := make([]byte, 65535)
+	n, act := w.Answer(buf, raw, true)
+	switch act {
+	case Reply:
+		deliver(buf[:n])
+	case Resolve:
+		w.p.Resolve(append([]byte(nil), raw...), netip.MustParseAddr(client), true, deliver)
+	}
+	return out
+}
+
+func wait(t *testing.T, ch <-chan result) *dns.Msg {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("reply does not unpack: %v", r.err)
+		}
+		return r.msg
+	case <-time.After(3 * time.Second):
+		t.Fatal("no reply")
+	}
+	return nil
+}
+
+func q(t *testing.T, name string, qtype uint16, edns bool) []byte {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.Id = 0x7777
+	if edns {
+		m.SetEdns0(1232, false)
+	}
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestHotPathProtocolErrors(t *testing.T) {
+	p, _ := newPipeline(t, newFake(), nil)
+	w := p.NewWorker()
+	valid := q(t, "a.example.", dns.TypeA, false)
+	mod := func(f func(m *dns.Msg)) []byte {
+		m := new(dns.Msg)
+		_ = m.Unpack(valid)
+		f(m)
+		b, _ := m.Pack()
+		return b
+	}
+	tests := []struct {
+		name      string
+		raw       []byte
+		wantAct   Action
+		wantRcode int
+	}{
+		{"short", []byte{1, 2, 3}, Drop, 0},
+		{"response", mod(func(m *dns.Msg) { m.Response = true }), Drop, 0},
+		{"malformed question", append(valid[:12:12], 0x05, 'a'), Reply, dns.RcodeFormatError},
+		{"two questions", mod(func(m *dns.Msg) { m.Question = append(m.Question, m.Question[0]) }), Reply, dns.RcodeFormatError},
+		{"opcode status", mod(func(m *dns.Msg) { m.Opcode = dns.OpcodeStatus }), Reply, dns.RcodeNotImplemented},
+		{"EDNS version 1", mod(func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) }), Reply, dns.RcodeBadVers},
+		{"AXFR", mod(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }), Reply, dns.RcodeRefused},
+		{"miss", valid, Resolve, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			buf := make([]byte, 512)
+			n, act := w.Answer(buf, tt.raw, true)
+			if act != tt.wantAct {
+				t.Fatalf("action %d, want %d", act, tt.wantAct)
+			}
+			if act != Reply {
+				return
+			}
+			m := new(dns.Msg)
+			if err := m.Unpack(buf[:n]); err != nil {
+				t.Fatalf("reply does not unpack: %v", err)
+			}
+			if m.Rcode != tt.wantRcode || m.Id != 0x7777 || !m.Response {
+				t.Fatalf("rcode %d id %#x qr %v, want rcode %d", m.Rcode, m.Id, m.Response, tt.wantRcode)
+			}
+		})
+	}
+}
+
+func TestMissThenHit(t *testing.T) {
+	up := newFake()
+	up.set("svc.ns.svc.cluster.local.", "svc.ns.svc.cluster.local. 30 IN A 10.0.0.5")
+	p, _ := newPipeline(t, up, nil)
+	w := p.NewWorker()
+
+	a := wait(t, ask(t, w, q(t, "SvC.ns.svc.cluster.local.", dns.TypeA, true), "10.1.0.1"))
+	if a.Id != 0x7777 || a.Question[0].Name != "SvC.ns.svc.cluster.local." || len(a.Answer) != 1 || a.Rcode != 0 {
+		t.Fatalf("first answer %v", a)
+	}
+	if opt := a.IsEdns0(); opt == nil || opt.UDPSize() != 1232 {
+		t.Fatalf("EDNS client got OPT %v", a.IsEdns0())
+	}
+	// Second time: from the cache, on the hot path, no upstream call.
+	buf := make([]byte, 512)
+	n, act := w.Answer(buf, q(t, "svc.NS.svc.cluster.local.", dns.TypeA, false), true)
+	if act != Reply || n == 0 {
+		t.Fatalf("second query not answered from cache: action %d", act)
+	}
+	if up.count("svc.ns.svc.cluster.local.") != 1 {
+		t.Fatalf("upstream called %d times", up.count("svc.ns.svc.cluster.local."))
+	}
+	got := p.Answered()
+	if got["upstream"] != 1 || got["cache"] != 1 {
+		t.Fatalf("answers by source %v", got)
+	}
+}
+
+func TestNegativeAnswerPassesThrough(t *testing.T) {
+	p, _ := newPipeline(t, newFake(), nil)
+	a := wait(t, ask(t, p.NewWorker(), q(t, "nx.example.", dns.TypeA, false), "10.1.0.1"))
+	if a.Rcode != dns.RcodeNameError || len(a.Ns) != 1 || a.IsEdns0() != nil {
+		t.Fatalf("answer %v", a)
+	}
+}
+
+func TestCoalescing(t *testing.T) {
+	up := newFake()
+	const name = "hot.example."
+	up.set(name, name+" 60 IN A 192.0.2.1")
+	release := up.hold(name)
+	p, _ := newPipeline(t, up, nil)
+	w := p.NewWorker()
+	var chans []<-chan result
+	for i := range 20 {
+		chans = append(chans, ask(t, w, q(t, name, dns.TypeA, false), fmt.Sprintf("10.1.0.%d", i+1)))
+	}
+	close(release)
+	for _, ch := range chans {
+		if a := wait(t, ch); len(a.Answer) != 1 {
+			t.Fatalf("answer %v", a)
+		}
+	}
+	if n := up.count(name); n != 1 {
+		t.Fatalf("%d upstream exchanges for 20 identical misses, want 1", n)
+	}
+}
+
+func TestStaleVerify(t *testing.T) {
+	const name = "web.example."
+	tests := []struct {
+		name      string
+		upstream  func(up *fakeUpstream)
+		wantTTL   uint32
+		wantRcode int
+		minDelay  time.Duration
+		maxDelay  time.Duration
+	}{
+		{"upstream fails: stale at once", func(up *fakeUpstream) { up.setFail(true) }, 30, 0, 0, 40 * time.Millisecond},
+		{"upstream slow: stale after the budget", func(up *fakeUpstream) { up.hold(name) }, 30, 0, 50 * time.Millisecond, 400 * time.Millisecond},
+		{"upstream answers: fresh answer", func(up *fakeUpstream) { up.set(name, name+" 300 IN A 192.0.2.2") }, 300, 0, 0, 200 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := newFake()
+			up.set(name, name+" 60 IN A 192.0.2.1")
+			p, clk := newPipeline(t, up, nil)
+			w := p.NewWorker()
+			wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+			clk.Advance(2 * time.Minute) // stale now
+			tt.upstream(up)
+			start := time.Now()
+			a := wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+			took := time.Since(start)
+			if a.Rcode != tt.wantRcode || len(a.Answer) != 1 || a.Answer[0].Header().Ttl != tt.wantTTL {
+				t.Fatalf("answer %v, want TTL %d", a, tt.wantTTL)
+			}
+			if took < tt.minDelay || took > tt.maxDelay {
+				t.Fatalf("answered after %s, want between %s and %s", took, tt.minDelay, tt.maxDelay)
+			}
+		})
+	}
+}
+
+func TestUncachedServfailWithinBudget(t *testing.T) {
+	up := newFake()
+	up.hold("slow.example.")
+	p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = 100 * time.Millisecond })
+	start := time.Now()
+	a := wait(t, ask(t, p.NewWorker(), q(t, "slow.example.", dns.TypeA, true), "10.1.0.1"))
+	if a.Rcode != dns.RcodeServerFailure || time.Since(start) > time.Second {
+		t.Fatalf("rcode %d after %s, want SERVFAIL within the upstream timeout", a.Rcode, time.Since(start))
+	}
+	if a.IsEdns0() == nil {
+		t.Fatal("SERVFAIL to an EDNS client without OPT")
+	}
+}
+
+func TestStaleImmediate(t *testing.T) {
+	const name = "imm.example."
+	up := newFake()
+	up.set(name, name+" 60 IN A 192.0.2.1")
+	p, clk := newPipeline(t, up, func(c *Config) { c.StaleMode = StaleImmediate })
+	w := p.NewWorker()
+	wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+	clk.Advance(2 * time.Minute)
+	up.set(name, name+" 60 IN A 192.0.2.9")
+
+	buf := make([]byte, 512)
+	n, act := w.Answer(buf, q(t, name, dns.TypeA, false), true)
+	a := new(dns.Msg)
+	if act != Reply || a.Unpack(buf[:n]) != nil || a.Answer[0].Header().Ttl != 30 {
+		t.Fatalf("immediate mode did not serve stale on the hot path: action %d %v", act, a)
+	}
+	// The background refresh lands in the cache.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		n, act = w.Answer(buf, q(t, name, dns.TypeA, false), true)
+		if act == Reply && a.Unpack(buf[:n]) == nil && a.Answer[0].(*dns.A).A.String() == "192.0.2.9" {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("refresh never landed; upstream calls %d", up.count(name))
+}
+
+func TestCaps(t *testing.T) {
+	up := newFake()
+	for i := range 10 {
+		up.hold(fmt.Sprintf("n%d.example.", i))
+	}
+	p, _ := newPipeline(t, up, func(c *Config) { c.MaxPerClient = 2; c.MaxInflight = 4 })
+	w := p.NewWorker()
+	// Client A: two pending, the third is turned away at once.
+	ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.1")
+	ask(t, w, q(t, "n1.example.", dns.TypeA, false), "10.1.0.1")
+	a := wait(t, ask(t, w, q(t, "n2.example.", dns.TypeA, false), "10.1.0.1"))
+	if a.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("over the per-client cap: rcode %d, want SERVFAIL", a.Rcode)
+	}
+	// Client B fills the global cap (4 flights), then C is turned away.
+	ask(t, w, q(t, "n3.example.", dns.TypeA, false), "10.1.0.2")
+	ask(t, w, q(t, "n4.example.", dns.TypeA, false), "10.1.0.2")
+	a = wait(t, ask(t, w, q(t, "n5.example.", dns.TypeA, false), "10.1.0.3"))
+	if a.Rcode != dns.RcodeServerFailure {
+		t.Fatalf("over the global cap: rcode %d, want SERVFAIL", a.Rcode)
+	}
+	// But C may still join a flight in progress: no new upstream query.
+	ch := ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.3")
+	select {
+	case r := <-ch:
+		t.Fatalf("joining a flight answered at once: %v", r.msg)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if c := &p.stats.overload; c[overClient].Load() != 1 || c[overGlobal].Load() != 1 {
+		t.Fatalf("overload counters client %d global %d", c[overClient].Load(), c[overGlobal].Load())
+	}
+}
+
+func TestRoutesAndCDKey(t *testing.T) {
+	cluster, other := newFake(), newFake()
+	cluster.set("svc.cluster.local.", "svc.cluster.local. 30 IN A 10.0.0.1")
+	other.set("www.example.", "www.example. 30 IN A 192.0.2.1")
+	other.noCD = true
+	p, _ := newPipeline(t, nil, func(c *Config) {
+		c.Routes = []Route{{Zone: ".", Upstream: other}, {Zone: "Cluster.Local", Upstream: cluster}}
+	})
+	w := p.NewWorker()
+	wait(t, ask(t, w, q(t, "svc.cluster.local.", dns.TypeA, false), "10.1.0.1"))
+	wait(t, ask(t, w, q(t, "www.example.", dns.TypeA, false), "10.1.0.1"))
+	if cluster.count("svc.cluster.local.") != 1 || other.count("www.example.") != 1 || other.count("svc.cluster.local.") != 0 {
+		t.Fatal("queries went to the wrong upstream")
+	}
+	// A CD=1 query answered by an upstream that drops CD must not be
+	// cached under the CD=0 key.
+	m := new(dns.Msg)
+	m.SetQuestion("cd.example.", dns.TypeA)
+	m.CheckingDisabled = true
+	other.set("cd.example.", "cd.example. 30 IN A 192.0.2.3")
+	raw, _ := m.Pack()
+	wait(t, ask(t, w, raw, "10.1.0.1"))
+	buf := make([]byte, 512)
+	if _, act := w.Answer(buf, q(t, "cd.example.", dns.TypeA, false), true); act != Resolve {
+		t.Fatal("a CD=1 answer was served to a CD=0 query")
+	}
+	if _, act := w.Answer(buf, raw, true); act != Reply {
+		t.Fatal("the CD=1 answer was not cached under the CD=1 key")
+	}
+}
+
+func TestNoRouteRefused(t *testing.T) {
+	p, _ := newPipeline(t, nil, func(c *Config) { c.Routes = []Route{{Zone: "cluster.local.", Upstream: newFake()}} })
+	a := wait(t, ask(t, p.NewWorker(), q(t, "www.example.", dns.TypeA, false), "10.1.0.1"))
+	if a.Rcode != dns.RcodeRefused {
+		t.Fatalf("rcode %d, want REFUSED", a.Rcode)
+	}
+}
+
+func TestLargeUpstreamAnswerTruncatedForUDP(t *testing.T) {
+	up := newFake()
+	var rrs []string
+	for i := range 60 {
+		rrs = append(rrs, fmt.Sprintf("big.example. 30 IN A 10.0.0.%d", i))
+	}
+	up.set("big.example.", rrs...)
+	p, _ := newPipeline(t, up, nil)
+	a := wait(t, ask(t, p.NewWorker(), q(t, "big.example.", dns.TypeA, false), "10.1.0.1"))
+	if !a.Truncated || len(a.Answer) != 0 || a.Question[0].Name != "big.example." {
+		t.Fatalf("answer TC=%v with %d records", a.Truncated, len(a.Answer))
+	}
+}
+
+func TestDrainWaitsForInflight(t *testing.T) {
+	up := newFake()
+	release := up.hold("d.example.")
+	up.set("d.example.", "d.example. 30 IN A 192.0.2.1")
+	p, _ := newPipeline(t, up, nil)
+	ch := ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1")
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		close(release)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p.Drain(ctx)
+	select {
+	case r := <-ch:
+		if r.err != nil || len(r.msg.Answer) != 1 {
+			t.Fatalf("in-flight query answered badly: %v %v", r.msg, r.err)
+		}
+	default:
+		t.Fatal("Drain returned before the in-flight query was answered")
+	}
+}

@@ -1,0 +1,152 @@
+package pipeline
+
+import (
+	"encoding/binary"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/wire"
+)
+
+// maxErrorLen bounds what writeReplyHeader writes: header, the longest
+// question, and an OPT without options.
+const maxErrorLen = wire.HeaderLen + wire.MaxNameLen + 4 + 11
+
+// writeHeaderOnly writes a bare header answering q with rcode: for a query
+// whose question could not be read (FORMERR).
+func writeHeaderOnly(dst []byte, q *wire.Query, rcode int) int {
+	clear(dst[:wire.HeaderLen])
+	binary.BigEndian.PutUint16(dst, q.ID)
+	flags := wire.FlagQR | q.Flags&(0xf<<11|wire.FlagRD) | uint16(rcode&0xf)
+	binary.BigEndian.PutUint16(dst[2:], flags)
+	return wire.HeaderLen
+}
+
+// writeError writes an answer to q with rcode, the question echoed and no
+// records: SERVFAIL, NOTIMP, REFUSED, BADVERS.
+func writeError(dst []byte, q *wire.Query, rcode int) int {
+	return writeReplyHeader(dst, q, uint16(rcode&0xf)|wire.FlagRA, rcode>>4)
+}
+
+// writeReplyHeader writes header and question of an answer to q with the
+// given flags added (QR, opcode, RD and CD come from q), and an OPT if q
+// had one. It is also the truncated form of a large answer.
+func writeReplyHeader(dst []byte, q *wire.Query, flags uint16, extRcode int) int {
+	n := writeHeaderOnly(dst, q, 0)
+	binary.BigEndian.PutUint16(dst[2:], wire.FlagQR|q.Flags&(0xf<<11|wire.FlagRD|wire.FlagCD)|flags)
+	binary.BigEndian.PutUint16(dst[4:], 1)
+	n += copy(dst[n:], q.QName)
+	binary.BigEndian.PutUint16(dst[n:], q.QType)
+	binary.BigEndian.PutUint16(dst[n+2:], q.QClass)
+	n += 4
+	if q.EDNS {
+		m := wire.PutOPT(dst[n:], 1232, q.DO, nil)
+		dst[n+5] = byte(extRcode) // the OPT TTL's high byte: extended rcode (RFC 6891 §6.1.3)
+		n += m
+		binary.BigEndian.PutUint16(dst[10:], 1)
+	}
+	return n
+}
+
+// replyRcode answers w with rcode and no records.
+func (p *Pipeline) replyRcode(w *waiter, rcode int) {
+	var q wire.Query
+	_ = wire.ParseQuery(w.raw, &q)
+	buf := make([]byte, maxErrorLen)
+	w.reply(buf[:writeError(buf, &q, rcode)])
+}
+
+// replyStaleOrServfail answers w from the cache, stale allowed, or with
+// SERVFAIL when there is nothing to serve.
+func (p *Pipeline) replyStaleOrServfail(w *waiter) {
+	var q wire.Query
+	_ = wire.ParseQuery(w.raw, &q)
+	buf := make([]byte, limitFor(&q, w.udp))
+	n, st := p.cache.Serve(buf, &q, len(buf), true)
+	switch st {
+	case cache.Fresh:
+		p.stats.answers[srcCache].Add(1)
+	case cache.Stale:
+		p.stats.answers[srcStale].Add(1)
+	default:
+		p.stats.answers[srcServfail].Add(1)
+		n = writeError(buf, &q, dns.RcodeServerFailure)
+	}
+	w.reply(buf[:n])
+}
+
+// replyUpstream answers w with an upstream reply, through the cache when
+// the reply was cached (so it is rewritten exactly as a hit would be), else
+// rendered from the message.
+func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
+	p.stats.answers[srcUpstream].Add(1)
+	var q wire.Query
+	_ = wire.ParseQuery(w.raw, &q)
+	limit := limitFor(&q, w.udp)
+	buf := make([]byte, limit)
+	if n, st := p.cache.Serve(buf, &q, limit, false); st == cache.Fresh {
+		w.reply(buf[:n])
+		return
+	}
+	w.reply(p.render(&q, w.req, resp, buf))
+}
+
+// render turns an uncached upstream reply into the answer to the client's
+// query req: the client's ID, question (its 0x20 case), RD, CD and OPT.
+func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte) []byte {
+	m := *resp
+	m.Id = req.Id
+	m.Question = req.Question
+	m.Extra = withoutOPT(resp.Extra)
+	m.Compress = true
+	m.Truncated = resp.Truncated
+	m.RecursionDesired = req.RecursionDesired
+	m.CheckingDisabled = req.CheckingDisabled
+	if q.EDNS {
+		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		opt.SetUDPSize(p.cfg.UDPSize)
+		if q.DO {
+			opt.SetDo()
+		}
+		if q.NSID && p.nsid != nil {
+			opt.Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID, Nsid: hexNSID(p.nsid)}}
+		}
+		m.Extra = append(m.Extra, opt)
+	}
+	out, err := m.PackBuffer(buf)
+	switch {
+	case err != nil:
+		p.stats.answers[srcServfail].Add(1)
+		return buf[:writeError(buf, q, dns.RcodeServerFailure)]
+	case len(out) <= len(buf):
+		return out
+	}
+	// Too large for the client: TC=1 and empty sections, so it retries
+	// over TCP.
+	flags := uint16(resp.Rcode&0xf) | wire.FlagTC
+	if resp.RecursionAvailable {
+		flags |= wire.FlagRA
+	}
+	if resp.Authoritative {
+		flags |= wire.FlagAA
+	}
+	return buf[:writeReplyHeader(buf, q, flags, 0)]
+}
+
+// hexNSID is NSID as miekg/dns carries it: hex-encoded.
+func hexNSID(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&0xf])
+	}
+	return string(out)
+}
+
+func limitFor(q *wire.Query, udp bool) int {
+	if udp {
+		return q.PayloadLimit()
+	}
+	return wire.MaxMsgLen
+}

@@ -1,0 +1,283 @@
+package pipeline
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/wire"
+)
+
+// flightKey identifies queries one upstream exchange can answer: the cache
+// key's fields.
+type flightKey struct {
+	name          string // lower case
+	qtype, qclass uint16
+	do, cd        bool
+}
+
+// flight is one upstream resolution and the queries waiting on it.
+type flight struct {
+	key     flightKey
+	req     *dns.Msg  // what goes upstream
+	waiters []*waiter // guarded by Pipeline.mu
+	// staleServed is set (under Pipeline.mu) once the stale budget ran out
+	// and the waiters were answered stale; later joiners get stale at once.
+	staleServed bool
+}
+
+// waiter is one client query waiting on a flight.
+type waiter struct {
+	raw    []byte   // the query as received (owned)
+	req    *dns.Msg // raw, parsed
+	client netip.Addr
+	udp    bool
+	reply  func([]byte)
+}
+
+// Resolve answers a query the cache could not: it joins or starts an
+// upstream resolution and replies when that ends, with a stale entry if the
+// upstreams fail, or SERVFAIL. It does not block; reply may be called from
+// another goroutine, exactly once, or never if the query is dropped. msg
+// must not be modified after the call (pass a copy of a read buffer).
+func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([]byte)) {
+	req := new(dns.Msg)
+	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
+		// The hot path's parse accepted it, miekg/dns's stricter one did not.
+		var q wire.Query
+		_ = wire.ParseQuery(msg, &q)
+		p.stats.answers[srcError].Add(1)
+		buf := make([]byte, wire.HeaderLen)
+		reply(buf[:writeHeaderOnly(buf, &q, dns.RcodeFormatError)])
+		return
+	}
+	w := &waiter{raw: msg, req: req, client: client, udp: udp, reply: reply}
+	key := keyOf(req)
+	route := p.route(key.name)
+	if route == nil {
+		p.stats.answers[srcError].Add(1)
+		p.replyRcode(w, dns.RcodeRefused)
+		return
+	}
+
+	p.mu.Lock()
+	if p.perClient[client] >= p.cfg.MaxPerClient {
+		p.mu.Unlock()
+		p.stats.overload[overClient].Add(1)
+		p.replyStaleOrServfail(w)
+		return
+	}
+	f := p.flights[key]
+	if f == nil && (len(p.flights) >= p.cfg.MaxInflight || p.closed) {
+		p.mu.Unlock()
+		p.stats.overload[overGlobal].Add(1)
+		p.replyStaleOrServfail(w)
+		return
+	}
+	if f == nil && p.waiting >= maxWaitingPerFlight*p.cfg.MaxInflight {
+		p.mu.Unlock()
+		p.stats.overload[overGlobal].Add(1)
+		p.replyStaleOrServfail(w)
+		return
+	}
+	if f != nil && f.staleServed {
+		// This flight already gave up waiting in favour of stale data.
+		p.mu.Unlock()
+		p.replyStaleOrServfail(w)
+		return
+	}
+	p.perClient[client]++
+	p.waiting++
+	if f != nil {
+		f.waiters = append(f.waiters, w)
+		p.mu.Unlock()
+		p.stats.coalesced.Add(1)
+		return
+	}
+	f = &flight{key: key, req: upstreamRequest(req, p.cfg.UDPSize), waiters: []*waiter{w}}
+	p.flights[key] = f
+	p.wg.Add(1)
+	p.mu.Unlock()
+
+	// In verify mode a query with a stale entry waits only StaleBudget.
+	var budget time.Duration
+	if p.cfg.StaleMode == StaleVerify && p.hasStale(msg) {
+		budget = p.cfg.StaleBudget
+	}
+	go p.fly(f, route.Upstream, budget)
+}
+
+// maxWaitingPerFlight bounds queries parked on flights, in units of
+// MaxInflight, so memory stays bounded even when every flight is joined by
+// many clients.
+const maxWaitingPerFlight = 16
+
+// refresh starts a background resolution for msg (served stale in
+// immediate mode) unless one is running; nobody waits on it.
+func (p *Pipeline) refresh(msg []byte) {
+	req := new(dns.Msg)
+	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
+		return
+	}
+	key := keyOf(req)
+	route := p.route(key.name)
+	if route == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.flights[key] != nil || len(p.flights) >= p.cfg.MaxInflight || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	f := &flight{key: key, req: upstreamRequest(req, p.cfg.UDPSize)}
+	p.flights[key] = f
+	p.wg.Add(1)
+	p.mu.Unlock()
+	p.stats.refreshes.Add(1)
+	go p.fly(f, route.Upstream, 0)
+}
+
+type exchangeResult struct {
+	resp *dns.Msg
+	err  error
+}
+
+// fly runs one flight: the upstream exchange, the stale budget if any, and
+// the replies.
+func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.UpstreamTimeout)
+	defer cancel()
+	done := make(chan exchangeResult, 1)
+	start := time.Now()
+	go func() {
+		resp, err := up.Exchange(ctx, f.req)
+		done <- exchangeResult{resp, err}
+	}()
+
+	var budgetC <-chan time.Time
+	if budget > 0 {
+		t := time.NewTimer(budget)
+		defer t.Stop()
+		budgetC = t.C
+	}
+	var res exchangeResult
+	for waiting := true; waiting; {
+		select {
+		case res = <-done:
+			waiting = false
+		case <-budgetC:
+			budgetC = nil
+			p.mu.Lock()
+			f.staleServed = true
+			ws := f.waiters
+			f.waiters = nil
+			p.mu.Unlock()
+			for _, w := range ws {
+				p.replyStaleOrServfail(w)
+				p.release(w)
+			}
+		}
+	}
+	p.stats.observeUpstream(time.Since(start), res.err)
+
+	ok := res.err == nil && res.resp != nil
+	if ok {
+		p.insert(f, res.resp)
+	}
+	p.mu.Lock()
+	delete(p.flights, f.key)
+	ws := f.waiters
+	f.waiters = nil
+	p.mu.Unlock()
+	for _, w := range ws {
+		if ok {
+			p.replyUpstream(w, res.resp)
+		} else {
+			p.replyStaleOrServfail(w)
+		}
+		p.release(w)
+	}
+}
+
+// insert caches an upstream reply under the key it was asked for. The
+// reply's CD bit and DO bit are set from the request, so that an upstream
+// that does not echo them cannot file an answer under another key.
+func (p *Pipeline) insert(f *flight, resp *dns.Msg) {
+	m := *resp
+	m.CheckingDisabled = f.key.cd
+	m.Extra = withoutOPT(resp.Extra)
+	if f.key.do {
+		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		opt.SetDo()
+		m.Extra = append(m.Extra, opt)
+	}
+	// Not cacheable (SERVFAIL, truncated...) is normal; the reply still goes out.
+	_ = p.cache.InsertMsg(&m)
+}
+
+// release ends w's claim on the caps.
+func (p *Pipeline) release(w *waiter) {
+	p.mu.Lock()
+	p.waiting--
+	if n := p.perClient[w.client] - 1; n > 0 {
+		p.perClient[w.client] = n
+	} else {
+		delete(p.perClient, w.client)
+	}
+	p.mu.Unlock()
+}
+
+// hasStale reports whether the cache holds a stale entry for msg.
+func (p *Pipeline) hasStale(msg []byte) bool {
+	var q wire.Query
+	if wire.ParseQuery(msg, &q) != nil {
+		return false
+	}
+	var scratch [wire.HeaderLen]byte
+	_, st := p.cache.Serve(scratch[:], &q, len(scratch), false)
+	return st == cache.Stale
+}
+
+// keyOf returns the flight key of a parsed query.
+func keyOf(req *dns.Msg) flightKey {
+	q := req.Question[0]
+	k := flightKey{name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass, cd: req.CheckingDisabled}
+	if opt := req.IsEdns0(); opt != nil {
+		k.do = opt.Do()
+	}
+	return k
+}
+
+// upstreamRequest is the query sent upstream for a client's req: same
+// question (0x20 case kept, as CoreDNS's forward does), RD and CD, and an
+// OPT of our own carrying the client's DO bit. The client's other EDNS
+// options (cookies, NSID, padding) are between it and us.
+func upstreamRequest(req *dns.Msg, udpSize uint16) *dns.Msg {
+	up := new(dns.Msg)
+	up.Id = dns.Id()
+	up.Opcode = dns.OpcodeQuery
+	up.RecursionDesired = req.RecursionDesired
+	up.CheckingDisabled = req.CheckingDisabled
+	up.Question = []dns.Question{req.Question[0]}
+	do := false
+	if opt := req.IsEdns0(); opt != nil {
+		do = opt.Do()
+	}
+	up.SetEdns0(udpSize, do)
+	return up
+}
+
+func withoutOPT(rrs []dns.RR) []dns.RR {
+	out := make([]dns.RR, 0, len(rrs))
+	for _, rr := range rrs {
+		if rr.Header().Rrtype != dns.TypeOPT {
+			out = append(out, rr)
+		}
+	}
+	return out
+}

@@ -1,0 +1,46 @@
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// sortRoutes validates routes and orders them most specific zone first, so
+// that the first match is the longest.
+func sortRoutes(in []Route) ([]Route, error) {
+	out := make([]Route, 0, len(in))
+	seen := make(map[string]bool)
+	for _, r := range in {
+		zone := dns.CanonicalName(r.Zone)
+		if _, ok := dns.IsDomainName(zone); !ok {
+			return nil, fmt.Errorf("route zone %q is not a domain name", r.Zone)
+		}
+		if r.Upstream == nil {
+			return nil, fmt.Errorf("route %s has no upstream", zone)
+		}
+		if seen[zone] {
+			return nil, fmt.Errorf("zone %s routed twice", zone)
+		}
+		seen[zone] = true
+		out = append(out, Route{Zone: zone, Upstream: r.Upstream})
+	}
+	slices.SortStableFunc(out, func(a, b Route) int {
+		return dns.CountLabel(b.Zone) - dns.CountLabel(a.Zone)
+	})
+	return out, nil
+}
+
+// route returns the route for a lower-case name, or nil if no zone
+// covers it.
+func (p *Pipeline) route(name string) *Route {
+	for i := range p.routes {
+		z := p.routes[i].Zone
+		if z == "." || name == z || strings.HasSuffix(name, "."+z) {
+			return &p.routes[i]
+		}
+	}
+	return nil
+}
