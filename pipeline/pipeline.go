@@ -204,6 +204,11 @@ func (p *Pipeline) Inflight() int {
 	return len(p.flights)
 }
 
+// MaxUDPAnswer caps UDP answers whatever size the client advertises;
+// larger answers go out truncated and the client retries over TCP. It
+// bounds the reply buffers each UDP read loop keeps for a batch.
+const MaxUDPAnswer = 4096
+
 // Action tells the caller of Worker.Answer what to do next.
 type Action uint8
 
@@ -265,10 +270,7 @@ func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 		w.answers[srcError].Add(1)
 		return writeError(dst, q, dns.RcodeRefused), Reply
 	}
-	limit := wire.MaxMsgLen
-	if udp {
-		limit = q.PayloadLimit()
-	}
+	limit := limitFor(q, udp)
 	immediate := w.p.cfg.StaleMode == StaleImmediate
 	n, st := w.p.cache.Serve(dst, q, limit, immediate)
 	switch {

@@ -144,9 +144,10 @@ func hexNSID(b []byte) string {
 	return string(out)
 }
 
+// limitFor is the largest answer q's transport takes.
 func limitFor(q *wire.Query, udp bool) int {
 	if udp {
-		return q.PayloadLimit()
+		return min(q.PayloadLimit(), MaxUDPAnswer)
 	}
 	return wire.MaxMsgLen
 }

@@ -1,0 +1,42 @@
+package responder
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	descUDPTruncated = prometheus.NewDesc("dnsstandby_udp_oversized_queries_total",
+		"UDP datagrams dropped because they were larger than any DNS query.", nil, nil)
+	descUDPSendFailures = prometheus.NewDesc("dnsstandby_udp_send_failures_total",
+		"UDP answers the kernel refused to send.", nil, nil)
+	descUDPReadErrors = prometheus.NewDesc("dnsstandby_udp_read_errors_total",
+		"Errors from recvmmsg on the UDP sockets.", nil, nil)
+	descTCPAccepted = prometheus.NewDesc("dnsstandby_tcp_connections_accepted_total",
+		"TCP connections accepted.", nil, nil)
+	descTCPEvicted = prometheus.NewDesc("dnsstandby_tcp_connections_evicted_total",
+		"Idle TCP connections closed to admit a new one at the connection cap.", nil, nil)
+	descTCPRejected = prometheus.NewDesc("dnsstandby_tcp_connections_rejected_total",
+		"TCP connections closed at once because every connection at the cap was busy.", nil, nil)
+	descTCPOpen = prometheus.NewDesc("dnsstandby_tcp_connections",
+		"Open TCP connections.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (s *Server) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUDPTruncated, descUDPSendFailures, descUDPReadErrors, descTCPAccepted, descTCPEvicted, descTCPRejected, descTCPOpen} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (s *Server) Collect(ch chan<- prometheus.Metric) {
+	st := &s.stats
+	counter := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(descUDPTruncated, st.udpTruncatedQueries.Load())
+	counter(descUDPSendFailures, st.udpSendFailures.Load())
+	counter(descUDPReadErrors, st.udpReadErrors.Load())
+	counter(descTCPAccepted, st.tcpAccepted.Load())
+	counter(descTCPEvicted, st.tcpEvicted.Load())
+	counter(descTCPRejected, st.tcpRejected.Load())
+	ch <- prometheus.MustNewConstMetric(descTCPOpen, prometheus.GaugeValue, float64(st.tcpOpen.Load()))
+}

@@ -1,0 +1,350 @@
+package responder
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/pipeline"
+)
+
+// tableUpstream answers A queries for names under "example." with
+// 192.0.2.1 after delay; it stands in for kube-dns in these socket-level
+// tests (the integration tests use a real CoreDNS).
+type tableUpstream struct {
+	delay time.Duration
+	mu    sync.Mutex
+	calls int
+}
+
+func (u *tableUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	u.mu.Lock()
+	u.calls++
+	u.mu.Unlock()
+	select {
+	case <-time.After(u.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	rr, _ := dns.NewRR(req.Question[0].Name + " 60 IN A 192.0.2.1")
+	resp.Answer = []dns.RR{rr}
+	return resp, nil
+}
+
+// freeAddr returns a loopback address and port that is free for both UDP
+// and TCP right now.
+func freeAddr(t *testing.T) netip.AddrPort {
+	t.Helper()
+	for range 20 {
+		u, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ap := u.LocalAddr().(*net.UDPAddr).AddrPort()
+		u.Close()
+		l, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(ap))
+		if err == nil {
+			l.Close()
+			return ap
+		}
+	}
+	t.Fatal("no free port")
+	return netip.AddrPort{}
+}
+
+func startServer(t *testing.T, ap netip.AddrPort, up pipeline.Exchanger, mod func(*Config)) (*Server, *pipeline.Pipeline) {
+	t.Helper()
+	c, err := cache.New(cache.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg := pipeline.DefaultConfig()
+	pcfg.Cache = c
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up}}
+	p, err := pipeline.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Listen = []netip.AddrPort{ap}
+	cfg.ReadersPerSocket = 2
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := Listen(cfg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return s, p
+}
+
+func exchange(t *testing.T, network string, ap netip.AddrPort, name string) *dns.Msg {
+	t.Helper()
+	c := &dns.Client{Net: network, Timeout: 2 * time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	r, _, err := c.Exchange(m, ap.String())
+	if err != nil {
+		t.Fatalf("%s exchange %s: %v", network, name, err)
+	}
+	return r
+}
+
+func TestUDPAndTCPAnswer(t *testing.T) {
+	ap := freeAddr(t)
+	up := &tableUpstream{}
+	startServer(t, ap, up, nil)
+	for _, network := range []string{"udp", "tcp"} {
+		for i := range 3 { // miss, then hits
+			r := exchange(t, network, ap, "Host-"+network+".example.")
+			if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Question[0].Name != "Host-"+network+".example." {
+				t.Fatalf("%s query %d: %v", network, i, r)
+			}
+		}
+	}
+	if up.calls != 2 {
+		t.Fatalf("upstream called %d times for 2 names", up.calls)
+	}
+}
+
+func TestManyDatagramsAllAnswered(t *testing.T) {
+	ap := freeAddr(t)
+	startServer(t, ap, &tableUpstream{}, nil)
+	conn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Warm the cache for 10 names, then fire 2000 queries without waiting.
+	for i := range 10 {
+		exchange(t, "udp", ap, fmt.Sprintf("n%d.example.", i))
+	}
+	const total = 2000
+	got := make(chan uint16, total)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(got)
+				return
+			}
+			var m dns.Msg
+			if m.Unpack(buf[:n]) == nil && len(m.Answer) == 1 {
+				got <- m.Id
+			}
+		}
+	}()
+	for i := range total {
+		m := new(dns.Msg)
+		m.SetQuestion(fmt.Sprintf("n%d.example.", i%10), dns.TypeA)
+		m.Id = uint16(i)
+		b, _ := m.Pack()
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 99 {
+			time.Sleep(time.Millisecond) // stay inside the client's socket buffer
+		}
+	}
+	seen := make(map[uint16]bool)
+	for id := range got {
+		seen[id] = true
+		if len(seen) == total {
+			break
+		}
+	}
+	if len(seen) != total {
+		t.Fatalf("%d of %d queries answered", len(seen), total)
+	}
+}
+
+func TestReuseportGroupShared(t *testing.T) {
+	ap := freeAddr(t)
+	_, p1 := startServer(t, ap, &tableUpstream{}, nil)
+	_, p2 := startServer(t, ap, &tableUpstream{}, nil) // must bind: same group
+	// Queries from many source ports spread over both members.
+	for i := range 200 {
+		exchange(t, "udp", ap, fmt.Sprintf("r%d.example.", i))
+	}
+	a1, a2 := p1.Answered()["upstream"], p2.Answered()["upstream"]
+	if a1+a2 != 200 || a1 < 40 || a2 < 40 {
+		t.Fatalf("answers split %d/%d, want both members to get a share of 200", a1, a2)
+	}
+}
+
+func TestListenRefusesUnspecified(t *testing.T) {
+	c, _ := cache.New(cache.DefaultConfig())
+	pcfg := pipeline.DefaultConfig()
+	pcfg.Cache = c
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: &tableUpstream{}}}
+	p, _ := pipeline.New(pcfg)
+	cfg := DefaultConfig()
+	cfg.Listen = []netip.AddrPort{netip.MustParseAddrPort("0.0.0.0:5353")}
+	if _, err := Listen(cfg, p); err == nil {
+		t.Fatal("Listen accepted 0.0.0.0")
+	}
+}
+
+func writeFramed(t *testing.T, c net.Conn, name string, id uint16) {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.Id = id
+	b, _ := m.Pack()
+	out := binary.BigEndian.AppendUint16(nil, uint16(len(b)))
+	if _, err := c.Write(append(out, b...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFramed(c net.Conn) (*dns.Msg, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(c, b); err != nil {
+		return nil, err
+	}
+	m := new(dns.Msg)
+	return m, m.Unpack(b)
+}
+
+func TestTCPPipelinedOutOfOrder(t *testing.T) {
+	ap := freeAddr(t)
+	startServer(t, ap, &tableUpstream{delay: 50 * time.Millisecond}, nil)
+	exchange(t, "tcp", ap, "cached.example.")
+	c, err := net.Dial("tcp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A slow miss first, then a hit: the hit's answer must not wait.
+	writeFramed(t, c, "slow.example.", 1)
+	writeFramed(t, c, "cached.example.", 2)
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	first, err := readFramed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := readFramed(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Id != 2 || second.Id != 1 {
+		t.Fatalf("answers in order %d, %d; want the hit (2) first", first.Id, second.Id)
+	}
+}
+
+func TestTCPTimeoutsAndCap(t *testing.T) {
+	ap := freeAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, func(c *Config) {
+		c.TCPIdle = 200 * time.Millisecond
+		c.TCPRead = 100 * time.Millisecond
+		c.MaxTCPConns = 5
+	})
+
+	t.Run("idle connection closed", func(t *testing.T) {
+		c, err := net.Dial("tcp", ap.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("idle connection got data instead of being closed")
+		}
+	})
+	t.Run("slowloris closed", func(t *testing.T) {
+		c, err := net.Dial("tcp", ap.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		_, _ = c.Write([]byte{0, 40, 0, 0}) // a length, then 2 bytes of 40
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		if err == nil || time.Since(start) > time.Second {
+			t.Fatalf("trickling client kept for %s (err %v)", time.Since(start), err)
+		}
+	})
+	t.Run("idle connections evicted at the cap", func(t *testing.T) {
+		var idle []net.Conn
+		for range 5 {
+			c, err := net.Dial("tcp", ap.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			idle = append(idle, c)
+		}
+		time.Sleep(20 * time.Millisecond)
+		r := exchange(t, "tcp", ap, "past-cap.example.")
+		if len(r.Answer) != 1 {
+			t.Fatalf("query past the cap: %v", r)
+		}
+		if s.stats.tcpEvicted.Load() == 0 {
+			t.Fatal("no idle connection was evicted")
+		}
+	})
+}
+
+func TestShutdownAnswersInflight(t *testing.T) {
+	ap := freeAddr(t)
+	c, _ := cache.New(cache.DefaultConfig())
+	pcfg := pipeline.DefaultConfig()
+	pcfg.Cache = c
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: &tableUpstream{delay: 100 * time.Millisecond}}}
+	p, _ := pipeline.New(pcfg)
+	cfg := DefaultConfig()
+	cfg.Listen = []netip.AddrPort{ap}
+	s, err := Listen(cfg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *dns.Msg, 1)
+	go func() { done <- exchange(t, "udp", ap, "inflight.example.") }()
+	time.Sleep(30 * time.Millisecond) // the query is upstream now
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.Shutdown(ctx)
+	select {
+	case r := <-done:
+		if len(r.Answer) != 1 {
+			t.Fatalf("in-flight answer %v", r)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("in-flight query not answered across shutdown")
+	}
+	// And the sockets are gone: the address can be bound without reuseport.
+	u, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		t.Fatalf("UDP socket still bound after Shutdown: %v", err)
+	}
+	u.Close()
+}
