@@ -104,6 +104,16 @@ func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); ret
 func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 func newPipeline(t *testing.T, up Exchanger, mod func(*Config)) (*Pipeline, *clock) {
 	t.Helper()
+	return newPipelineTB(t, up, mod)
+}
+
+// newPipelineF is newPipeline for fuzz targets.
+func newPipelineF(f *testing.F, up Exchanger) (*Pipeline, *clock) {
+	return newPipelineTB(f, up, nil)
+}
+
+func newPipelineTB(t testing.TB, up Exchanger, mod func(*Config)) (*Pipeline, *clock) {
+	t.Helper()
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
 	ccfg := cache.DefaultConfig()
 	ccfg.Now = clk.Now
