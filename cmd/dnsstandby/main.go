@@ -1,0 +1,42 @@
+// Command dnsstandby is the standby DNS responder that keeps pod DNS
+// answering while the node's LocalDNS is down. See README.md.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit codes: 2 for usage errors, as flag's and the Go tools' own.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: dnsstandby <command> [flags]
+
+commands:
+  run     run the standby responder (dnsstandby run -h for its flags)
+`
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return runCommand(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "dnsstandby: unknown command %q\n%s", args[0], usage)
+	return exitUsage
+}

@@ -1,0 +1,127 @@
+package corefile
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/coredns/caddy/caddyfile"
+)
+
+// interfaceAddrs returns the addresses of the named interface, and false
+// when there is no such interface. It is a variable so that tests do not
+// depend on the machine's interfaces.
+var interfaceAddrs = func(name string) ([]netip.Addr, bool) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, false
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil, true
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		// CoreDNS gives link-local IPv6 addresses the interface as zone.
+		if ip.Is6() && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast()) {
+			ip = ip.WithZone(name)
+		}
+		out = append(out, ip)
+	}
+	return out, true
+}
+
+// bind reads every bind directive of a block, as CoreDNS's bind plugin
+// does: addresses or interface names, less those in `except`. present is
+// false when the block has no bind at all (it listens everywhere).
+func (p *parser) bind(toks []caddyfile.Token) (addrs []netip.Addr, present bool, err error) {
+	if len(toks) == 0 {
+		return nil, false, nil
+	}
+	d := p.directive("bind", toks)
+	for {
+		ok, err := d.next()
+		if err != nil {
+			return nil, true, err
+		}
+		if !ok {
+			break
+		}
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return nil, true, d.errf("at least one address or interface name is expected")
+		}
+		ips := d.bindAddrs(args)
+		var except []netip.Addr
+		for d.NextBlock() {
+			switch d.Val() {
+			case "except":
+				ex := d.RemainingArgs()
+				if len(ex) == 0 {
+					return nil, true, d.errf("except: at least one address or interface name is expected")
+				}
+				except = append(except, d.bindAddrs(ex)...)
+			default:
+				return nil, true, d.errf("invalid option %q", d.Val())
+			}
+		}
+		for _, ip := range ips {
+			if !slices.Contains(except, ip) && !slices.Contains(addrs, ip) {
+				addrs = append(addrs, ip)
+			}
+		}
+	}
+	return addrs, true, nil
+}
+
+// bindAddrs resolves bind arguments. CoreDNS refuses a name that is
+// neither an address nor an interface; dnsstandby notes it and goes on,
+// because it must start while LocalDNS is down, and LocalDNS deletes its
+// `localdns` interface when it stops.
+func (d *directive) bindAddrs(args []string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range args {
+		if ip, err := netip.ParseAddr(a); err == nil {
+			out = append(out, ip.Unmap())
+			continue
+		}
+		ips, ok := interfaceAddrs(a)
+		if !ok {
+			d.notef("%q is neither an address nor an interface here; it binds nothing", a)
+			continue
+		}
+		out = append(out, ips...)
+	}
+	return out
+}
+
+// bindCovers reports whether a block bound to bind listens on addr. An
+// empty list is no bind: every address. 0.0.0.0 covers every IPv4
+// address; :: every address, as Go listens dual-stack on it.
+func bindCovers(bind []netip.Addr, addr netip.Addr) bool {
+	if len(bind) == 0 {
+		return true
+	}
+	addr = addr.Unmap().WithZone("")
+	for _, b := range bind {
+		b = b.WithZone("")
+		switch {
+		case b == addr:
+			return true
+		case b.IsUnspecified() && b.Is6():
+			return true
+		case b.IsUnspecified() && b.Is4() && addr.Is4():
+			return true
+		}
+	}
+	return false
+}

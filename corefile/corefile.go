@@ -1,0 +1,273 @@
+// Package corefile reads the LocalDNS Corefile so that dnsstandby behaves
+// like the LocalDNS it stands in for. It owns one job: parse a Corefile
+// with CoreDNS's own Caddyfile parser (github.com/coredns/caddy/caddyfile)
+// and turn the server blocks that would answer a query sent to one of
+// dnsstandby's listen addresses into plain values — zones, forward targets,
+// cache policy, NSID.
+//
+// It reads the plugins dnsstandby imitates (bind, forward, cache, nsid) the
+// way CoreDNS 1.13.1 reads them, with the same defaults, and skips every
+// other plugin. It never opens sockets and never resolves names; besides
+// the Corefile and the files it imports, the only system state it reads is
+// the interface list, for `bind IFACE`, as CoreDNS does.
+package corefile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy/caddyfile"
+	"github.com/miekg/dns"
+)
+
+// Settings is what dnsstandby takes from a LocalDNS Corefile.
+type Settings struct {
+	// File is the name the Corefile was read under.
+	File string
+
+	// Zones are the server-block zones that serve at least one of the
+	// listen addresses given to Parse, most specific first (more labels
+	// first, then in file order). A block with several keys gives one
+	// Zone per key.
+	Zones []Zone
+
+	// Notes list what Parse understood but does not carry over (TLS or
+	// file forward targets, forwards for part of a zone, unknown plugin
+	// options, unresolvable bind interfaces), for the log.
+	Notes []Note
+}
+
+// Zone is one server-block zone and the settings of its block.
+type Zone struct {
+	Name string // "." or "cluster.local.": fully qualified, lower case
+	Port int    // from the block key; 53 when the key has none
+	Key  string // the block key as written, e.g. "cluster.local:53"
+	File string // file the block is in (differs from Settings.File for imports)
+	Line int    // line of the block key (of its first directive if imported), for messages
+
+	// Bind holds the addresses from the block's bind directives, with
+	// interface names resolved and `except` applied. Empty means the block
+	// has no bind and CoreDNS listens on every address.
+	Bind []netip.Addr
+
+	// Plugins are the directives of the block in the order they appear,
+	// the ones this package ignores included (hosts, template, ...), so
+	// that the caller can say what LocalDNS does that it does not.
+	Plugins []string
+
+	// The fields below come from the first forward stanza whose FROM
+	// covers the whole zone (`forward . ...` in every AKS block). They are
+	// zero when the block has no such stanza.
+	Upstreams            []netip.AddrPort // plain-DNS targets in order; port 53 when not given
+	ForwardPolicy        string           // "random" (CoreDNS's default), "round_robin" or "sequential"
+	PreferUDP, ForceTCP  bool
+	MaxConcurrent        int           // 0: no limit
+	MaxFails             int           // health checks failed before an upstream counts as down; default 2
+	HealthCheck          time.Duration // health-check interval; default 500ms
+	Expire               time.Duration // idle upstream connections are closed after this; default 10s
+	FailfastAllUnhealthy bool          // failfast_all_unhealthy_upstreams
+	ForwardExcept        []string      // names under these are not forwarded by this stanza
+	ForwardLine          int           // line of the forward stanza
+
+	Cache *Cache // nil: no cache plugin in the block
+
+	// NSID is the nsid plugin's data: its arguments joined by a space,
+	// or the host name for a bare `nsid`, as CoreDNS does. Empty when the
+	// block has no nsid plugin.
+	NSID string
+}
+
+// Cache is the block's cache plugin configuration, with CoreDNS 1.13.1's
+// defaults filled in.
+type Cache struct {
+	// MaxTTL and MaxNegTTL cap how long success and denial answers stay
+	// fresh (defaults 3600s and 1800s; `cache N` sets both to N).
+	// MinTTL and MinNegTTL are floors (default 5s each).
+	MaxTTL, MaxNegTTL, MinTTL, MinNegTTL time.Duration
+
+	// SuccessCapacity and DenialCapacity are the entries CoreDNS really
+	// holds: 256 shards of max(N/256, 4) entries, so the default 10000
+	// gives 9984 and nothing gives less than 1024.
+	SuccessCapacity, DenialCapacity int
+
+	ServeStale  time.Duration // how long past expiry an entry may be served; 0: serve_stale absent
+	StaleVerify bool          // serve_stale mode "verify": ask upstream first (else "immediate")
+	ServfailTTL time.Duration // how long a SERVFAIL is cached; default 5s, 0 disables
+
+	Prefetch int  // prefetch AMOUNT; 0: no prefetch
+	KeepTTL  bool // keepttl: served TTLs are not aged
+
+	// Zones restrict the cache to names under them (`cache [TTL] ZONES...`);
+	// empty means the block's zones.
+	Zones []string
+	// DisabledSuccess and DisabledDenial are zones for which `disable`
+	// turns off the success or denial cache.
+	DisabledSuccess, DisabledDenial []string
+
+	Line int // line of the cache directive
+}
+
+// Note is something Parse read but does not carry over, with its place.
+type Note struct {
+	File string
+	Line int
+	Text string
+}
+
+func (n Note) String() string { return place(n.File, n.Line) + ": " + n.Text }
+
+// maxCorefileSize bounds what Parse reads. Generated LocalDNS Corefiles
+// are a few KiB; anything near this is not a Corefile.
+const maxCorefileSize = 16 << 20
+
+// Load reads the Corefile at path and calls Parse on it.
+func Load(path string, listen []netip.AddrPort) (Settings, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Settings{File: path}, fmt.Errorf("load corefile: %w", err)
+	}
+	defer f.Close()
+	return Parse(path, f, listen)
+}
+
+// Parse reads a Corefile from r and returns the zones of the server blocks
+// that would serve a query sent to one of listen: blocks whose key has the
+// plain DNS transport and the listen port, and that have no bind or bind
+// the listen address. filename names the input in errors and notes, and
+// is where relative `import` paths start from, as in CoreDNS.
+//
+// Errors are *Error values naming the file and line. When no block serves
+// any listen address the error wraps ErrNoServerBlock. With an error, the
+// Settings hold File and the notes made so far, no zones.
+func Parse(filename string, r io.Reader, listen []netip.AddrPort) (Settings, error) {
+	s := Settings{File: filename}
+	data, err := io.ReadAll(io.LimitReader(r, maxCorefileSize+1))
+	if err != nil {
+		return s, &Error{File: filename, Err: fmt.Errorf("read: %w", err)}
+	}
+	if len(data) > maxCorefileSize {
+		return s, &Error{File: filename, Err: fmt.Errorf("larger than %d bytes", maxCorefileSize)}
+	}
+	blocks, err := caddyfile.Parse(filename, bytes.NewReader(data), nil)
+	if err != nil {
+		return s, syntaxError(filename, err)
+	}
+
+	p := parser{file: filename, listen: normalizeListen(listen), notes: &s.Notes}
+	lines := keyLines(filename, data)
+	var zones []Zone
+	for _, b := range blocks {
+		var (
+			line int
+			file string
+		)
+		line, file, lines = blockLine(b, filename, lines)
+		zs, err := p.block(b, line, file)
+		if err != nil {
+			return s, err
+		}
+		zones = append(zones, zs...)
+	}
+	// Most labels first, so the first zone that contains a name is the
+	// longest match; SortStableFunc keeps file order among equals.
+	slices.SortStableFunc(zones, func(a, b Zone) int {
+		return dns.CountLabel(b.Name) - dns.CountLabel(a.Name)
+	})
+	if err := p.checkDuplicates(zones); err != nil {
+		return s, err
+	}
+	if len(zones) == 0 {
+		return s, fmt.Errorf("%s: %w %s", filename, ErrNoServerBlock, listenString(p.listen))
+	}
+	s.Zones = zones
+	return s, nil
+}
+
+// ZoneFor returns the zone a query for qname goes to: the longest zone
+// that contains it, among all of s.Zones. It returns nil when none does.
+// Use ZoneForAddr when zones of several listen addresses share a name.
+//
+// Like this package, it does not copy CoreDNS's special case for DS
+// queries (sent to the parent zone when the server has it).
+func (s Settings) ZoneFor(qname string) *Zone {
+	return s.lookup(qname, func(*Zone) bool { return true })
+}
+
+// ZoneForAddr is ZoneFor restricted to the zones that serve local, the
+// address and port the query was received on.
+func (s Settings) ZoneForAddr(local netip.AddrPort, qname string) *Zone {
+	return s.lookup(qname, func(z *Zone) bool { return z.Serves(local) })
+}
+
+func (s Settings) lookup(qname string, ok func(*Zone) bool) *Zone {
+	qname = strings.ToLower(dns.Fqdn(qname))
+	for i := range s.Zones {
+		z := &s.Zones[i]
+		if ok(z) && dns.IsSubDomain(z.Name, qname) {
+			return z
+		}
+	}
+	return nil
+}
+
+// Serves reports whether the zone's block listens on ap: same port, and
+// no bind or a bind address equal to ap's (0.0.0.0 covers every IPv4
+// address, :: every address).
+func (z *Zone) Serves(ap netip.AddrPort) bool {
+	return z.Port == int(ap.Port()) && bindCovers(z.Bind, ap.Addr())
+}
+
+// ErrNoServerBlock is wrapped by Parse's error when no server block of
+// the Corefile serves any of the listen addresses.
+var ErrNoServerBlock = errors.New("no server block serves")
+
+// Error is a problem at a place in a Corefile.
+type Error struct {
+	File   string
+	Line   int    // 0 when not known
+	Plugin string // the directive the problem is in; "" for block keys and syntax
+	Err    error
+}
+
+func (e *Error) Error() string {
+	s := place(e.File, e.Line) + ": "
+	if e.Plugin != "" {
+		s += e.Plugin + ": "
+	}
+	return s + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func place(file string, line int) string {
+	if line > 0 {
+		return fmt.Sprintf("%s:%d", file, line)
+	}
+	return file
+}
+
+func normalizeListen(listen []netip.AddrPort) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(listen))
+	for _, ap := range listen {
+		out = append(out, netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()))
+	}
+	return out
+}
+
+func listenString(listen []netip.AddrPort) string {
+	if len(listen) == 0 {
+		return "(no listen address given)"
+	}
+	s := make([]string, len(listen))
+	for i, ap := range listen {
+		s[i] = ap.String()
+	}
+	return strings.Join(s, ", ")
+}

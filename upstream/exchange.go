@@ -1,0 +1,237 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Exchange sends req to the servers in order and returns the first reply,
+// whatever its rcode: a SERVFAIL from kube-dns is its answer, not a reason
+// to ask elsewhere. Servers marked down are skipped; when every server not
+// marked down has failed, those marked down are tried too, in order, so
+// that no exchange gives up without trying every server. A timeout or a
+// network error moves on to the next server.
+//
+// ctx bounds the whole exchange. req is not modified; the reply carries
+// req's ID and question. A truncated reply is retried over TCP on the same
+// server, and returned only when no server gives a full one. When no
+// server answered the error is an *Error; a request that cannot be sent
+// (not exactly one question, does not pack) fails before any attempt.
+func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	if g.closed.Load() {
+		return nil, &Error{Cause: ErrClosed}
+	}
+	q, err := newQuery(req)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+
+	var (
+		triedBuf [8]bool // no allocation for the usual one or two servers
+		tried    []bool
+	)
+	if n := len(g.servers); n <= len(triedBuf) {
+		tried = triedBuf[:n]
+	} else {
+		tried = make([]bool, n)
+	}
+	var (
+		truncated *dns.Msg // the first TC=1 reply, kept as a last resort
+		fails     []error
+	)
+	for pass := range 2 {
+		for i, s := range g.servers {
+			if tried[i] || (pass == 0 && s.down.Load()) {
+				continue
+			}
+			tried[i] = true
+			if err := g.stopped(ctx); err != nil {
+				return truncatedOr(truncated, &Error{Failures: fails, Cause: err})
+			}
+			resp, err := g.ask(ctx, s, q)
+			if err == nil {
+				return resp, nil
+			}
+			if resp != nil && truncated == nil {
+				truncated = resp
+			}
+			var f *failure
+			if !errors.As(err, &f) {
+				return truncatedOr(truncated, &Error{Failures: fails, Cause: err})
+			}
+			fails = append(fails, err)
+		}
+	}
+	return truncatedOr(truncated, &Error{Failures: fails})
+}
+
+func truncatedOr(truncated *dns.Msg, err error) (*dns.Msg, error) {
+	if truncated != nil {
+		return truncated, nil
+	}
+	return nil, err
+}
+
+// stopped returns why no new attempt may start, or nil.
+func (g *Group) stopped(ctx context.Context) error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// ask gets a reply from s: over UDP and, if that reply is truncated, over
+// TCP; over TCP alone with ForceTCP. When only the TCP retry fails it
+// returns the truncated reply with the TCP error. s's health is updated
+// here: any reply counts as an answer, and only an attempt that got no
+// reply at all counts as a failure (a server whose UDP works but TCP does
+// not still serves most queries).
+func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) {
+	start := time.Now()
+	var udp *dns.Msg
+	if !g.cfg.ForceTCP {
+		resp, err := g.exchangeUDP(ctx, s, &s.metrics, q, g.cfg.Timeout)
+		if err != nil {
+			g.failed(s, err)
+			return nil, err
+		}
+		g.answered(s)
+		if !resp.Truncated {
+			s.metrics.observe(time.Since(start))
+			return resp, nil
+		}
+		udp = resp
+	}
+	resp, err := g.exchangeTCP(ctx, s, &s.metrics, q, g.cfg.Timeout)
+	if err != nil {
+		if udp == nil {
+			g.failed(s, err)
+		}
+		return udp, err
+	}
+	g.answered(s)
+	s.metrics.observe(time.Since(start))
+	return resp, nil
+}
+
+// attemptDeadline returns when an attempt starting now ends, and whether
+// that is the caller's deadline rather than the attempt's own timeout.
+func attemptDeadline(ctx context.Context, timeout time.Duration) (time.Time, bool) {
+	d := time.Now().Add(timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd, true
+	}
+	return d, false
+}
+
+// aLongTimeAgo is a deadline that makes pending I/O fail at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// watch makes c's pending and later I/O fail at once when ctx is done or
+// the group closes. Call it after setting c's deadline, which would
+// otherwise undo the wake-up. The returned stop reports whether c was left
+// alone; if not, c's deadline may yet be moved and c must not be pooled.
+func (g *Group) watch(ctx context.Context, c net.Conn) (stop func() bool) {
+	wake := func() { c.SetDeadline(aLongTimeAgo) }
+	stopCaller := context.AfterFunc(ctx, wake)
+	stopGroup := context.AfterFunc(g.ctx, wake)
+	return func() bool {
+		a := stopCaller()
+		b := stopGroup()
+		return a && b
+	}
+}
+
+// failure is an attempt that got no reply: it counts against the server
+// and the exchange moves on.
+type failure struct {
+	server string
+	proto  proto
+	why    reason
+	err    error
+}
+
+func (f *failure) Error() string {
+	return fmt.Sprintf("%s over %s: %s: %v", f.server, f.proto, f.why, f.err)
+}
+
+func (f *failure) Unwrap() error { return f.err }
+
+// ioError turns an attempt's I/O error into a *failure, counted in m, or,
+// when the caller or Close cut the attempt short, into the error that
+// ends the exchange without blaming the server.
+func (g *Group) ioError(ctx context.Context, s *server, m *serverMetrics, p proto, err error, callerDeadline bool) error {
+	timeout := isTimeout(err)
+	switch {
+	case g.closed.Load():
+		return ErrClosed
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case timeout && callerDeadline:
+		// The connection's deadline was the caller's and may fire a moment
+		// before ctx notices.
+		return context.DeadlineExceeded
+	}
+	why := reasonNetwork
+	switch {
+	case timeout:
+		why = reasonTimeout
+	case errors.Is(err, syscall.ECONNREFUSED):
+		why = reasonRefused
+	}
+	m.count(why)
+	return &failure{server: s.name, proto: p, why: why, err: err}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Error is returned by Exchange when no server answered.
+type Error struct {
+	// Failures are the failed attempts, in order: each names the server,
+	// the transport and the reason.
+	Failures []error
+	// Cause is what cut the exchange short — the caller's ctx.Err() or
+	// ErrClosed — or nil when every server was tried.
+	Cause error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("upstream: ")
+	switch {
+	case e.Cause != nil:
+		b.WriteString(e.Cause.Error())
+		if len(e.Failures) > 0 {
+			b.WriteString(" after ")
+		}
+	default:
+		b.WriteString("no answer: ")
+	}
+	for i, f := range e.Failures {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(f.Error())
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is find the cause (context.DeadlineExceeded,
+// context.Canceled, ErrClosed) and the failures' socket errors.
+func (e *Error) Unwrap() []error {
+	out := make([]error, 0, len(e.Failures)+1)
+	if e.Cause != nil {
+		out = append(out, e.Cause)
+	}
+	return append(out, e.Failures...)
+}

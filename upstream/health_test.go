@@ -1,0 +1,145 @@
+package upstream
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// seen returns the queries s received, health probes not counted.
+func (s *testServer) seen() int64 { return s.udpQueries.Load() + s.tcpQueries.Load() }
+
+func (s *server) isProbing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.probing
+}
+
+// TestMarkedDownAndBack: MaxFails failures mark a server down; it is then
+// skipped, probed, and put back in service once a probe is answered.
+func TestMarkedDownAndBack(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		forceTCP bool
+	}{{"udp", false}, {"tcp", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s1, s2 := newServer(t), newServer(t)
+			s1.setBoth(silent)
+			s2.setBoth(answer("192.0.2.2"))
+			g, logs := newGroup(t, func(c *Config) { c.ForceTCP = tt.forceTCP; c.Timeout = 100 * time.Millisecond }, s1.addr, s2.addr)
+
+			mustAnswer(t, g, newReq("a.example.", dns.TypeA), "192.0.2.2")
+			if st := stats(g, 0); !st.Healthy || st.Fails != 1 {
+				t.Fatalf("after one failure: %+v", st)
+			}
+			mustAnswer(t, g, newReq("b.example.", dns.TypeA), "192.0.2.2")
+			if st := stats(g, 0); st.Healthy {
+				t.Fatalf("not marked down after MaxFails failures: %+v", st)
+			}
+			if l := logs.lines("marked down"); len(l) != 1 || !strings.Contains(l[0], "server="+s1.addr.String()) {
+				t.Errorf("down log lines: %q", l)
+			}
+
+			// Skipped: the next query goes straight to the second server.
+			start := time.Now()
+			mustAnswer(t, g, newReq("c.example.", dns.TypeA), "192.0.2.2")
+			if d := time.Since(start); d >= 100*time.Millisecond {
+				t.Errorf("query took %s: the down server was not skipped", d)
+			}
+			if n := s1.seen(); n != 2 {
+				t.Errorf("down server got %d queries, want 2", n)
+			}
+			eventually(t, "health probes", func() bool { return s1.probes.Load() >= 2 })
+			if !g.servers[0].isProbing() {
+				t.Errorf("no probe goroutine")
+			}
+
+			s1.setBoth(answer("192.0.2.1"))
+			eventually(t, "the server back up", func() bool { return stats(g, 0).Healthy })
+			if l := logs.lines("back up"); len(l) != 1 || !strings.Contains(l[0], `by="health check"`) {
+				t.Errorf("up log lines: %q", l)
+			}
+			eventually(t, "probing to stop", func() bool { return !g.servers[0].isProbing() })
+			probes := s1.probes.Load()
+			time.Sleep(60 * time.Millisecond) // three probe intervals
+			if n := s1.probes.Load(); n != probes {
+				t.Errorf("%d probes after recovery", n-probes)
+			}
+			mustAnswer(t, g, newReq("d.example.", dns.TypeA), "192.0.2.1")
+			if st := stats(g, 0); st.Fails != 0 || st.Requests[tt.name] != 3 {
+				t.Errorf("probes counted in stats, or fails kept: %+v", st)
+			}
+		})
+	}
+}
+
+// TestAllDownStillTried: with every server marked down, each is still
+// tried, in order, and the one that answers is back in service.
+func TestAllDownStillTried(t *testing.T) {
+	s1, s2 := newServer(t), newServer(t)
+	s1.setBoth(silent)
+	s2.setBoth(silent)
+	g, logs := newGroup(t, func(c *Config) { c.MaxFails = 1; c.HealthCheck = time.Hour; c.Timeout = 80 * time.Millisecond }, s1.addr, s2.addr)
+
+	_, err := exchange(t, g, newReq("a.example.", dns.TypeA))
+	if !isFailure(err, reasonTimeout) {
+		t.Fatalf("err %v, want timeouts", err)
+	}
+	if stats(g, 0).Healthy || stats(g, 1).Healthy {
+		t.Fatalf("not both down: %+v", g.Stats())
+	}
+
+	s2.setBoth(answer("192.0.2.2"))
+	mustAnswer(t, g, newReq("b.example.", dns.TypeA), "192.0.2.2")
+	if n1, n2 := s1.seen(), s2.seen(); n1 != 2 || n2 != 2 {
+		t.Errorf("queries seen %d, %d; want 2, 2", n1, n2)
+	}
+	if !stats(g, 1).Healthy || stats(g, 0).Healthy {
+		t.Errorf("want only the answering server back: %+v", g.Stats())
+	}
+	if l := logs.lines("back up"); len(l) != 1 || !strings.Contains(l[0], "by=query") {
+		t.Errorf("up log lines: %q", l)
+	}
+
+	// Now the healthy one goes first and the down one is skipped.
+	mustAnswer(t, g, newReq("c.example.", dns.TypeA), "192.0.2.2")
+	if n := s1.seen(); n != 2 {
+		t.Errorf("down server got %d queries, want 2", n)
+	}
+}
+
+// TestDownTriedLast: a server marked down is tried after the servers in
+// service have failed, not never.
+func TestDownTriedLast(t *testing.T) {
+	s1, s2 := newServer(t), newServer(t)
+	s1.setBoth(silent)
+	g, _ := newGroup(t, func(c *Config) { c.MaxFails = 1; c.HealthCheck = time.Hour; c.Timeout = 80 * time.Millisecond }, s1.addr, s2.addr)
+	mustAnswer(t, g, newReq("a.example.", dns.TypeA), "192.0.2.1") // s1 fails and goes down
+	if stats(g, 0).Healthy {
+		t.Fatal("first server not down")
+	}
+	s1.setBoth(answer("192.0.2.11"))
+	s2.setBoth(silent)
+	mustAnswer(t, g, newReq("b.example.", dns.TypeA), "192.0.2.11")
+	if n1, n2 := s1.seen(), s2.seen(); n1 != 2 || n2 != 2 {
+		t.Errorf("queries seen %d, %d; want 2, 2", n1, n2)
+	}
+}
+
+// TestMaxFailsDisabled: a negative MaxFails never marks a server down.
+func TestMaxFailsDisabled(t *testing.T) {
+	s1, s2 := newServer(t), newServer(t)
+	s1.setBoth(silent)
+	g, logs := newGroup(t, func(c *Config) { c.MaxFails = -1; c.Timeout = 50 * time.Millisecond }, s1.addr, s2.addr)
+	for range 4 {
+		mustAnswer(t, g, newReq("a.example.", dns.TypeA), "192.0.2.1")
+	}
+	if n := s1.seen(); n != 4 {
+		t.Errorf("first server got %d queries, want 4", n)
+	}
+	if !stats(g, 0).Healthy || len(logs.lines("marked down")) != 0 {
+		t.Errorf("server marked down with MaxFails < 0")
+	}
+}

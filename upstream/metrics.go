@@ -1,0 +1,181 @@
+package upstream
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// proto is the transport of an attempt.
+type proto uint8
+
+const (
+	protoUDP proto = iota
+	protoTCP
+	numProtos
+)
+
+func (p proto) String() string {
+	if p == protoTCP {
+		return "tcp"
+	}
+	return "udp"
+}
+
+// reason classifies what went wrong on the way to a server.
+type reason uint8
+
+const (
+	// reasonTimeout: the attempt's own Timeout passed without a reply.
+	reasonTimeout reason = iota
+	// reasonRefused: ICMP port unreachable on UDP, or a refused TCP dial.
+	reasonRefused
+	// reasonNetwork: any other socket error.
+	reasonNetwork
+	// reasonMismatch: a datagram or message that does not answer the
+	// query (wrong source, ID or question: spoofed, late or stray). It is
+	// ignored and the read goes on.
+	reasonMismatch
+	// reasonMalformed: a matching reply that does not unpack; ignored too.
+	reasonMalformed
+	// reasonTCPClosed: a pooled TCP connection the server had closed; the
+	// query is retried once on a fresh one.
+	reasonTCPClosed
+	numReasons
+)
+
+func (r reason) String() string {
+	switch r {
+	case reasonTimeout:
+		return "timeout"
+	case reasonRefused:
+		return "refused"
+	case reasonNetwork:
+		return "network"
+	case reasonMismatch:
+		return "mismatch"
+	case reasonMalformed:
+		return "malformed"
+	case reasonTCPClosed:
+		return "tcp_closed"
+	}
+	return "unknown"
+}
+
+// durationBuckets are CoreDNS's plugin.TimeBuckets (0.25 ms to 8 s,
+// doubling), so that this histogram lines up with CoreDNS's
+// coredns_forward_request_duration_seconds on one dashboard.
+var durationBuckets = prometheus.ExponentialBuckets(0.00025, 2, 16)
+
+const numBuckets = 16
+
+// serverMetrics are one server's counters: plain atomics on the query
+// path, turned into Prometheus metrics only when scraped.
+type serverMetrics struct {
+	requests [numProtos]atomic.Uint64
+	errors   [numReasons]atomic.Uint64
+	buckets  [numBuckets + 1]atomic.Uint64 // per bucket, not cumulative; the last is +Inf
+	sumNanos atomic.Int64
+}
+
+func (m *serverMetrics) sent(p proto)   { m.requests[p].Add(1) }
+func (m *serverMetrics) count(r reason) { m.errors[r].Add(1) }
+
+// observe records the latency of an accepted reply.
+func (m *serverMetrics) observe(d time.Duration) {
+	s := d.Seconds()
+	i := 0
+	for i < numBuckets && s > durationBuckets[i] {
+		i++
+	}
+	m.buckets[i].Add(1)
+	m.sumNanos.Add(int64(d))
+}
+
+// ServerStats is a point-in-time copy of one server's state and counters.
+type ServerStats struct {
+	Server   string            // host:port as configured
+	Healthy  bool              // not marked down
+	Fails    int               // consecutive failed attempts
+	Requests map[string]uint64 // queries sent, by proto: udp, tcp
+	Errors   map[string]uint64 // by reason, as in dnsstandby_upstream_errors_total
+	Replies  uint64            // replies accepted, as timed by the histogram
+}
+
+// Stats returns every server's state and counters, in Config order.
+func (g *Group) Stats() []ServerStats {
+	out := make([]ServerStats, len(g.servers))
+	for i, s := range g.servers {
+		st := ServerStats{
+			Server:   s.name,
+			Healthy:  !s.down.Load(),
+			Fails:    int(s.fails.Load()),
+			Requests: make(map[string]uint64, numProtos),
+			Errors:   make(map[string]uint64, numReasons),
+		}
+		for p := range numProtos {
+			st.Requests[p.String()] = s.metrics.requests[p].Load()
+		}
+		for r := range numReasons {
+			st.Errors[r.String()] = s.metrics.errors[r].Load()
+		}
+		for j := range s.metrics.buckets {
+			st.Replies += s.metrics.buckets[j].Load()
+		}
+		out[i] = st
+	}
+	return out
+}
+
+// Metric descriptions.
+var (
+	descRequests = prometheus.NewDesc("dnsstandby_upstream_requests_total",
+		"Queries sent to an upstream server, by transport; TC and pool retries count again, health probes do not.",
+		[]string{"server", "proto"}, nil)
+	descErrors = prometheus.NewDesc("dnsstandby_upstream_errors_total",
+		"Upstream failures and ignored replies, by reason: timeout, refused, network, mismatch, malformed, tcp_closed.",
+		[]string{"server", "reason"}, nil)
+	descDuration = prometheus.NewDesc("dnsstandby_upstream_duration_seconds",
+		"Time from sending a query to a server to accepting its reply, TC retry over TCP included.",
+		[]string{"server"}, nil)
+	descHealthy = prometheus.NewDesc("dnsstandby_upstream_healthy",
+		"1 if the upstream server is in service, 0 if it is marked down and being probed.",
+		[]string{"server"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (g *Group) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (g *Group) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range g.servers {
+		m := &s.metrics
+		for p := range numProtos {
+			ch <- prometheus.MustNewConstMetric(descRequests, prometheus.CounterValue, float64(m.requests[p].Load()), s.name, p.String())
+		}
+		for r := range numReasons {
+			ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(m.errors[r].Load()), s.name, r.String())
+		}
+		// Buckets are read one by one while queries go on, so count is
+		// their sum as read: the histogram stays self-consistent.
+		cum := make(map[float64]uint64, numBuckets)
+		var n uint64
+		for i, ub := range durationBuckets {
+			n += m.buckets[i].Load()
+			cum[ub] = n
+		}
+		n += m.buckets[numBuckets].Load()
+		sum := time.Duration(m.sumNanos.Load()).Seconds()
+		ch <- prometheus.MustNewConstHistogram(descDuration, n, sum, cum, s.name)
+		healthy := 1.0
+		if s.down.Load() {
+			healthy = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, s.name)
+	}
+}

@@ -1,0 +1,266 @@
+// Package upstream forwards the queries dnsstandby cannot answer from its
+// cache to the configured upstream servers — in practice the kube-dns
+// ClusterIP — the way CoreDNS's forward plugin does with `policy
+// sequential`: servers are tried in order, a server that keeps failing is
+// marked down, skipped and probed until it answers again.
+//
+// It owns everything between a query message and its upstream reply: the
+// sockets (a fresh connected UDP socket per query, a small pool of TCP
+// connections per server), the ID and question checks that keep spoofed
+// datagrams out, the TC=1 retry over TCP, the per-server health state and
+// its probe goroutines, and the upstream metrics. Loop prevention (never
+// forwarding to ourselves or to LocalDNS) is the caller's job.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero values of Config. They are CoreDNS forward's, so
+// that dnsstandby treats kube-dns exactly as LocalDNS itself does.
+const (
+	// DefaultTimeout bounds one attempt (one server, one transport). 2 s
+	// is CoreDNS forward's read timeout (plugin/pkg/proxy), the value
+	// LocalDNS uses against the same kube-dns upstream. kube-dns resolves
+	// external names by forwarding them with that same 2 s timeout, so a
+	// shorter one here would count slow but healthy external lookups as
+	// failures; a longer one would leave no room, inside glibc's 5 s
+	// resolver timeout, for a second server or the caller's stale answer.
+	DefaultTimeout = 2 * time.Second
+
+	// DefaultMaxFails is CoreDNS forward's max_fails.
+	DefaultMaxFails = 2
+
+	// DefaultHealthCheck is CoreDNS forward's health_check interval. Its
+	// authors call 0.5 s "an eternity in DNS" but a balance between finding
+	// a recovered upstream quickly and not sending much (plugin/pkg/up).
+	DefaultHealthCheck = 500 * time.Millisecond
+
+	// DefaultExpireTCP is CoreDNS forward's expire. A CoreDNS server (and
+	// kube-dns is one) closes a TCP connection after 10 s idle
+	// (core/dnsserver IdleTimeout), so an older pooled connection would be
+	// dead anyway; one that dies right at the edge is retried once.
+	DefaultExpireTCP = 10 * time.Second
+)
+
+const (
+	// maxProbeTimeout caps a health probe's wait, as CoreDNS's health
+	// checker does (1 s read timeout): a probe that waits longer than two
+	// intervals only delays the next one.
+	maxProbeTimeout = time.Second
+
+	// maxIdleTCP is how many idle TCP connections a server's pool keeps.
+	// TCP is used only for truncated answers (or with ForceTCP), so a few
+	// cover the concurrency seen; connections beyond it are closed after
+	// use rather than left open against kube-dns.
+	maxIdleTCP = 16
+)
+
+var (
+	// ErrClosed is returned by Exchange after Close.
+	ErrClosed = errors.New("upstream group closed")
+	// ErrQuestionCount is returned for a request without exactly one
+	// question: the reply check needs the question, and resolvers never
+	// send more than one.
+	ErrQuestionCount = errors.New("request does not have exactly one question")
+)
+
+// Config says where to forward and how patiently. Zero durations and a
+// zero MaxFails take the defaults above.
+type Config struct {
+	// Servers are tried in this order (CoreDNS `policy sequential`).
+	// Addresses must be specified (not 0.0.0.0 or ::), ports non-zero, and
+	// each server listed once.
+	Servers []netip.AddrPort
+	// Timeout bounds each attempt: a UDP exchange, or a TCP exchange
+	// including one retry on a fresh connection. It should be well under
+	// the caller's deadline: an attempt cut short by the caller's context
+	// is not held against the server.
+	Timeout time.Duration
+	// MaxFails is how many consecutive failed attempts mark a server down;
+	// negative disables marking servers down (CoreDNS max_fails 0).
+	MaxFails int
+	// HealthCheck is the probe interval for a server marked down.
+	HealthCheck time.Duration
+	// ExpireTCP is how long an idle pooled TCP connection is kept.
+	ExpireTCP time.Duration
+	// ForceTCP sends every query over TCP.
+	ForceTCP bool
+	// Logger receives one line per health transition; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxFails == 0 {
+		c.MaxFails = DefaultMaxFails
+	}
+	if c.HealthCheck == 0 {
+		c.HealthCheck = DefaultHealthCheck
+	}
+	if c.ExpireTCP == 0 {
+		c.ExpireTCP = DefaultExpireTCP
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	if len(c.Servers) == 0 {
+		return errors.New("no servers")
+	}
+	seen := make(map[netip.AddrPort]bool, len(c.Servers))
+	for _, s := range c.Servers {
+		a := s.Addr().Unmap()
+		switch {
+		case !s.IsValid():
+			return errors.New("invalid server address")
+		case a.IsUnspecified():
+			return fmt.Errorf("server %s: unspecified address", s)
+		case s.Port() == 0:
+			return fmt.Errorf("server %s: port 0", s)
+		case a.Zone() != "":
+			// net.UDPAddrFromAddrPort keeps zones, but a kube-dns ClusterIP
+			// never has one; refuse rather than half-support it.
+			return fmt.Errorf("server %s: zoned addresses are not supported", s)
+		}
+		k := netip.AddrPortFrom(a, s.Port())
+		if seen[k] {
+			return fmt.Errorf("server %s listed twice", s)
+		}
+		seen[k] = true
+	}
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("negative timeout %s", c.Timeout)
+	case c.HealthCheck < 0:
+		return fmt.Errorf("negative health check interval %s", c.HealthCheck)
+	case c.ExpireTCP < 0:
+		return fmt.Errorf("negative tcp expiry %s", c.ExpireTCP)
+	}
+	return nil
+}
+
+// Group forwards queries to its servers. It is safe for concurrent use.
+type Group struct {
+	cfg     Config       // defaults applied
+	log     *slog.Logger // always non-nil
+	servers []*server    // in Config order
+
+	// bufs holds *[]byte read buffers big enough for any DNS message.
+	// Unpack copies out all it keeps, so a buffer is free again as soon as
+	// the reply is unpacked.
+	bufs sync.Pool
+
+	ctx    context.Context // good until Close; probes and janitor run under it
+	cancel context.CancelFunc
+	closed atomic.Bool // Close was called; read on every Exchange
+
+	mu       sync.Mutex     // guards following
+	stopping bool           // Close has begun: no goroutine may start
+	wg       sync.WaitGroup // the goroutines started by goLocked
+}
+
+// server is one upstream with its health, connection pool and counters.
+type server struct {
+	name    string         // host:port as configured: dialed, and the metric label and log value
+	udpAddr *net.UDPAddr   // the same, for DialUDP
+	want    netip.AddrPort // the same, unmapped: where replies must come from
+
+	fails atomic.Int64 // consecutive failed attempts
+	down  atomic.Bool  // read on every Exchange; changed with mu held
+
+	mu        sync.Mutex // guards following, and changes to down
+	probing   bool       // a probe goroutine runs for this server
+	downSince time.Time
+
+	pool    pool
+	metrics serverMetrics
+}
+
+// New validates cfg and returns a Group. Its only goroutine, which closes
+// expired TCP connections, runs until Close.
+func New(cfg Config) (*Group, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("upstream config: %w", err)
+	}
+	cfg.Servers = append([]netip.AddrPort(nil), cfg.Servers...)
+	g := &Group{cfg: cfg, log: cfg.Logger}
+	g.bufs.New = func() any { b := make([]byte, 0xffff); return &b }
+	for _, a := range cfg.Servers {
+		g.servers = append(g.servers, &server{
+			name:    a.String(),
+			udpAddr: net.UDPAddrFromAddrPort(a),
+			want:    netip.AddrPortFrom(a.Addr().Unmap(), a.Port()),
+		})
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.mu.Lock()
+	g.goLocked(g.janitor)
+	g.mu.Unlock()
+	return g, nil
+}
+
+// goLocked starts f as a goroutine Close waits for, unless Close has begun.
+// The caller holds g.mu.
+func (g *Group) goLocked(f func()) bool {
+	if g.stopping {
+		return false
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Close stops the probe and janitor goroutines, closes pooled connections
+// and wakes Exchange calls in flight, which then return ErrClosed. It is
+// safe to call more than once.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	if g.stopping {
+		g.mu.Unlock()
+		return nil
+	}
+	g.stopping = true
+	g.closed.Store(true)
+	g.mu.Unlock()
+
+	g.cancel()
+	g.wg.Wait()
+	for _, s := range g.servers {
+		s.pool.close()
+	}
+	return nil
+}
+
+// janitor closes pooled TCP connections that have been idle for ExpireTCP.
+// It ticks at half that, so none lingers past 1.5×ExpireTCP.
+func (g *Group) janitor() {
+	t := time.NewTicker(max(g.cfg.ExpireTCP/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case now := <-t.C:
+			for _, s := range g.servers {
+				s.pool.expire(now, g.cfg.ExpireTCP)
+			}
+		}
+	}
+}
