@@ -489,3 +489,31 @@ func TestDrainWaitsForInflight(t *testing.T) {
 		t.Fatal("Drain returned before the in-flight query was answered")
 	}
 }
+
+// uncacheable answers an NXDOMAIN with a CNAME and no SOA, which the cache
+// refuses (RFC 2308 §5).
+type uncacheable struct{}
+
+func (uncacheable) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.Rcode = dns.RcodeNameError
+	cname, _ := dns.NewRR(req.Question[0].Name + " 120 IN CNAME gone.example.")
+	ns, _ := dns.NewRR("example. 300 IN NS ns.example.")
+	resp.Answer, resp.Ns = []dns.RR{cname}, []dns.RR{ns}
+	return resp, nil
+}
+
+func TestUncachedReplyTTLCapped(t *testing.T) {
+	p, _ := newPipeline(t, uncacheable{}, nil)
+	w := p.NewWorker()
+	for range 2 { // not cached: both go upstream, both capped
+		a := wait(t, ask(t, w, q(t, "dangling.example.", dns.TypeA, false), "10.1.0.1"))
+		if a.Rcode != dns.RcodeNameError || len(a.Answer) != 1 || a.Answer[0].Header().Ttl != 5 || a.Ns[0].Header().Ttl != 5 {
+			t.Fatalf("answer %v, want NXDOMAIN with TTLs capped at 5", a)
+		}
+	}
+	if got := p.Answered()["upstream"]; got != 2 {
+		t.Fatalf("%d upstream answers, want 2", got)
+	}
+}

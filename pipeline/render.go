@@ -98,7 +98,9 @@ func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte
 	m := *resp
 	m.Id = req.Id
 	m.Question = req.Question
-	m.Extra = withoutOPT(resp.Extra)
+	m.Answer = capTTL(resp.Answer)
+	m.Ns = capTTL(resp.Ns)
+	m.Extra = capTTL(withoutOPT(resp.Extra))
 	m.Compress = true
 	m.Truncated = resp.Truncated
 	m.RecursionDesired = req.RecursionDesired
@@ -132,6 +134,27 @@ func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte
 		flags |= wire.FlagAA
 	}
 	return buf[:writeReplyHeader(buf, q, flags, 0)]
+}
+
+// uncachedTTL caps the TTLs of a reply the cache would not store (an
+// NXDOMAIN without SOA, a referral, an error): CoreDNS's cache plugin, in
+// front of every LocalDNS answer, sends such replies with its 5 s minimal
+// TTL, and a client should not hold an odd answer longer than LocalDNS
+// would have let it.
+const uncachedTTL = 5
+
+// capTTL returns copies of rrs with TTLs of at most uncachedTTL; rrs is
+// not modified (it belongs to a reply other waiters may render too).
+func capTTL(rrs []dns.RR) []dns.RR {
+	out := make([]dns.RR, len(rrs))
+	for i, rr := range rrs {
+		if rr.Header().Ttl > uncachedTTL {
+			rr = dns.Copy(rr)
+			rr.Header().Ttl = uncachedTTL
+		}
+		out[i] = rr
+	}
+	return out
 }
 
 // hexNSID is NSID as miekg/dns carries it: hex-encoded.

@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// TestAnswersMatchCoreDNS asks dnsstandby and a LocalDNS-shaped CoreDNS the
+// same questions, first (a miss, forwarded to kube-dns) and again (from
+// their caches): same rcode, same records, dnsstandby's TTLs never larger,
+// the client's 0x20 case kept, and each names itself by NSID.
+func TestAnswersMatchCoreDNS(t *testing.T) {
+	l := newLab(t)
+	l.startReference(t, refIP)
+	l.startStandby(t)
+
+	type query struct {
+		name  string
+		qtype uint16
+		do    bool
+	}
+	var queries []query
+	for _, c := range l.zones.Cases {
+		if c.Rcode == dns.RcodeRefused {
+			continue // names in no zone: kube-dns refuses, nothing to compare
+		}
+		queries = append(queries, query{name: mixCase(c.Name), qtype: c.Type})
+	}
+	queries = append(queries, query{name: l.zones.Services[3].FQDN, qtype: dns.TypeA, do: true})
+
+	for _, pass := range []string{"miss", "cached"} {
+		for _, q := range queries {
+			m := new(dns.Msg)
+			m.SetQuestion(q.name, q.qtype)
+			m.SetEdns0(4096, q.do)
+			m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+			ref := l.ask(t, "udp", refAddr, m)
+			got := l.ask(t, "udp", standbyAddr, m)
+			if err := sameAnswer(got, ref); err != nil {
+				t.Errorf("%s %s %s: %v", pass, q.name, dns.TypeToString[q.qtype], err)
+			}
+			if got.Question[0].Name != q.name {
+				t.Errorf("%s %s: question came back as %q", pass, q.name, got.Question[0].Name)
+			}
+			if c, ok := l.zones.Case(q.name, q.qtype); ok {
+				if err := c.Check(got); err != nil {
+					t.Errorf("%s: %v", pass, err)
+				}
+			}
+			if n := nsid(got); n != "dnsstandby" {
+				t.Errorf("%s %s: NSID %q, want dnsstandby", pass, q.name, n)
+			}
+			if n := nsid(ref); n != "localdns-pod" {
+				t.Errorf("%s %s: reference NSID %q", pass, q.name, n)
+			}
+			if got.IsEdns0().Do() != q.do {
+				t.Errorf("%s %s: DO %v in answer, %v in query", pass, q.name, got.IsEdns0().Do(), q.do)
+			}
+		}
+	}
+
+	t.Run("large answer: TC over UDP, whole over TCP", func(t *testing.T) {
+		m := new(dns.Msg)
+		m.SetQuestion(nstest.LargeName, dns.TypeA) // no EDNS: 512 bytes
+		// CoreDNS fills a truncated reply with what fits; dnsstandby sends
+		// empty sections. Clients retry over TCP either way.
+		if r := l.ask(t, "udp", refAddr, m); !r.Truncated {
+			t.Errorf("CoreDNS over UDP: not truncated")
+		}
+		if r := l.ask(t, "udp", standbyAddr, m); !r.Truncated || len(r.Answer) != 0 {
+			t.Errorf("dnsstandby over UDP: TC=%v with %d records", r.Truncated, len(r.Answer))
+		}
+		got, ref := l.ask(t, "tcp", standbyAddr, m), l.ask(t, "tcp", refAddr, m)
+		if len(got.Answer) != nstest.LargeCount || got.Truncated {
+			t.Errorf("over TCP: TC=%v with %d records", got.Truncated, len(got.Answer))
+		}
+		if err := sameAnswer(got, ref); err != nil {
+			t.Errorf("over TCP: %v", err)
+		}
+	})
+
+	t.Run("dig", func(t *testing.T) {
+		for _, c := range l.zones.Cases {
+			if c.Large || c.Rcode == dns.RcodeRefused {
+				continue
+			}
+			rcode, answer := nstest.Dig(t, l.node, "@"+standbyIP, c.Name, dns.TypeToString[c.Type])
+			if err := c.CheckRRs(rcode, answer); err != nil {
+				t.Errorf("dig: %v", err)
+			}
+		}
+	})
+
+	t.Run("kdig", func(t *testing.T) {
+		svc := l.zones.Services[0]
+		out := nstest.Run(t, l.node, "kdig", "@"+standbyIP, "+nsid", "+tcp", svc.FQDN, "A")
+		if !strings.Contains(out, `"dnsstandby"`) || !strings.Contains(out, svc.IP.String()) || !strings.Contains(out, "NOERROR") {
+			t.Errorf("kdig over TCP:\n%s", out)
+		}
+	})
+}
+
+// sameAnswer compares got (dnsstandby) with ref (CoreDNS): rcode, TC, and
+// every section's records as sets ignoring TTL, with got's TTLs no larger.
+func sameAnswer(got, ref *dns.Msg) error {
+	if got.Rcode != ref.Rcode || got.Truncated != ref.Truncated {
+		return fmt.Errorf("rcode %s TC %v, CoreDNS %s TC %v", dns.RcodeToString[got.Rcode], got.Truncated, dns.RcodeToString[ref.Rcode], ref.Truncated)
+	}
+	for _, sec := range []struct {
+		name     string
+		got, ref []dns.RR
+	}{{"answer", got.Answer, ref.Answer}, {"authority", got.Ns, ref.Ns}} {
+		g, r := rrKeys(sec.got), rrKeys(sec.ref)
+		if !slices.Equal(slices.Sorted(maps.Keys(g)), slices.Sorted(maps.Keys(r))) {
+			return fmt.Errorf("%s differs:\n dnsstandby %v\n CoreDNS    %v", sec.name, sec.got, sec.ref)
+		}
+		for k, ttl := range g {
+			if ttl > r[k] {
+				return fmt.Errorf("%s: TTL %d larger than CoreDNS's %d for %s", sec.name, ttl, r[k], k)
+			}
+		}
+	}
+	return nil
+}
+
+// rrKeys maps each record, TTL cleared and owner lower-cased, to its TTL.
+func rrKeys(rrs []dns.RR) map[string]uint32 {
+	out := make(map[string]uint32, len(rrs))
+	for _, rr := range rrs {
+		c := dns.Copy(rr)
+		ttl := c.Header().Ttl
+		c.Header().Ttl = 0
+		c.Header().Name = strings.ToLower(c.Header().Name)
+		out[c.String()] = ttl
+	}
+	return out
+}
+
+func nsid(m *dns.Msg) string {
+	if opt := m.IsEdns0(); opt != nil {
+		for _, o := range opt.Option {
+			if n, ok := o.(*dns.EDNS0_NSID); ok {
+				b := make([]byte, len(n.Nsid)/2)
+				fmt.Sscanf(n.Nsid, "%x", &b)
+				return string(b)
+			}
+		}
+	}
+	return ""
+}
+
+// mixCase returns name with every other letter upper-cased (0x20 style).
+func mixCase(name string) string {
+	b := []byte(name)
+	for i := range b {
+		if i%2 == 0 && b[i] >= 'a' && b[i] <= 'z' {
+			b[i] -= 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// TestUpstreamUnreachable: with kube-dns hung (SIGSTOP: it takes queries
+// and never answers) and then gone (its link down), cached names are
+// answered stale with TTL 30 within the verify budget, and uncached names
+// get SERVFAIL within the upstream timeout.
+func TestUpstreamUnreachable(t *testing.T) {
+	l := newLab(t)
+	// Entries expire after 1 s so the test need not wait for real TTLs.
+	l.startStandby(t, "--cache-max-ttl", "1s", "--cache-max-neg-ttl", "1s", "--cache-min-ttl", "0s",
+		"--stale-budget", "500ms", "--upstream-timeout", "1500ms")
+	cached := l.zones.Services[:5]
+	for _, svc := range cached {
+		r := l.ask(t, "udp", standbyAddr, svcQuery(svc.FQDN))
+		if len(r.Answer) != 1 {
+			t.Fatalf("warm-up %s: %v", svc.FQDN, r)
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // all stale now
+
+	check := func(t *testing.T, phase string) {
+		for _, svc := range cached {
+			start := time.Now()
+			r := l.ask(t, "udp", standbyAddr, svcQuery(svc.FQDN))
+			took := time.Since(start)
+			if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].Header().Ttl != 30 {
+				t.Errorf("%s: cached %s: %v", phase, svc.FQDN, r)
+			}
+			if took > 900*time.Millisecond {
+				t.Errorf("%s: stale answer for %s took %s, budget 500ms", phase, svc.FQDN, took)
+			}
+		}
+		for i := range 3 {
+			name := l.zones.Services[30+i].FQDN
+			if phase == "link down" {
+				name = l.zones.Services[40+i].FQDN
+			}
+			start := time.Now()
+			r := l.ask(t, "udp", standbyAddr, svcQuery(name))
+			took := time.Since(start)
+			if r.Rcode != dns.RcodeServerFailure {
+				t.Errorf("%s: uncached %s: rcode %s, want SERVFAIL", phase, name, dns.RcodeToString[r.Rcode])
+			}
+			if took > 1900*time.Millisecond {
+				t.Errorf("%s: SERVFAIL for %s took %s, upstream timeout 1.5s", phase, name, took)
+			}
+		}
+	}
+
+	must(t, l.kubeDNS.Signal(syscall.SIGSTOP))
+	t.Run("kube-dns hung", func(t *testing.T) { check(t, "hung") })
+	must(t, l.kubeDNS.Signal(syscall.SIGCONT))
+	nstest.Run(t, l.node, "ip", "link", "set", "to-kubedns", "down")
+	t.Run("link down", func(t *testing.T) { check(t, "link down") })
+}
+
+func svcQuery(name string) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	return m
+}
+
+// TestSharesSocketWithCoreDNS: a CoreDNS bound to 169.254.10.11:53 (as
+// LocalDNS is, with SO_REUSEPORT) and dnsstandby on the same address form
+// one reuseport group, and the kernel gives both a share of the queries.
+func TestSharesSocketWithCoreDNS(t *testing.T) {
+	l := newLab(t)
+	l.startReference(t, standbyIP) // LocalDNS's CoreDNS, on .11 itself
+	l.startStandby(t)
+	who := map[string]int{}
+	for i := range 300 {
+		m := new(dns.Msg)
+		m.SetQuestion(l.zones.Services[i%20].FQDN, dns.TypeA)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+		r := l.ask(t, "udp", standbyAddr, m) // a new source port each time
+		if len(r.Answer) != 1 {
+			t.Fatalf("query %d: %v", i, r)
+		}
+		who[nsid(r)]++
+	}
+	if who["localdns-pod"] < 50 || who["dnsstandby"] < 50 || who["localdns-pod"]+who["dnsstandby"] != 300 {
+		t.Fatalf("answers by NSID %v, want both members of the group answering", who)
+	}
+	t.Logf("300 queries answered by %v", who)
+}
+
+// TestBadInput sends 200,000 random and mutated datagrams and holds 1,000
+// idle TCP connections open; afterwards dnsstandby is alive, its memory
+// bounded, and valid queries over UDP and TCP are still answered.
+func TestBadInput(t *testing.T) {
+	l := newLab(t)
+	s := l.startStandby(t, "--cache-max-bytes", "16MiB")
+	valid := make([][]byte, 0, 50)
+	for _, svc := range l.zones.Services {
+		m := svcQuery(svc.FQDN)
+		m.SetEdns0(1232, true)
+		b, err := m.Pack()
+		must(t, err)
+		valid = append(valid, b)
+		l.ask(t, "udp", standbyAddr, m) // cached: mutations of these hit the hot path
+	}
+	rssBefore := rss(t, s.Pid())
+
+	var idle []net.Conn
+	t.Cleanup(func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	})
+	for range 1000 {
+		c, err := l.node.Dial("tcp", "", standbyAddr, timeout)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", len(idle), err)
+		}
+		idle = append(idle, c)
+	}
+
+	const datagrams = 200_000
+	// Sockets are made in the node namespace (Dial), then written from
+	// four goroutines.
+	var wg sync.WaitGroup
+	for w := range 4 {
+		conn, err := l.node.Dial("udp", "", standbyAddr, timeout)
+		must(t, err)
+		defer conn.Close()
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 42))
+			buf := make([]byte, 0, 1500)
+			for i := range datagrams / 4 {
+				buf = garbage(r, buf[:0], valid[r.IntN(len(valid))])
+				_, _ = conn.Write(buf)
+				if i%200 == 0 {
+					time.Sleep(time.Millisecond) // at most ~100k/s in all
+				}
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond) // let the last ones be read
+
+	select {
+	case <-s.Done():
+		t.Fatalf("dnsstandby died: %v\n%s", s.Err(), s.Output())
+	default:
+	}
+	rssAfter := rss(t, s.Pid())
+	t.Logf("RSS %d MiB before, %d MiB after; dropped %v short, %v responses; FORMERR/NOTIMP/REFUSED %v",
+		rssBefore>>20, rssAfter>>20, l.metric(t, s, `dnsstandby_queries_dropped_total{reason="short"}`),
+		l.metric(t, s, `dnsstandby_queries_dropped_total{reason="response"}`), l.metric(t, s, `dnsstandby_queries_total{source="error"}`))
+	if rssAfter > 200<<20 {
+		t.Errorf("RSS %d MiB after the bad input, want under 200 MiB", rssAfter>>20)
+	}
+	if l.metric(t, s, `dnsstandby_queries_total{source="error"}`) < 1000 {
+		t.Errorf("hardly any FORMERR/NOTIMP/REFUSED: the garbage did not reach the pipeline")
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		for _, svc := range l.zones.Services[:10] {
+			r := l.ask(t, network, standbyAddr, svcQuery(svc.FQDN))
+			if len(r.Answer) != 1 {
+				t.Errorf("%s %s after bad input: %v", network, svc.FQDN, r)
+			}
+		}
+	}
+	if code, body, err := l.get(s, "/healthz"); err != nil || code != 200 {
+		t.Errorf("/healthz %d %q %v", code, body, err)
+	}
+}
+
+// garbage appends one bad datagram: random bytes, or a valid query with a
+// few bytes flipped, cut short, or extended.
+func garbage(r *rand.Rand, buf, valid []byte) []byte {
+	switch r.IntN(4) {
+	case 0:
+		n := r.IntN(600)
+		for range n {
+			buf = append(buf, byte(r.Uint32()))
+		}
+	case 1:
+		buf = append(buf, valid[:r.IntN(len(valid))]...)
+	case 2:
+		buf = append(buf, valid...)
+		for range 1 + r.IntN(4) {
+			buf[r.IntN(len(buf))] ^= byte(1 + r.IntN(255))
+		}
+	default:
+		buf = append(buf, valid...)
+		for range r.IntN(100) {
+			buf = append(buf, byte(r.Uint32()))
+		}
+	}
+	return buf
+}
+
+// rss reads a process's resident set size in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			must(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
+}
