@@ -122,11 +122,11 @@ type Pipeline struct {
 	nsid   []byte       // or nil
 	log    *slog.Logger // always non-nil
 
-	ctx    context.Context // good until Close
+	ctx    context.Context // good until Drain gives up waiting
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // flights and their exchanges
 
 	mu        sync.Mutex // guards following
+	running   int        // flights started and not yet done replying
 	flights   map[flightKey]*flight
 	perClient map[netip.Addr]int
 	waiting   int  // queries waiting on flights
@@ -184,17 +184,31 @@ func New(cfg Config) (*Pipeline, error) {
 // SERVFAIL or stale) and waits for that too. New misses arriving during the
 // drain still resolve. Drain is safe to call more than once.
 func (p *Pipeline) Drain(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	// A counter polled, not a WaitGroup: TCP connections may still start
+	// flights while we wait, and a WaitGroup must not grow from zero
+	// during a Wait.
+	const poll = 5 * time.Millisecond
+	for p.runningFlights() > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(poll):
+		}
 	}
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.cancel()
-	<-done
+	// Cancelled exchanges return at once; their waiters get stale or
+	// SERVFAIL.
+	for p.runningFlights() > 0 {
+		time.Sleep(poll)
+	}
+}
+
+func (p *Pipeline) runningFlights() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.running
 }
 
 // Inflight returns the number of upstream resolutions in progress.

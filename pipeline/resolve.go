@@ -100,7 +100,7 @@ func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([
 	}
 	f = &flight{key: key, req: upstreamRequest(req, p.cfg.UDPSize), waiters: []*waiter{w}}
 	p.flights[key] = f
-	p.wg.Add(1)
+	p.running++
 	p.mu.Unlock()
 
 	// In verify mode a query with a stale entry waits only StaleBudget.
@@ -135,7 +135,7 @@ func (p *Pipeline) refresh(msg []byte) {
 	}
 	f := &flight{key: key, req: upstreamRequest(req, p.cfg.UDPSize)}
 	p.flights[key] = f
-	p.wg.Add(1)
+	p.running++
 	p.mu.Unlock()
 	p.stats.refreshes.Add(1)
 	go p.fly(f, route.Upstream, 0)
@@ -149,7 +149,11 @@ type exchangeResult struct {
 // fly runs one flight: the upstream exchange, the stale budget if any, and
 // the replies.
 func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
-	defer p.wg.Done()
+	defer func() {
+		p.mu.Lock()
+		p.running--
+		p.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.UpstreamTimeout)
 	defer cancel()
 	done := make(chan exchangeResult, 1)
