@@ -3,12 +3,13 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test fmt-check vet fuzz bench
+.PHONY: test fmt-check vet fuzz bench bench-peers
 
 ## test: gofmt check, go vet, and every test with the race detector
 ## (integration tests run CoreDNS from bin/coredns, so it is built first)
 test: fmt-check vet bin/coredns
 	$(GO) test -race -count=1 ./...
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## bin/coredns: the CoreDNS pinned as a tool in bench/tools/go.mod (v1.13.1),
 ## built once; about 2 minutes on this project's 2-core machines. It has a
@@ -37,3 +38,16 @@ fuzz:
 ## bench: the cache's micro-benchmarks (ratios within one run are what count)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./cache/ ./wire/
+
+## bench-peers (root): dnsstandby, CoreDNS (cache), dnsdist (packet cache) and a
+## bare Go UDP reflector answering the same cached queries, one at a time on
+## CPU 0, dnsperf on CPU 1, at 100,000 qps and at full rate, in a network
+## namespace of its own; needs dnsperf and dnsdist (Debian packages). A few
+## minutes. Writes bench/out/peers.json; see bench/README.md.
+PEERS_BIN := bench/out/bin
+bench-peers: bin/coredns
+	@[ "$$(id -u)" = 0 ] || { echo "bench-peers needs root (network namespace, CPU pinning)"; exit 1; }
+	$(GO) build -o $(PEERS_BIN)/dnsstandby ./cmd/dnsstandby
+	cd bench && $(GO) build -o out/bin/peers ./cmd/peers && $(GO) build -o out/bin/reflector ./cmd/reflector
+	$(PEERS_BIN)/peers -out bench/out/peers.json -coredns bin/coredns \
+		-dnsstandby $(PEERS_BIN)/dnsstandby -reflector $(PEERS_BIN)/reflector $(PEERS_FLAGS)

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// server is one of the DNS servers compared.
+type server struct {
+	name   string // as in the table and the JSON
+	addr   string // ADDR:PORT it answers on, its own
+	caches bool   // answers from a cache warmed through the upstream (all but the reflector)
+	start  func(l *lab, b binaries, addr string) (instance, error)
+}
+
+// instance is a started server.
+type instance interface {
+	Pid() int
+	Output() string // the tail of its stdout and stderr, for errors
+	Done() <-chan struct{}
+	Close() error // stop it and remove what it wrote
+}
+
+// binaries are the programs the servers run.
+type binaries struct {
+	dnsstandby, coredns, dnsdist, reflector string
+}
+
+// servers are the four contenders, in the order they run.
+var servers = []server{
+	{name: "dnsstandby", addr: "127.0.0.11:53", caches: true, start: startDnsstandby},
+	{name: "coredns", addr: "127.0.0.12:53", caches: true, start: startCoreDNS},
+	{name: "dnsdist", addr: "127.0.0.13:53", caches: true, start: startDnsdist},
+	{name: "reflector", addr: "127.0.0.14:53", caches: false, start: startReflector},
+}
+
+// process adapts an nstest.Process to instance.
+type process struct{ *nstest.Process }
+
+func (p process) Close() error { return p.Stop() }
+
+// startDnsstandby runs dnsstandby as deployed, except that it listens on the
+// lab's address, forwards misses to the lab's upstream and serves no
+// metrics endpoint. Everything else (readers, batch size, cache bounds) is
+// its default.
+func startDnsstandby(l *lab, b binaries, addr string) (instance, error) {
+	p, err := l.ns.Start(b.dnsstandby, "run", "--listen", addr, "--upstream", upstreamAddr,
+		"--metrics-addr", "")
+	if err != nil {
+		return nil, fmt.Errorf("start dnsstandby: %w", err)
+	}
+	return process{p}, nil
+}
+
+// coreDNSCorefile is a LocalDNS-like server block: the cache settings AKS
+// gives LocalDNS's pod-facing block, in front of forward. It leaves out the
+// plugins that do not serve the query (log is off in LocalDNS; errors,
+// prometheus, nsid and the rest are left out), so this is CoreDNS's
+// cheapest cache-hit path, not LocalDNS's full one.
+const coreDNSCorefile = `.:%s {
+    bind %s
+    cache 3600 {
+        success 9984
+        denial 9984
+        serve_stale 72000s verify
+        servfail 0
+    }
+    forward . %s {
+        prefer_udp
+    }
+}
+`
+
+func startCoreDNS(l *lab, b binaries, addr string) (instance, error) {
+	host, port, _ := strings.Cut(addr, ":")
+	c, err := nstest.LaunchCoreDNS(l.ns, nstest.CoreDNSConfig{
+		Binary:   b.coredns,
+		Corefile: fmt.Sprintf(coreDNSCorefile, port, host, upstreamAddr),
+		Probe:    addr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start coredns: %w", err)
+	}
+	return c, nil
+}
+
+// dnsdistConfig puts dnsdist's packet cache in front of the upstream.
+// Health checks ask for the SOA, so they stay out of the upstream's A
+// query count; security polling (a DNS query to powerdns.com) is off.
+const dnsdistConfig = `setSecurityPollSuffix("")
+setLocal(%q)
+newServer({address=%q, checkName="cluster.local.", checkType="SOA"})
+pc = newPacketCache(10000, {maxTTL=86400, minTTL=0})
+getPool(""):setCache(pc)
+`
+
+// dnsdistInstance is dnsdist with its configuration directory.
+type dnsdistInstance struct {
+	process
+	dir string
+}
+
+func (d dnsdistInstance) Close() error {
+	return errors.Join(d.process.Close(), os.RemoveAll(d.dir))
+}
+
+func startDnsdist(l *lab, b binaries, addr string) (instance, error) {
+	dir, err := os.MkdirTemp(l.scratch, "dnsdist-")
+	if err != nil {
+		return nil, fmt.Errorf("start dnsdist: %w", err)
+	}
+	conf := filepath.Join(dir, "dnsdist.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(dnsdistConfig, addr, upstreamAddr)), 0o644); err != nil {
+		return nil, errors.Join(fmt.Errorf("start dnsdist: %w", err), os.RemoveAll(dir))
+	}
+	// --supervised: stay in the foreground without a console.
+	p, err := l.ns.Start(b.dnsdist, "--supervised", "--disable-syslog", "-C", conf)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("start dnsdist: %w", err), os.RemoveAll(dir))
+	}
+	return dnsdistInstance{process{p}, dir}, nil
+}
+
+func startReflector(l *lab, b binaries, addr string) (instance, error) {
+	p, err := l.ns.Start(b.reflector, "-listen", addr)
+	if err != nil {
+		return nil, fmt.Errorf("start reflector: %w", err)
+	}
+	return process{p}, nil
+}
+
+// launch starts s, waits until it answers and pins it to cpu. On error it
+// leaves nothing running.
+func launch(ctx context.Context, l *lab, b binaries, s server, cpu int) (instance, error) {
+	inst, err := s.start(l, b, s.addr)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (instance, error) {
+		err = fmt.Errorf("%s: %w\noutput:\n%s", s.name, err, inst.Output())
+		return nil, errors.Join(err, inst.Close())
+	}
+	if err := l.waitAnswering(ctx, s.addr, inst.Done()); err != nil {
+		return fail(err)
+	}
+	if err := pinProcess(inst.Pid(), cpu); err != nil {
+		return fail(err)
+	}
+	return inst, nil
+}
