@@ -49,7 +49,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.bins.reflector, "reflector", "bench/out/bin/reflector", "reflector binary (bench/cmd/reflector)")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.bins.dnsdist, "dnsdist", "dnsdist", "dnsdist binary")
-	flag.StringVar(&o.servers, "servers", "dnsstandby,coredns,dnsdist,reflector", "servers to measure, in this order")
+	flag.StringVar(&o.servers, "servers", "dnsstandby,dnsstandby-batch1,coredns,dnsdist,reflector", "servers to measure, in this order")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each measurement (whole seconds)")
 	flag.IntVar(&o.rate, "rate", 100_000, "queries per second of the fixed-rate measurement")
 	flag.IntVar(&o.fixedQ, "fixed-outstanding", 100, "dnsperf -q (outstanding queries) at the fixed rate")

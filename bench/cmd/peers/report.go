@@ -69,6 +69,11 @@ func ratios(points []point, modes []mode) []ratio {
 			v := ds.CPUUs / rf.CPUUs
 			rs = append(rs, ratio{"CPU/query dnsstandby ÷ reflector, " + m.name + " rate", v, "≤ 1.15", v <= 1.15})
 		}
+		if b1 := find("dnsstandby-batch1", m.name); b1 != nil && b1.CPUUs > 0 {
+			// No target: this says whether batching earns its keep.
+			v := ds.CPUUs / b1.CPUUs
+			rs = append(rs, ratio{"CPU/query dnsstandby ÷ dnsstandby-batch1, " + m.name + " rate", v, "< 1", v < 1})
+		}
 		if cd := find("coredns", m.name); m.maxQPS == 0 && cd != nil && cd.QPS > 0 {
 			v := ds.QPS / cd.QPS
 			rs = append(rs, ratio{"qps dnsstandby ÷ CoreDNS, " + m.name + " rate", v, "≥ 1.3", v >= 1.3})

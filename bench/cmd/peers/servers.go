@@ -32,9 +32,12 @@ type binaries struct {
 	dnsstandby, coredns, dnsdist, reflector string
 }
 
-// servers are the four contenders, in the order they run.
+// servers are the contenders, in the order they run. dnsstandby-batch1 is
+// dnsstandby reading and writing one datagram per system call: it shows
+// what recvmmsg/sendmmsg batching buys.
 var servers = []server{
 	{name: "dnsstandby", addr: "127.0.0.11:53", caches: true, start: startDnsstandby},
+	{name: "dnsstandby-batch1", addr: "127.0.0.15:53", caches: true, start: startDnsstandbyBatch1},
 	{name: "coredns", addr: "127.0.0.12:53", caches: true, start: startCoreDNS},
 	{name: "dnsdist", addr: "127.0.0.13:53", caches: true, start: startDnsdist},
 	{name: "reflector", addr: "127.0.0.14:53", caches: false, start: startReflector},
@@ -50,8 +53,16 @@ func (p process) Close() error { return p.Stop() }
 // metrics endpoint. Everything else (readers, batch size, cache bounds) is
 // its default.
 func startDnsstandby(l *lab, b binaries, addr string) (instance, error) {
-	p, err := l.ns.Start(b.dnsstandby, "run", "--listen", addr, "--upstream", upstreamAddr,
-		"--metrics-addr", "")
+	return startDnsstandbyArgs(l, b, addr)
+}
+
+func startDnsstandbyBatch1(l *lab, b binaries, addr string) (instance, error) {
+	return startDnsstandbyArgs(l, b, addr, "--udp-batch", "1")
+}
+
+func startDnsstandbyArgs(l *lab, b binaries, addr string, extra ...string) (instance, error) {
+	args := append([]string{"run", "--listen", addr, "--upstream", upstreamAddr, "--metrics-addr", ""}, extra...)
+	p, err := l.ns.Start(b.dnsstandby, args...)
 	if err != nil {
 		return nil, fmt.Errorf("start dnsstandby: %w", err)
 	}
