@@ -381,3 +381,48 @@ func rss(t *testing.T, pid int) int64 {
 	t.Fatalf("no VmRSS for pid %d", pid)
 	return 0
 }
+
+// TestSIGTERMFinishesInflight: a query waiting on kube-dns when SIGTERM
+// arrives is still answered, and dnsstandby exits cleanly within its
+// shutdown bound.
+func TestSIGTERMFinishesInflight(t *testing.T) {
+	l := newLab(t)
+	s := l.startStandby(t, "--shutdown-timeout", "3s")
+	must(t, l.kubeDNS.Signal(syscall.SIGSTOP)) // the query will wait upstream
+	answered := make(chan *dns.Msg, 1)
+	go func() {
+		r, err := l.node.Exchange("udp", "", standbyAddr, svcQuery(l.zones.Services[7].FQDN), 5*time.Second)
+		if err != nil {
+			t.Errorf("in-flight query: %v", err)
+		}
+		answered <- r
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	must(t, s.Signal(syscall.SIGTERM))
+	time.Sleep(200 * time.Millisecond)
+	must(t, l.kubeDNS.Signal(syscall.SIGCONT)) // kube-dns answers now
+
+	select {
+	case r := <-answered:
+		if r == nil || len(r.Answer) != 1 {
+			t.Fatalf("in-flight query answered %v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("in-flight query not answered")
+	}
+	select {
+	case <-s.Done():
+		if err := s.Err(); err != nil {
+			t.Fatalf("dnsstandby exit: %v\n%s", err, s.Output())
+		}
+		if took := time.Since(start); took > 3500*time.Millisecond {
+			t.Fatalf("exit took %s, bound 3s", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("dnsstandby did not exit after SIGTERM")
+	}
+	if !strings.Contains(s.Output(), "msg=stopped") {
+		t.Errorf("no stop line in its log:\n%s", s.Output())
+	}
+}
