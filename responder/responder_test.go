@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 )
 
@@ -40,27 +41,6 @@ func (u *tableUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, e
 	rr, _ := dns.NewRR(req.Question[0].Name + " 60 IN A 192.0.2.1")
 	resp.Answer = []dns.RR{rr}
 	return resp, nil
-}
-
-// freeAddr returns a loopback address and port that is free for both UDP
-// and TCP right now.
-func freeAddr(t *testing.T) netip.AddrPort {
-	t.Helper()
-	for range 20 {
-		u, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ap := u.LocalAddr().(*net.UDPAddr).AddrPort()
-		u.Close()
-		l, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(ap))
-		if err == nil {
-			l.Close()
-			return ap
-		}
-	}
-	t.Fatal("no free port")
-	return netip.AddrPort{}
 }
 
 func startServer(t *testing.T, ap netip.AddrPort, up pipeline.Exchanger, mod func(*Config)) (*Server, *pipeline.Pipeline) {
@@ -110,7 +90,7 @@ func exchange(t *testing.T, network string, ap netip.AddrPort, name string) *dns
 }
 
 func TestUDPAndTCPAnswer(t *testing.T) {
-	ap := freeAddr(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	up := &tableUpstream{}
 	startServer(t, ap, up, nil)
 	for _, network := range []string{"udp", "tcp"} {
@@ -127,7 +107,7 @@ func TestUDPAndTCPAnswer(t *testing.T) {
 }
 
 func TestManyDatagramsAllAnswered(t *testing.T) {
-	ap := freeAddr(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	startServer(t, ap, &tableUpstream{}, nil)
 	conn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(ap))
 	if err != nil {
@@ -180,7 +160,7 @@ func TestManyDatagramsAllAnswered(t *testing.T) {
 }
 
 func TestReuseportGroupShared(t *testing.T) {
-	ap := freeAddr(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	_, p1 := startServer(t, ap, &tableUpstream{}, nil)
 	_, p2 := startServer(t, ap, &tableUpstream{}, nil) // must bind: same group
 	// Queries from many source ports spread over both members.
@@ -232,7 +212,7 @@ func readFramed(c net.Conn) (*dns.Msg, error) {
 }
 
 func TestTCPPipelinedOutOfOrder(t *testing.T) {
-	ap := freeAddr(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	startServer(t, ap, &tableUpstream{delay: 50 * time.Millisecond}, nil)
 	exchange(t, "tcp", ap, "cached.example.")
 	c, err := net.Dial("tcp", ap.String())
@@ -258,7 +238,7 @@ func TestTCPPipelinedOutOfOrder(t *testing.T) {
 }
 
 func TestTCPTimeoutsAndCap(t *testing.T) {
-	ap := freeAddr(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	s, _ := startServer(t, ap, &tableUpstream{}, func(c *Config) {
 		c.TCPIdle = 200 * time.Millisecond
 		c.TCPRead = 100 * time.Millisecond
@@ -312,7 +292,7 @@ func TestTCPTimeoutsAndCap(t *testing.T) {
 }
 
 func TestShutdownAnswersInflight(t *testing.T) {
-	ap := freeAddr(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	c, _ := cache.New(cache.DefaultConfig())
 	pcfg := pipeline.DefaultConfig()
 	pcfg.Cache = c

@@ -99,7 +99,8 @@ func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
 			log.Info("LocalDNS Corefile read", "file", o.corefile, "zones", len(zones))
 		}
 	}
-	applyCorefileCache(p, zones)
+	cc := rootCache(zones)
+	applyCorefileCache(p, cc)
 
 	if len(o.upstream) > 0 {
 		p.routes = []routePlan{{zone: ".", servers: o.upstream}}
@@ -128,7 +129,7 @@ func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
 	c.NSID = o.nsid
 	c.UDPSize = p.pipeline.UDPSize
 	override := func(name string, dst *time.Duration, v time.Duration) {
-		if o.set[name] || !corefileSetsCache(zones) {
+		if o.set[name] || cc == nil {
 			*dst = v
 		}
 	}
@@ -139,7 +140,7 @@ func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
 	override("servfail-ttl", &c.ServfailTTL, o.servfailTTL)
 	override("serve-stale", &c.MaxStale, o.serveStale)
 	c.StaleTTL = o.staleTTL
-	if o.set["stale-mode"] || !corefileSetsCache(zones) {
+	if o.set["stale-mode"] || cc == nil {
 		p.pipeline.StaleMode, _ = pipeline.ParseStaleMode(o.staleMode)
 	}
 
@@ -162,12 +163,8 @@ func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
 	return p, nil
 }
 
-// corefileSetsCache reports whether the Corefile's root zone has a cache
-// block, whose values then replace the built-in defaults.
-func corefileSetsCache(zones []corefile.Zone) bool {
-	return rootCache(zones) != nil
-}
-
+// rootCache returns the cache block of the Corefile's root zone, or nil.
+// When present, its values replace the built-in defaults.
 func rootCache(zones []corefile.Zone) *corefile.Cache {
 	for _, z := range zones {
 		if z.Name == "." && z.Cache != nil {
@@ -179,8 +176,7 @@ func rootCache(zones []corefile.Zone) *corefile.Cache {
 
 // applyCorefileCache takes the cache policy of the Corefile's root block:
 // dnsstandby should keep answers exactly as long as LocalDNS would.
-func applyCorefileCache(p *plan, zones []corefile.Zone) {
-	cc := rootCache(zones)
+func applyCorefileCache(p *plan, cc *corefile.Cache) {
 	if cc == nil {
 		return
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
 func TestCommandLineErrors(t *testing.T) {
@@ -157,30 +159,11 @@ cluster.local:53 {
 	}
 }
 
-// freePort returns a loopback address whose port is free for UDP and TCP.
-func freePort(t *testing.T) netip.AddrPort {
-	t.Helper()
-	for range 20 {
-		u, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ap := u.LocalAddr().(*net.UDPAddr).AddrPort()
-		u.Close()
-		if l, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(ap)); err == nil {
-			l.Close()
-			return ap
-		}
-	}
-	t.Fatal("no free port")
-	return netip.AddrPort{}
-}
-
 // startUpstream runs a miekg/dns server on loopback answering every A
 // query with 192.0.2.53.
 func startUpstream(t *testing.T) netip.AddrPort {
 	t.Helper()
-	ap := freePort(t)
+	ap := nstest.FreeLoopbackAddr(t)
 	pc, err := net.ListenPacket("udp", ap.String())
 	if err != nil {
 		t.Fatal(err)
@@ -211,8 +194,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 func TestRunServesAndStops(t *testing.T) {
 	up := startUpstream(t)
-	listen := freePort(t)
-	metrics := freePort(t)
+	listen := nstest.FreeLoopbackAddr(t)
+	metrics := nstest.FreeLoopbackAddr(t)
 	o, err := parseRunFlags([]string{
 		"--listen", listen.String(), "--upstream", up.String(), "--metrics-addr", metrics.String(), "--udp-readers", "2",
 	}, io.Discard)
