@@ -62,6 +62,31 @@ func (c *Cache) Serve(dst []byte, q *wire.Query, limit int, allowStale bool) (in
 	return n, st
 }
 
+// Status reports what Serve would find for q, without writing, counting
+// or touching the LRU order.
+func (c *Cache) Status(q *wire.Query) Status {
+	if q.Opcode() != 0 || len(q.QName) == 0 {
+		return Miss
+	}
+	var kb [maxKeyLen]byte
+	key := kb[:queryKey(&kb, q)]
+	h := c.hash(key)
+	s := c.shardFor(h)
+	s.mu.RLock()
+	e, ok := s.lru.Peek(h)
+	s.mu.RUnlock()
+	now := c.now().UnixNano()
+	switch {
+	case !ok || !bytes.Equal(e.key(), key):
+		return Miss
+	case now < e.fresh:
+		return Fresh
+	case now < c.staleUntil(e):
+		return Stale
+	}
+	return Miss
+}
+
 // agedTTL is ttl minus age, age rounded up to whole seconds so that a
 // served TTL never exceeds the original minus the time it was held.
 func agedTTL(ttl uint32, age int64) uint32 {

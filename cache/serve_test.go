@@ -252,6 +252,13 @@ func TestStaleWindow(t *testing.T) {
 			c, clk := newTestCache(t, tt.mod)
 			mustInsert(t, c, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil))
 			clk.Advance(tt.after)
+			var wq wire.Query
+			if err := wire.ParseQuery(pack(t, query(t, name, dns.TypeA, -1, false)), &wq); err != nil {
+				t.Fatal(err)
+			}
+			if st := c.Status(&wq); st != tt.want {
+				t.Fatalf("Status %s, want %s", st, tt.want)
+			}
 			a, st := serve(t, c, query(t, name, dns.TypeA, -1, false), 0, tt.allowStale)
 			if st != tt.want {
 				t.Fatalf("status %s, want %s", st, tt.want)

@@ -242,9 +242,7 @@ func (p *Pipeline) hasStale(msg []byte) bool {
 	if wire.ParseQuery(msg, &q) != nil {
 		return false
 	}
-	var scratch [wire.HeaderLen]byte
-	_, st := p.cache.Serve(scratch[:], &q, len(scratch), false)
-	return st == cache.Stale
+	return p.cache.Status(&q) == cache.Stale
 }
 
 // keyOf returns the flight key of a parsed query.
