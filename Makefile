@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test fmt-check vet fuzz bench bench-peers
+.PHONY: test fmt-check vet fuzz bench bench-peers lab
 
 ## test: gofmt check, go vet, and every test with the race detector
 ## (integration tests run CoreDNS from bin/coredns, so it is built first)
@@ -51,3 +51,15 @@ bench-peers: bin/coredns
 	cd bench && $(GO) build -o out/bin/peers ./cmd/peers && $(GO) build -o out/bin/reflector ./cmd/reflector
 	$(PEERS_BIN)/peers -out bench/out/peers.json -coredns bin/coredns \
 		-dnsstandby $(PEERS_BIN)/dnsstandby -reflector $(PEERS_BIN)/reflector $(PEERS_FLAGS)
+
+## lab (root): the crash-storm lab — for each scenario, one node per setup
+## (LocalDNS under a real systemd in namespaces, a pod, kube-dns), the same
+## load and fault side by side; writes bench/out/lab.json, lab.md and
+## timeline-<scenario>.svg. `make lab SCENARIO=crash-storm` runs one.
+SCENARIO ?= all
+lab: bin/coredns
+	@[ "$$(id -u)" = 0 ] || { echo "the lab needs root (network namespaces, a systemd guest)"; exit 1; }
+	$(GO) build -o $(PEERS_BIN)/dnsstandby ./cmd/dnsstandby
+	cd bench && $(GO) build -o out/bin/lab ./cmd/lab
+	$(PEERS_BIN)/lab -scenario $(SCENARIO) -out bench/out -coredns bin/coredns \
+		-dnsstandby $(PEERS_BIN)/dnsstandby $(LAB_FLAGS)

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// TestLabSmoke runs the healthy scenario for a few seconds, so that every
+// `make test` drives the lab's real parts: systemd guests running LocalDNS
+// (CoreDNS 1.13.1), kube-dns, pods, the load and the glibc probe.
+func TestLabSmoke(t *testing.T) {
+	nstest.RequireRoot(t)
+	coredns := nstest.CoreDNSBinary(t)
+	// The guests see the host's root file system but have /tmp of their
+	// own: the binary must live elsewhere.
+	dir, err := os.MkdirTemp("/var/tmp", "dnsstandby-lab-smoke-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "dnsstandby")
+	root, err := nstest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", bin, "./cmd/dnsstandby")
+	build.Dir = root // the main module's own go.sum
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build dnsstandby: %v\n%s", err, out)
+	}
+	sc, _ := findScenario("healthy")
+	o := &options{qps: 500, scale: 0.1, bins: binaries{coredns: coredns, dnsstandby: bin}}
+	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
+	runs, err := runScenario(context.Background(), sc, allSetups, o, zones, nameMix(zones))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != len(allSetups) {
+		t.Fatalf("%d runs, want %d", len(runs), len(allSetups))
+	}
+	for _, r := range runs {
+		s := r.Summary
+		if s.Sent < 1000 || s.AnsweredFirstTry != s.Sent || s.GlibcOK == 0 || s.GlibcFail != 0 {
+			t.Errorf("%s: sent %d, first try %d, glibc ok %d fail %d: a healthy node answers everything at once",
+				r.Setup, s.Sent, s.AnsweredFirstTry, s.GlibcOK, s.GlibcFail)
+		}
+		standby := r.Setup == setupStandby
+		if (s.AnsweredBy.Standby > 0) != standby || s.AnsweredBy.LocalDNS == 0 {
+			t.Errorf("%s: answered by localdns-pod %d, dnsstandby %d", r.Setup, s.AnsweredBy.LocalDNS, s.AnsweredBy.Standby)
+		}
+	}
+}

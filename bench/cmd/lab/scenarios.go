@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// scenario is one fault, applied the same way to every setup's node.
+type scenario struct {
+	name   string
+	setups []string // nil: all three
+	// baseline is how long the load runs before the fault; observe is how
+	// long it runs after the fault function returns.
+	baseline, observe time.Duration
+	fault             func(ctx context.Context, t *topology, ev *events) error
+	// needs names a dnsstandby capability that has not landed yet; such a
+	// scenario is reported as not run, with the reason.
+	needs string
+	// note is printed with the results (what the run does and does not
+	// show).
+	note string
+}
+
+// scenarios, in the order `make lab` runs them; names are part of the
+// output format.
+var scenarios = []scenario{
+	{
+		name: "healthy", observe: 30 * time.Second,
+		fault: func(context.Context, *topology, *events) error { return nil },
+		note:  "no fault: who answers while all is well",
+	},
+	{
+		name: "crash-storm", baseline: 5 * time.Second, observe: 60 * time.Second,
+		fault: crashStorm,
+		note:  "the seed's harness: 8 attempts 300 ms apart, MainPID read before each, SIGKILL when live",
+	},
+	{
+		name: "permanent-failure", baseline: 5 * time.Second, observe: 60 * time.Second,
+		fault: permanentFailure,
+		note:  "LocalDNS killed, its cleanup left to run, then the unit stopped and kept down",
+	},
+	{
+		name: "hang", baseline: 5 * time.Second, observe: 10 * time.Second,
+		fault: hang,
+		note:  "CoreDNS SIGSTOPped for 20 s (bound, not answering), then SIGCONT",
+	},
+	{
+		name: "planned-restart", baseline: 5 * time.Second, observe: 15 * time.Second,
+		fault: plannedRestart,
+		note:  "systemctl restart localdns, with the cleanup's 5 s delay",
+	},
+	{
+		name: "planned-restart-hold", setups: []string{setupStandby}, baseline: 5 * time.Second, observe: 15 * time.Second,
+		needs: "`dnsstandby hold` / `release` (the takeover issue)",
+	},
+	{
+		name: "double-fault", baseline: 10 * time.Second, observe: 10 * time.Second,
+		fault: doubleFault,
+		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped for 30 s, then both back",
+	},
+	{
+		name: "standby-kill", setups: []string{setupStandby}, baseline: 5 * time.Second, observe: 15 * time.Second,
+		fault: standbyKill,
+		note:  "SIGKILL dnsstandby while LocalDNS is healthy; systemd restarts it",
+	},
+	{
+		name: "standby-stall", setups: []string{setupStandby}, baseline: 5 * time.Second, observe: 10 * time.Second,
+		fault: standbyStall,
+		note:  "SIGSTOP dnsstandby for 10 s; without steering (the takeover issue) it stalls while sharing the reuseport hash, not while holding all traffic",
+	},
+	{
+		name: "interface-teardown", baseline: 5 * time.Second, observe: 15 * time.Second,
+		fault: interfaceTeardown,
+		note:  "CoreDNS and its supervisor killed, the localdns link deleted as the cleanup does, 30 s, then LocalDNS started again",
+	},
+}
+
+func findScenario(name string) (scenario, bool) {
+	for _, s := range scenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return scenario{}, false
+}
+
+const localDNSUnit = "localdns.service"
+
+// crashStorm is the seed's harness: up to eight attempts, 300 ms apart,
+// reading MainPID before each and sending SIGKILL when a live PID exists.
+func crashStorm(ctx context.Context, t *topology, ev *events) error {
+	for range 8 {
+		pid, err := t.guest.KillMain(ctx, localDNSUnit, syscall.SIGKILL)
+		if err != nil {
+			return fmt.Errorf("crash storm: %w", err)
+		}
+		if pid > 0 {
+			ev.mark("SIGKILL " + strconv.Itoa(pid))
+		}
+		sleep(ctx, 300*time.Millisecond)
+	}
+	return nil
+}
+
+// permanentFailure kills LocalDNS, lets its cleanup run (the ExecStopPost
+// of the pr9439 unit), then stops the unit so that it stays down.
+func permanentFailure(ctx context.Context, t *topology, ev *events) error {
+	if _, err := t.guest.KillMain(ctx, localDNSUnit, syscall.SIGKILL); err != nil {
+		return err
+	}
+	ev.mark("SIGKILL")
+	waitState(ctx, t, 15*time.Second, func(active, sub string) bool { return active != "deactivating" })
+	if _, err := t.guest.Systemctl(ctx, "stop", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("stopped")
+	return nil
+}
+
+// hang stops CoreDNS (not its supervisor) for 20 s: its socket stays bound
+// and takes its share of queries, which nobody answers.
+func hang(ctx context.Context, t *topology, ev *events) error {
+	pid, err := t.corednsPID(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := t.guest.Exec(ctx, "kill", "-STOP", pid); err != nil {
+		return err
+	}
+	ev.mark("SIGSTOP")
+	sleep(ctx, 20*time.Second)
+	if _, err := t.guest.Exec(context.Background(), "kill", "-CONT", pid); err != nil {
+		return err
+	}
+	ev.mark("SIGCONT")
+	return nil
+}
+
+func plannedRestart(ctx context.Context, t *topology, ev *events) error {
+	ev.mark("restart")
+	if out, err := t.guest.Systemctl(ctx, "restart", localDNSUnit); err != nil {
+		return fmt.Errorf("restart: %w: %s", err, out)
+	}
+	ev.mark("restarted")
+	return nil
+}
+
+// doubleFault takes kube-dns away (the node's link to it goes down) and
+// stops LocalDNS, for 30 s: only a cache can answer.
+func doubleFault(ctx context.Context, t *topology, ev *events) error {
+	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "down"); err != nil {
+		return err
+	}
+	ev.mark("kube-dns unreachable")
+	if _, err := t.guest.Systemctl(ctx, "stop", "--no-block", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("LocalDNS stop")
+	sleep(ctx, 30*time.Second)
+	if _, err := t.node.Run(context.Background(), "ip", "link", "set", "to-kubedns", "up"); err != nil {
+		return err
+	}
+	if _, err := t.node.Run(context.Background(), "ip", "route", "replace", clusterIP+"/32", "via", "10.200.0.2"); err != nil {
+		return err
+	}
+	if _, err := t.guest.Systemctl(context.Background(), "start", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("both back")
+	return nil
+}
+
+func standbyKill(ctx context.Context, t *topology, ev *events) error {
+	pid, err := t.guest.KillMain(ctx, "dnsstandby.service", syscall.SIGKILL)
+	if err != nil {
+		return err
+	}
+	if pid == 0 {
+		return fmt.Errorf("dnsstandby not running")
+	}
+	ev.mark("SIGKILL dnsstandby")
+	return nil
+}
+
+func standbyStall(ctx context.Context, t *topology, ev *events) error {
+	pid, err := t.guest.MainPID(ctx, "dnsstandby.service")
+	if err != nil || pid == 0 {
+		return fmt.Errorf("dnsstandby main PID: %d, %v", pid, err)
+	}
+	p := strconv.Itoa(pid)
+	if _, err := t.guest.Exec(ctx, "kill", "-STOP", p); err != nil {
+		return err
+	}
+	ev.mark("SIGSTOP dnsstandby")
+	sleep(ctx, 10*time.Second)
+	if _, err := t.guest.Exec(context.Background(), "kill", "-CONT", p); err != nil {
+		return err
+	}
+	ev.mark("SIGCONT dnsstandby")
+	return nil
+}
+
+// interfaceTeardown leaves the node as LocalDNS's cleanup leaves it:
+// CoreDNS dead and the localdns link (with 169.254.10.11) gone, for 30 s.
+func interfaceTeardown(ctx context.Context, t *topology, ev *events) error {
+	if _, err := t.guest.Systemctl(ctx, "kill", "--signal=SIGKILL", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("SIGKILL unit")
+	// Keep it from restarting; the pr9439 unit's ExecStopPost runs here.
+	if _, err := t.guest.Systemctl(ctx, "stop", localDNSUnit); err != nil {
+		return err
+	}
+	// The shipped unit has no ExecStopPost: do what its cleanup would.
+	_, _ = t.node.Run(ctx, "ip", "link", "del", "localdns")
+	ev.mark("link deleted")
+	sleep(ctx, 30*time.Second)
+	if _, err := t.guest.Systemctl(context.Background(), "start", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("LocalDNS started")
+	return nil
+}
+
+// corednsPID reads LocalDNS's CoreDNS PID (inside the guest) from its
+// pidfile.
+func (t *topology) corednsPID(ctx context.Context) (string, error) {
+	out, err := t.guest.Exec(ctx, "cat", "/run/localdns.pid")
+	if err != nil {
+		return "", fmt.Errorf("CoreDNS pidfile: %w", err)
+	}
+	pid := strings.TrimSpace(out)
+	if _, err := strconv.Atoi(pid); err != nil {
+		return "", fmt.Errorf("CoreDNS pidfile holds %q", pid)
+	}
+	return pid, nil
+}
+
+// waitState polls the LocalDNS unit until done says so or limit passes.
+func waitState(ctx context.Context, t *topology, limit time.Duration, done func(active, sub string) bool) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := t.guest.Show(ctx, localDNSUnit, "ActiveState", "SubState")
+		if err == nil && done(st["ActiveState"], st["SubState"]) {
+			return
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

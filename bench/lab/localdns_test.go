@@ -1,0 +1,551 @@
+package lab_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/bench/lab"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// The lab's kube-dns: a CoreDNS at the ClusterIP serving nstest's zones,
+// reached from the node over a veth.
+const (
+	localdnsTestNodeVeth = "10.200.0.1"
+	localdnsTestKubeVeth = "10.200.0.2"
+	// localdnsTestName is a name the zones answer with an A record.
+	localdnsTestName = "www.example.com."
+	localdnsTestAddr = "192.0.2.10"
+)
+
+// localdnsTestNode is a node for the tests: a guest running LocalDNS and a
+// kube-dns it forwards to.
+type localdnsTestNode struct {
+	guest    *lab.Guest
+	node     *nstest.Namespace // the guest's network namespace
+	bootTime time.Duration
+}
+
+// localdnsTestRequire skips the test without what a guest needs.
+func localdnsTestRequire(t *testing.T) string {
+	t.Helper()
+	nstest.RequireRoot(t)
+	coredns := nstest.CoreDNSBinary(t)
+	for _, p := range []string{"/lib/systemd/systemd", "/usr/bin/nsenter", "/usr/bin/unshare", "/usr/bin/setpriv"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("a systemd guest needs %s: %v", p, err)
+		}
+	}
+	return coredns
+}
+
+// localdnsTestBoot boots a guest with LocalDNS (unit variant) enabled and
+// wires a kube-dns to it; everything goes when the test ends.
+func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
+	t.Helper()
+	coredns := localdnsTestRequire(t)
+	cfg := lab.GuestConfig{
+		Name:  fmt.Sprintf("labtest-%d-%s", os.Getpid(), variant),
+		Units: map[string]string{lab.LocalDNSUnitName: lab.LocalDNSUnit(variant)},
+		// CoreDNS is bound in where a node has it, so that a binary
+		// under /tmp ($DNSSTANDBY_COREDNS) works too.
+		Files:  lab.LocalDNSFiles(lab.LocalDNSCoreDNSPath),
+		Binds:  map[string]string{lab.LocalDNSCoreDNSPath: coredns},
+		Enable: []string{lab.LocalDNSUnitName},
+	}
+	start := time.Now()
+	g, err := lab.BootGuest(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &localdnsTestNode{guest: g, node: g.NetNS(), bootTime: time.Since(start)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if j, err := g.Journal(context.Background(), ""); err == nil {
+				t.Logf("guest journal:\n%s", localdnsTestTail(j, 80))
+			}
+		}
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Logf("%s: booted with localdns.service up in %v", cfg.Name, n.bootTime.Round(time.Millisecond))
+
+	kube := nstest.New(t, "kubedns")
+	localdnsTestMust(t, kube.AddLink("kubedns", "", lab.LocalDNSKubeDNS+"/32"))
+	localdnsTestMust(t, nstest.AddVeth(
+		nstest.End{NS: n.node, Name: "to-kubedns", Addrs: []string{localdnsTestNodeVeth + "/30"}},
+		nstest.End{NS: kube, Name: "to-node", Addrs: []string{localdnsTestKubeVeth + "/30"}}))
+	localdnsTestMust(t, n.node.AddRoute(nstest.Route{Dst: lab.LocalDNSKubeDNS + "/32", Via: localdnsTestKubeVeth}))
+	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 10})
+	nstest.StartCoreDNS(t, kube, nstest.CoreDNSConfig{
+		Binary:   coredns,
+		Corefile: zones.Corefile(lab.LocalDNSKubeDNS),
+		Files:    zones.Files,
+		Probe:    lab.LocalDNSKubeDNS + ":53",
+	})
+	return n
+}
+
+// answers asks LocalDNS's listener ip for localdnsTestName from the node
+// and reports whether the right answer came.
+func (n *localdnsTestNode) answers(ip string, timeout time.Duration) error {
+	q := new(dns.Msg)
+	q.SetQuestion(localdnsTestName, dns.TypeA)
+	r, err := n.node.Exchange("udp", "", ip+":53", q, timeout)
+	if err != nil {
+		return err
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || !strings.Contains(r.Answer[0].String(), localdnsTestAddr) {
+		return fmt.Errorf("unexpected reply: %s %v", dns.RcodeToString[r.Rcode], r.Answer)
+	}
+	return nil
+}
+
+// waitAnswering polls until ip answers right, or limit passes.
+func (n *localdnsTestNode) waitAnswering(t *testing.T, ip string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		err := n.answers(ip, 200*time.Millisecond)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not answering after %v: %v", ip, limit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// crashStorm is the harness of AgentBaker PR 9439's reproduction: up to
+// eight attempts, reading MainPID before each and sending SIGKILL when a
+// live PID exists, 300 ms apart. It returns the PIDs killed.
+func (n *localdnsTestNode) crashStorm(t *testing.T) []int {
+	t.Helper()
+	var killed []int
+	for i := range 8 {
+		pid, err := n.guest.KillMain(t.Context(), lab.LocalDNSUnitName, syscall.SIGKILL)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i+1, err)
+		}
+		if pid > 0 {
+			killed = append(killed, pid)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return killed
+}
+
+// waitState polls the unit until its ActiveState/SubState are want, or
+// limit passes; it returns the properties last seen.
+func (n *localdnsTestNode) waitState(t *testing.T, want string, limit time.Duration) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		st, err := n.guest.Show(t.Context(), lab.LocalDNSUnitName, "ActiveState", "SubState", "Result", "NRestarts", "MainPID")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st["ActiveState"]+"/"+st["SubState"] == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("localdns.service is %s/%s after %v, want %s (%v)", st["ActiveState"], st["SubState"], limit, want, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var localdnsTestNSID = regexp.MustCompile(`; NSID: .*\("([^"]*)"\)`)
+
+// TestLocalDNSShipped boots LocalDNS with the unit AKS ships, checks that
+// both listeners answer through CoreDNS (NSIDs localdns-pod and localdns),
+// drives the seed's crash storm into the start limit and checks that the
+// pods' listener stays dead; then that Close leaves nothing behind.
+func TestLocalDNSShipped(t *testing.T) {
+	t.Parallel()
+	n := localdnsTestBoot(t, lab.LocalDNSShipped)
+	g := n.guest
+
+	links, err := n.node.Links()
+	localdnsTestMust(t, err)
+	if !strings.Contains(strings.Join(links, " "), "localdns") {
+		t.Fatalf("no localdns link in the guest's namespace: %v", links)
+	}
+	addrs := nstest.Run(t, n.node, "ip", "-o", "addr", "show", "dev", "localdns")
+	for _, a := range []string{lab.LocalDNSNodeIP + "/32", lab.LocalDNSPodIP + "/32"} {
+		if !strings.Contains(addrs, a) {
+			t.Errorf("localdns link lacks %s:\n%s", a, addrs)
+		}
+	}
+	// The first query may come before the veth to kube-dns existed in
+	// CoreDNS's eyes; SERVFAIL is not cached (servfail 0), so poll.
+	n.waitAnswering(t, lab.LocalDNSPodIP, 10*time.Second)
+	for ip, nsid := range map[string]string{lab.LocalDNSPodIP: "localdns-pod", lab.LocalDNSNodeIP: "localdns"} {
+		out := nstest.Run(t, n.node, "dig", "+nsid", "+tries=1", "+time=5", "@"+ip, localdnsTestName, "A")
+		rcode, answer, err := nstest.ParseDig(localdnsTestDigAnswer(out))
+		if err != nil || rcode != dns.RcodeSuccess || len(answer) != 1 || !strings.Contains(answer[0].String(), localdnsTestAddr) {
+			t.Errorf("dig @%s %s: rcode %d answer %v err %v\n%s", ip, localdnsTestName, rcode, answer, err, out)
+		}
+		if m := localdnsTestNSID.FindStringSubmatch(out); m == nil || m[1] != nsid {
+			t.Errorf("dig @%s: NSID %v, want %q\n%s", ip, m, nsid, out)
+		}
+	}
+
+	stormStart := time.Now()
+	killed := n.crashStorm(t)
+	st := n.waitState(t, "failed/failed", 10*time.Second)
+	t.Logf("shipped: %d live PIDs killed %v before the start limit; failed %v after the storm began; %v",
+		len(killed), killed, time.Since(stormStart).Round(time.Millisecond), st)
+	// The boot's start counts against the limit when it was less than 10 s
+	// before the storm: 5 kills then, 6 (the seed's count) otherwise.
+	if len(killed) < 5 || len(killed) > 6 {
+		t.Errorf("%d kills before the unit failed, want 5 or 6", len(killed))
+	}
+	journal := localdnsTestWaitJournal(t, g, "Start request repeated too quickly", 5*time.Second)
+	if !strings.Contains(journal, "Failed to start localdns.service") {
+		t.Errorf("journal lacks the failed start:\n%s", localdnsTestTail(journal, 20))
+	}
+	// Nothing comes back: no ExecStopPost, so the link and its addresses
+	// stay, with nobody listening (connection refused, as on the node).
+	time.Sleep(time.Second)
+	if err := n.answers(lab.LocalDNSPodIP, 500*time.Millisecond); err == nil {
+		t.Errorf("%s answers with localdns.service failed", lab.LocalDNSPodIP)
+	} else {
+		t.Logf("shipped: %s after the storm: %v", lab.LocalDNSPodIP, err)
+	}
+	if st := n.waitState(t, "failed/failed", 0); st["MainPID"] != "0" {
+		t.Errorf("failed unit has MainPID %s", st["MainPID"])
+	}
+
+	localdnsTestCloseAndCheck(t, g)
+}
+
+// TestLocalDNSPR9439 drives the same storm into LocalDNS with PR 9439's
+// unit and measures how long the pods' listener stays dark until it
+// recovers to active/running; then that Close leaves nothing behind.
+func TestLocalDNSPR9439(t *testing.T) {
+	t.Parallel()
+	n := localdnsTestBoot(t, lab.LocalDNSPR9439)
+	g := n.guest
+	n.waitAnswering(t, lab.LocalDNSPodIP, 10*time.Second)
+
+	// A prober asks .11 every 50 ms throughout, as a pod would.
+	type probe struct {
+		at time.Time
+		ok bool
+	}
+	var (
+		mu     sync.Mutex
+		probes []probe
+	)
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			err := n.answers(lab.LocalDNSPodIP, 200*time.Millisecond)
+			mu.Lock()
+			probes = append(probes, probe{time.Now(), err == nil})
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	defer func() { stop(); wg.Wait() }()
+
+	stormStart := time.Now()
+	killed := n.crashStorm(t)
+	stormEnd := time.Now()
+	st := n.waitState(t, "active/running", 30*time.Second)
+	n.waitAnswering(t, lab.LocalDNSPodIP, 10*time.Second)
+	time.Sleep(500 * time.Millisecond) // a few good probes after recovery
+	stop()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	var firstFail, lastFail, recovered time.Time
+	failures := 0
+	for _, p := range probes {
+		if !p.ok {
+			failures++
+			if firstFail.IsZero() {
+				firstFail = p.at
+			}
+			lastFail = p.at
+		}
+	}
+	for _, p := range probes {
+		if p.ok && p.at.After(lastFail) {
+			recovered = p.at
+			break
+		}
+	}
+	if firstFail.IsZero() || recovered.IsZero() {
+		t.Fatalf("no outage seen, or no recovery: %d probes, %d failed", len(probes), failures)
+	}
+	outage := recovered.Sub(firstFail)
+	t.Logf("pr9439: %d live PIDs killed %v in %v; %v; .11 dark from +%v to +%v: outage %v (%d of %d probes failed)",
+		len(killed), killed, stormEnd.Sub(stormStart).Round(time.Millisecond), st,
+		firstFail.Sub(stormStart).Round(time.Millisecond), recovered.Sub(stormStart).Round(time.Millisecond),
+		outage.Round(time.Millisecond), failures, len(probes))
+	if st["Result"] != "success" {
+		t.Errorf("recovered unit has Result=%s, want success", st["Result"])
+	}
+	if outage > 20*time.Second {
+		t.Errorf("outage %v, want the few seconds of two RestartSec=2 cycles", outage)
+	}
+	journal, err := g.Journal(t.Context(), lab.LocalDNSUnitName)
+	localdnsTestMust(t, err)
+	if strings.Contains(journal, "Start request repeated too quickly") {
+		t.Errorf("pr9439 unit hit its start limit:\n%s", localdnsTestTail(journal, 30))
+	}
+	// ExecStopPost (PR 9360) ran the cleanup after each crash.
+	if !strings.Contains(journal, "Successfully cleanup localdns related configurations.") {
+		t.Errorf("no ExecStopPost cleanup in the journal:\n%s", localdnsTestTail(journal, 30))
+	}
+
+	localdnsTestCloseAndCheck(t, g)
+}
+
+// localdnsTestCloseAndCheck closes the guest and checks that no cgroup
+// directory, named namespace, state directory or process of it is left.
+func localdnsTestCloseAndCheck(t *testing.T, g *lab.Guest) {
+	t.Helper()
+	name, pid := g.Name(), g.PID()
+	var st syscall.Stat_t
+	localdnsTestMust(t, syscall.Stat(g.NetNS().Path(), &st))
+	netnsIno := st.Ino
+	cgroup := localdnsTestCgroupOf(t, pid)
+
+	start := time.Now()
+	localdnsTestMust(t, g.Close())
+	t.Logf("%s: closed in %v", name, time.Since(start).Round(time.Millisecond))
+	localdnsTestMust(t, g.Close()) // twice is fine
+
+	for _, p := range append(cgroup, "/run/netns/"+name, "/run/dnsstandby-guest/"+name) {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there (%v)", p, err)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil || strings.Contains(string(out), name) {
+		t.Errorf("ip netns list (%v) still shows %s:\n%s", err, name, out)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("PID 1 (%d) still exists", pid)
+	}
+	// No process (or open descriptor) in the guest's network namespace.
+	want := fmt.Sprintf("net:[%d]", netnsIno)
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if link, err := os.Readlink(p + "/ns/net"); err == nil && link == want {
+			comm, _ := os.ReadFile(p + "/comm")
+			t.Errorf("process %s (%s) is still in the guest's network namespace", p, strings.TrimSpace(string(comm)))
+		}
+	}
+}
+
+// localdnsTestCgroupOf returns the host paths the cgroup PID 1 was placed
+// in (the root of the guest's cgroup namespace) may have: under the cgroup2
+// mount of a hybrid host and of a unified one.
+func localdnsTestCgroupOf(t *testing.T, pid int) []string {
+	t.Helper()
+	// PID 1's cgroup as the host sees it: "0::/dnsstandby-guest/NAME/init.scope".
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bufio.NewScanner(strings.NewReader(string(data)))
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "0::"); ok {
+			parts := strings.Split(strings.Trim(rest, "/"), "/")
+			if len(parts) >= 2 {
+				rel := filepath.Join(parts[0], parts[1])
+				return []string{filepath.Join("/sys/fs/cgroup/unified", rel), filepath.Join("/sys/fs/cgroup", rel)}
+			}
+		}
+	}
+	t.Fatalf("no cgroup2 path for PID 1 in /proc/%d/cgroup:\n%s", pid, data)
+	return nil
+}
+
+// localdnsTestWaitJournal polls the unit's journal until it holds want.
+func localdnsTestWaitJournal(t *testing.T, g *lab.Guest, want string, limit time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		j, err := g.Journal(t.Context(), lab.LocalDNSUnitName)
+		localdnsTestMust(t, err)
+		if strings.Contains(j, want) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("journal lacks %q after %v:\n%s", want, limit, localdnsTestTail(j, 30))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// localdnsTestDigAnswer keeps what ParseDig reads from a full dig output.
+func localdnsTestDigAnswer(out string) string {
+	var b strings.Builder
+	inAnswer := false
+	for line := range strings.Lines(out) {
+		switch {
+		case strings.Contains(line, "->>HEADER<<-"):
+			b.WriteString(line)
+		case strings.HasPrefix(line, ";; ANSWER SECTION:"):
+			inAnswer = true
+		case inAnswer && strings.TrimSpace(line) == "":
+			inAnswer = false
+		case inAnswer:
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+func localdnsTestTail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func localdnsTestMust(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// localdnsTestSettings reads a unit file into section.Key -> values,
+// skipping comments, as systemd reads the simple files here.
+func localdnsTestSettings(unit string) map[string][]string {
+	m := map[string][]string{}
+	section := ""
+	for line := range strings.Lines(unit) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, _ := strings.Cut(line, "=")
+			m[section+"."+k] = append(m[section+"."+k], v)
+		}
+	}
+	return m
+}
+
+// TestLocalDNSUnit pins the settings each variant has and lacks, and where
+// they are.
+func TestLocalDNSUnit(t *testing.T) {
+	common := map[string]string{
+		"Service.Type":            "notify",
+		"Service.NotifyAccess":    "all",
+		"Service.WatchdogSec":     "60",
+		"Service.Restart":         "on-failure",
+		"Service.KillMode":        "mixed",
+		"Service.TimeoutStopSec":  "30",
+		"Service.Slice":           "localdns.slice",
+		"Service.ExecStart":       lab.LocalDNSScript,
+		"Service.EnvironmentFile": "-" + lab.LocalDNSEnvironmentPath,
+	}
+	for _, tc := range []struct {
+		variant string
+		has     map[string]string
+		lacks   []string
+	}{
+		{lab.LocalDNSShipped, nil, []string{"Unit.StartLimitIntervalSec", "Unit.StartLimitBurst",
+			"Service.RestartSec", "Service.ExecStopPost", "Service.KillSignal"}},
+		{lab.LocalDNSPR9439, map[string]string{
+			"Unit.StartLimitIntervalSec": "300",
+			"Unit.StartLimitBurst":       "30",
+			"Service.RestartSec":         "2",
+			"Service.KillSignal":         "SIGTERM",
+			"Service.ExecStopPost":       lab.LocalDNSScript + " cleanup",
+		}, nil},
+	} {
+		got := localdnsTestSettings(lab.LocalDNSUnit(tc.variant))
+		for k, v := range common {
+			if len(got[k]) != 1 || got[k][0] != v {
+				t.Errorf("%s: %s = %v, want %q", tc.variant, k, got[k], v)
+			}
+		}
+		for k, v := range tc.has {
+			if len(got[k]) != 1 || got[k][0] != v {
+				t.Errorf("%s: %s = %v, want %q", tc.variant, k, got[k], v)
+			}
+		}
+		for _, k := range tc.lacks {
+			if _, ok := got[k]; ok {
+				t.Errorf("%s: has %s = %v, want none (systemd's default)", tc.variant, k, got[k])
+			}
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("LocalDNSUnit of an unknown variant did not panic")
+			}
+		}()
+		lab.LocalDNSUnit("pr9999")
+	}()
+}
+
+// TestDnsstandbyUnit checks the command line's quoting and the restart
+// policy.
+func TestDnsstandbyUnit(t *testing.T) {
+	got := localdnsTestSettings(lab.DnsstandbyUnit("/opt/dnsstandby/bin/dnsstandby",
+		"run", "--listen", "169.254.10.11:53", "--label", `a "b" 100%`, "$HOME"))
+	want := map[string]string{
+		"Service.ExecStart":          `/opt/dnsstandby/bin/dnsstandby run --listen 169.254.10.11:53 --label "a \"b\" 100%%" $$HOME`,
+		"Service.Type":               "simple",
+		"Service.Restart":            "always",
+		"Service.RestartSec":         "100ms",
+		"Unit.StartLimitIntervalSec": "0",
+	}
+	for k, v := range want {
+		if len(got[k]) != 1 || got[k][0] != v {
+			t.Errorf("%s = %v, want %q", k, got[k], v)
+		}
+	}
+}
+
+// TestLocalDNSFiles checks the files' paths and modes, and that the
+// environment points the script at the CoreDNS given.
+func TestLocalDNSFiles(t *testing.T) {
+	files := lab.LocalDNSFiles("/usr/local/bin/coredns")
+	if f := files[lab.LocalDNSScript]; f.Mode != 0o755 || !strings.HasPrefix(f.Data, "#!/bin/bash\n") {
+		t.Errorf("script: mode %v, starts %q", f.Mode, f.Data[:min(20, len(f.Data))])
+	}
+	env := files[lab.LocalDNSEnvironmentPath].Data
+	for _, want := range []string{"COREDNS_BINARY_PATH=/usr/local/bin/coredns\n", "LINK_KIND=bridge\n",
+		"UPDATED_LOCALDNS_CORE_FILE=" + lab.LocalDNSCorefilePath + "\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("environment lacks %q:\n%s", want, env)
+		}
+	}
+	if files[lab.LocalDNSCorefilePath].Data != lab.LocalDNSCorefile() {
+		t.Error("Corefile file differs from LocalDNSCorefile()")
+	}
+	if !strings.Contains(lab.LocalDNSFiles("")[lab.LocalDNSEnvironmentPath].Data, "COREDNS_BINARY_PATH="+lab.LocalDNSCoreDNSPath+"\n") {
+		t.Error(`LocalDNSFiles("") does not default to the node's CoreDNS path`)
+	}
+}

@@ -1,0 +1,363 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// ReportDefaultStep is the timeline's bin width.
+const ReportDefaultStep = 100 * time.Millisecond
+
+// Interval is a stretch of a run, on the load's clock (Load.Start): a
+// period when LocalDNS was down, for example.
+type Interval struct {
+	From, To time.Duration
+	Label    string
+}
+
+// Event is a moment of a run, on the load's clock: "kill", "SIGSTOP", ...
+type Event struct {
+	At    time.Duration
+	Label string
+}
+
+// AnsweredBy counts the answers that counted by who gave them (their NSID).
+// The two named fields are always written; the others only when non-zero.
+type AnsweredBy struct {
+	LocalDNS int            `json:"localdns-pod"`
+	Standby  int            `json:"dnsstandby"`
+	NoNSID   int            `json:"no_nsid,omitempty"` // acceptable answers without an NSID option
+	Other    map[string]int `json:"other,omitempty"`   // any other NSID
+}
+
+// Summary is one run's numbers. The fields up to GlibcFail are the lab's
+// output format (issue 4), in its order; the rest are extras.
+type Summary struct {
+	QPS                float64    `json:"qps"` // achieved: queries sent / time spent sending
+	Sent               int        `json:"sent"`
+	AnsweredFirstTry   int        `json:"answered_first_try"`
+	AnsweredAfterRetry int        `json:"answered_after_retry"`
+	Unanswered         int        `json:"unanswered"`
+	MaxGapMs           float64    `json:"max_gap_ms"` // longest stretch of sends none of which was answered on its first try
+	AnsweredBy         AnsweredBy `json:"answered_by"`
+	P50Ms              float64    `json:"p50_ms"` // over answered queries, from the first send; 0 if none was answered
+	P99Ms              float64    `json:"p99_ms"`
+	GlibcOK            int        `json:"glibc_ok"`
+	GlibcFail          int        `json:"glibc_fail"`
+
+	ServFail        int            `json:"servfail"`               // SERVFAIL replies (each failed a try)
+	BadRcodes       map[string]int `json:"bad_rcodes,omitempty"`   // every reply that failed a try, by rcode
+	TargetQPS       int            `json:"target_qps"`             // the rate asked for
+	DurationS       float64        `json:"duration_s"`             // time spent sending
+	MaxGapFromMs    float64        `json:"max_gap_from_ms"`        // where the longest gap began, on the run's clock
+	GlibcUnfinished int            `json:"glibc_unfinished"`       // lookups still running when the probe ended
+	GlibcSkipped    int            `json:"glibc_skipped"`          // lookups not started: too many running
+	GlibcMaxMs      float64        `json:"glibc_max_ms"`           // slowest finished lookup
+	Late            int            `json:"late,omitempty"`         // replies after their try timed out
+	Unmatched       int            `json:"unmatched,omitempty"`    // replies to no try sent
+	Malformed       int            `json:"malformed,omitempty"`    // datagrams that are no DNS reply
+	Truncated       int            `json:"truncated,omitempty"`    // replies with TC set
+	SendErrors      int            `json:"send_errors,omitempty"`  // sends the kernel refused
+	ICMPErrors      int            `json:"icmp_errors,omitempty"`  // unreachable errors reported to the sockets
+	NoTimestamp     int            `json:"no_timestamp,omitempty"` // replies timed when read, not by the kernel (none or implausible)
+	MaxLagMs        float64        `json:"max_lag_ms,omitempty"`   // furthest the sender fell behind schedule
+	Aborted         bool           `json:"aborted,omitempty"`      // the load was cut short
+	ReceiverErr     string         `json:"receiver_err,omitempty"` // the load's receiver failed
+}
+
+// Timeline is a run in bins of Step by send time (a query belongs to the
+// bin it was first sent in, however it ended), with the glibc lookups by
+// start time.
+type Timeline struct {
+	Step       time.Duration
+	Sent       []int
+	FirstTry   []int
+	AfterRetry []int
+	Lost       []int // never answered
+	GlibcOK    []int
+	GlibcFail  []int
+}
+
+// LabRun is one scenario under one setup: the lab's unit of output.
+type LabRun struct {
+	Scenario string `json:"scenario"`
+	Setup    string `json:"setup"`
+	Summary
+	Note     string     `json:"note,omitempty"`
+	Down     []Interval `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
+	Events   []Event    `json:"events,omitempty"` // marks on the timeline
+	Timeline Timeline   `json:"timeline"`
+}
+
+// NewLabRun summarizes a load and its glibc probe (the zero ProbeResult if
+// there was none) and bins them on the load's clock at ReportDefaultStep.
+// The caller adds Down, Events and Note.
+func NewLabRun(scenario, setup string, load LoadResult, probe ProbeResult) LabRun {
+	return LabRun{
+		Scenario: scenario,
+		Setup:    setup,
+		Summary:  Summarize(load, probe),
+		Timeline: BuildTimeline(load, probe, ReportDefaultStep),
+	}
+}
+
+// Summarize computes a run's numbers; probe is the zero ProbeResult if there
+// was none.
+func Summarize(load LoadResult, probe ProbeResult) Summary {
+	s := Summary{
+		Sent:        len(load.Records),
+		TargetQPS:   load.QPS,
+		DurationS:   reportRound(load.Duration.Seconds(), 3),
+		Late:        load.Late,
+		Unmatched:   load.Unmatched,
+		Malformed:   load.Malformed,
+		Truncated:   load.Truncated,
+		SendErrors:  load.SendErrors,
+		ICMPErrors:  load.RecvErrors,
+		NoTimestamp: load.NoTimestamp,
+		MaxLagMs:    reportMs(load.MaxLag),
+		Aborted:     load.Aborted,
+		ReceiverErr: load.ReceiverErr,
+	}
+	if load.Duration > 0 {
+		s.QPS = reportRound(float64(s.Sent)/load.Duration.Seconds(), 1)
+	}
+	latencies := make([]time.Duration, 0, len(load.Records))
+	for _, r := range load.Records {
+		switch r.Outcome {
+		case LoadFirstTry:
+			s.AnsweredFirstTry++
+		case LoadAfterRetry:
+			s.AnsweredAfterRetry++
+		default:
+			s.Unanswered++
+			continue
+		}
+		latencies = append(latencies, r.Latency)
+		switch r.By {
+		case LoadNSIDLocalDNS:
+			s.AnsweredBy.LocalDNS++
+		case LoadNSIDStandby:
+			s.AnsweredBy.Standby++
+		case "":
+			s.AnsweredBy.NoNSID++
+		default:
+			if s.AnsweredBy.Other == nil {
+				s.AnsweredBy.Other = map[string]int{}
+			}
+			s.AnsweredBy.Other[r.By]++
+		}
+	}
+	slices.Sort(latencies)
+	s.P50Ms = reportMs(reportPercentile(latencies, 0.50))
+	s.P99Ms = reportMs(reportPercentile(latencies, 0.99))
+	from, gap := MaxGap(load)
+	s.MaxGapMs, s.MaxGapFromMs = reportMs(gap), reportMs(from)
+	for rcode, n := range load.BadRcodes {
+		if s.BadRcodes == nil {
+			s.BadRcodes = map[string]int{}
+		}
+		s.BadRcodes[reportRcode(rcode)] += n
+	}
+	s.ServFail = load.BadRcodes[dns.RcodeServerFailure]
+	s.GlibcOK, s.GlibcFail = probe.Counts()
+	s.GlibcSkipped = probe.Skipped
+	var slowest time.Duration
+	for _, p := range probe.Records {
+		if !p.Finished {
+			s.GlibcUnfinished++
+			continue
+		}
+		slowest = max(slowest, p.Duration)
+	}
+	s.GlibcMaxMs = reportMs(slowest)
+	return s
+}
+
+// MaxGap finds the longest stretch in which no query sent was answered on
+// its first try: from the send time of the first query of a run of such
+// queries to the send time of the next query answered on its first try, or
+// to the end of sending. It returns where the stretch began and its length;
+// both are 0 when every query was answered on its first try.
+func MaxGap(load LoadResult) (from, gap time.Duration) {
+	recs := load.Records
+	run := -1 // first record of the current run, if any
+	for i, r := range recs {
+		if r.Outcome != LoadFirstTry {
+			if run < 0 {
+				run = i
+			}
+			continue
+		}
+		if run >= 0 {
+			if g := r.Sent - recs[run].Sent; g > gap {
+				from, gap = recs[run].Sent, g
+			}
+			run = -1
+		}
+	}
+	if run >= 0 {
+		end := max(load.Duration, recs[len(recs)-1].Sent)
+		if g := end - recs[run].Sent; g > gap {
+			from, gap = recs[run].Sent, g
+		}
+	}
+	return from, gap
+}
+
+// BuildTimeline bins the load by send time and the probe's lookups (if
+// any) by start time, on the load's clock. Bins cover the time spent
+// sending.
+func BuildTimeline(load LoadResult, probe ProbeResult, step time.Duration) Timeline {
+	if step <= 0 {
+		step = ReportDefaultStep
+	}
+	end := load.Duration
+	if n := len(load.Records); n > 0 {
+		end = max(end, load.Records[n-1].Sent+1)
+	}
+	bins := int((end + step - 1) / step)
+	t := Timeline{
+		Step:       step,
+		Sent:       make([]int, bins),
+		FirstTry:   make([]int, bins),
+		AfterRetry: make([]int, bins),
+		Lost:       make([]int, bins),
+		GlibcOK:    make([]int, bins),
+		GlibcFail:  make([]int, bins),
+	}
+	for _, r := range load.Records {
+		b := min(int(r.Sent/step), bins-1)
+		t.Sent[b]++
+		switch r.Outcome {
+		case LoadFirstTry:
+			t.FirstTry[b]++
+		case LoadAfterRetry:
+			t.AfterRetry[b]++
+		default:
+			t.Lost[b]++
+		}
+	}
+	offset := probe.Start.Sub(load.Start)
+	for _, p := range probe.Records {
+		at := offset + p.Start
+		if !p.Finished || at < 0 || at >= time.Duration(bins)*step {
+			continue
+		}
+		if b := int(at / step); p.OK {
+			t.GlibcOK[b]++
+		} else {
+			t.GlibcFail[b]++
+		}
+	}
+	return t
+}
+
+// reportPercentile is the nearest-rank percentile of sorted values; 0 for
+// none.
+func reportPercentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// reportMs is d in milliseconds at microsecond precision.
+func reportMs(d time.Duration) float64 {
+	return reportRound(float64(d)/float64(time.Millisecond), 3)
+}
+
+func reportRound(v float64, digits int) float64 {
+	p := math.Pow10(digits)
+	return math.Round(v*p) / p
+}
+
+func reportDuration(ms float64) time.Duration {
+	return time.Duration(math.Round(ms * float64(time.Millisecond)))
+}
+
+func reportRcode(rcode int) string {
+	if s, ok := dns.RcodeToString[rcode]; ok {
+		return s
+	}
+	return fmt.Sprintf("RCODE%d", rcode)
+}
+
+type reportIntervalJSON struct {
+	FromMs float64 `json:"from_ms"`
+	ToMs   float64 `json:"to_ms"`
+	Label  string  `json:"label"`
+}
+
+func (i Interval) MarshalJSON() ([]byte, error) {
+	return json.Marshal(reportIntervalJSON{reportMs(i.From), reportMs(i.To), i.Label})
+}
+
+func (i *Interval) UnmarshalJSON(b []byte) error {
+	var v reportIntervalJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*i = Interval{From: reportDuration(v.FromMs), To: reportDuration(v.ToMs), Label: v.Label}
+	return nil
+}
+
+type reportEventJSON struct {
+	AtMs  float64 `json:"at_ms"`
+	Label string  `json:"label"`
+}
+
+func (e Event) MarshalJSON() ([]byte, error) {
+	return json.Marshal(reportEventJSON{reportMs(e.At), e.Label})
+}
+
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var v reportEventJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*e = Event{At: reportDuration(v.AtMs), Label: v.Label}
+	return nil
+}
+
+type reportTimelineJSON struct {
+	StepMs     float64 `json:"step_ms"`
+	Sent       []int   `json:"sent"`
+	FirstTry   []int   `json:"first_try"`
+	AfterRetry []int   `json:"after_retry"`
+	Lost       []int   `json:"lost"`
+	GlibcOK    []int   `json:"glibc_ok"`
+	GlibcFail  []int   `json:"glibc_fail"`
+}
+
+func (t Timeline) MarshalJSON() ([]byte, error) {
+	orEmpty := func(v []int) []int {
+		if v == nil {
+			return []int{}
+		}
+		return v
+	}
+	return json.Marshal(reportTimelineJSON{
+		StepMs: reportMs(t.Step), Sent: orEmpty(t.Sent), FirstTry: orEmpty(t.FirstTry),
+		AfterRetry: orEmpty(t.AfterRetry), Lost: orEmpty(t.Lost),
+		GlibcOK: orEmpty(t.GlibcOK), GlibcFail: orEmpty(t.GlibcFail),
+	})
+}
+
+func (t *Timeline) UnmarshalJSON(b []byte) error {
+	var v reportTimelineJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*t = Timeline{
+		Step: reportDuration(v.StepMs), Sent: v.Sent, FirstTry: v.FirstTry,
+		AfterRetry: v.AfterRetry, Lost: v.Lost, GlibcOK: v.GlibcOK, GlibcFail: v.GlibcFail,
+	}
+	return nil
+}

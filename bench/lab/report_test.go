@@ -1,0 +1,358 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// reportTestStep is the send interval of the synthetic loads: 2,000 qps.
+const reportTestStep = 500 * time.Microsecond
+
+// reportTestLoad builds a load from a pattern, one query per character sent
+// reportTestStep apart: F answered on the first try, R after the retry, U
+// never. Answers alternate between LocalDNS and dnsstandby; latency is 1 ms
+// on the first try and 1,001 ms after a retry.
+func reportTestLoad(pattern string) LoadResult {
+	res := LoadResult{
+		QPS:       int(time.Second / reportTestStep),
+		Duration:  time.Duration(len(pattern)) * reportTestStep,
+		Timeout:   time.Second,
+		BadRcodes: map[int]int{},
+	}
+	for i, c := range pattern {
+		r := LoadRecord{Sent: time.Duration(i) * reportTestStep, Rcode: -1}
+		by := LoadNSIDLocalDNS
+		if i%2 == 1 {
+			by = LoadNSIDStandby
+		}
+		switch c {
+		case 'F':
+			r.Outcome, r.Latency, r.By, r.Rcode = LoadFirstTry, time.Millisecond, by, 0
+		case 'R':
+			r.Outcome, r.Latency, r.By, r.Rcode = LoadAfterRetry, 1001*time.Millisecond, by, 0
+		case 'U':
+			r.Outcome = LoadUnanswered
+		}
+		res.Records = append(res.Records, r)
+	}
+	return res
+}
+
+func TestMaxGap(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	tests := []struct {
+		name     string
+		pattern  string
+		from     time.Duration
+		gap      time.Duration
+		duration time.Duration // overrides the pattern's if non-zero
+	}{
+		{name: "no queries"},
+		{name: "all first try", pattern: "FFFFFF"},
+		{name: "one lost", pattern: "FFUFF", from: ms(1), gap: ms(0.5)},
+		{name: "gap in the middle", pattern: "FFUUUFF", from: ms(1), gap: ms(1.5)},
+		{name: "retry-answered queries are inside the gap", pattern: "FFRRURFF", from: ms(1), gap: ms(2)},
+		{name: "gap at the start", pattern: "UUFF", from: 0, gap: ms(1)},
+		{name: "gap at the end runs to the end of sending", pattern: "FFUUU", from: ms(1), gap: ms(1.5)},
+		{name: "gap at the end, sending went on after the last query", pattern: "FFUUU", from: ms(1), gap: ms(9), duration: ms(10)},
+		{name: "no answers at all", pattern: "UUUU", from: 0, gap: ms(2)},
+		{name: "only retries", pattern: "RRRR", from: 0, gap: ms(2)},
+		{name: "longest of two", pattern: "FUUFUUUUFUUUF", from: ms(2), gap: ms(2)},
+		{name: "first of two equal", pattern: "FUUFUUF", from: ms(0.5), gap: ms(1)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			load := reportTestLoad(tc.pattern)
+			if tc.duration != 0 {
+				load.Duration = tc.duration
+			}
+			from, gap := MaxGap(load)
+			if from != tc.from || gap != tc.gap {
+				t.Errorf("MaxGap(%q) = from %v gap %v, want from %v gap %v", tc.pattern, from, gap, tc.from, tc.gap)
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	tests := []struct {
+		name    string
+		pattern string
+		probe   ProbeResult
+		bad     map[int]int
+		want    Summary
+	}{
+		{
+			name:    "no queries",
+			pattern: "",
+			want:    Summary{TargetQPS: 2000},
+		},
+		{
+			name:    "no answers at all",
+			pattern: "UUUU",
+			bad:     map[int]int{dns.RcodeServerFailure: 8},
+			want: Summary{
+				QPS: 2000, Sent: 4, Unanswered: 4, MaxGapMs: 2, ServFail: 8,
+				BadRcodes: map[string]int{"SERVFAIL": 8}, TargetQPS: 2000, DurationS: 0.002,
+			},
+		},
+		{
+			name:    "mixed, with a glibc probe",
+			pattern: "FFRRUUFFFF",
+			probe: ProbeResult{Records: []ProbeRecord{
+				{Duration: 5 * time.Millisecond, OK: true, Finished: true},
+				{Duration: 2 * time.Second, OK: false, Finished: true},
+				{Duration: 3 * time.Second, OK: true, Finished: true},
+				{Duration: 10 * time.Second}, // unfinished
+			}, Skipped: 2},
+			bad: map[int]int{dns.RcodeServerFailure: 1, dns.RcodeRefused: 2},
+			want: Summary{
+				QPS: 2000, Sent: 10, AnsweredFirstTry: 6, AnsweredAfterRetry: 2, Unanswered: 2,
+				MaxGapMs: 2, MaxGapFromMs: 1,
+				AnsweredBy: AnsweredBy{LocalDNS: 4, Standby: 4},
+				// 8 answered: six of 1 ms, two of 1,001 ms; nearest rank
+				// p50 is the 4th, p99 the 8th.
+				P50Ms: 1, P99Ms: 1001,
+				GlibcOK: 2, GlibcFail: 1, GlibcUnfinished: 1, GlibcSkipped: 2, GlibcMaxMs: 3000,
+				ServFail: 1, BadRcodes: map[string]int{"SERVFAIL": 1, "REFUSED": 2},
+				TargetQPS: 2000, DurationS: 0.005,
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			load := reportTestLoad(tc.pattern)
+			for k, v := range tc.bad {
+				load.BadRcodes[k] = v
+			}
+			got := Summarize(load, tc.probe)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Summarize:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSummarizeAnsweredBy(t *testing.T) {
+	load := reportTestLoad("FFFFR")
+	load.Records[2].By = ""
+	load.Records[3].By = "some-other-server"
+	got := Summarize(load, ProbeResult{}).AnsweredBy
+	want := AnsweredBy{LocalDNS: 2, Standby: 1, NoNSID: 1, Other: map[string]int{"some-other-server": 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestBuildTimeline(t *testing.T) {
+	// 2,000 qps for 0.35 s: bins of 200, 200, 200 and 100 queries; the
+	// second bin lost, the third answered after the retry.
+	pattern := strings.Repeat("F", 200) + strings.Repeat("U", 200) + strings.Repeat("R", 200) + strings.Repeat("F", 100)
+	load := reportTestLoad(pattern)
+	load.Start = time.Unix(1000, 0)
+	probe := ProbeResult{Start: load.Start.Add(50 * time.Millisecond), Records: []ProbeRecord{
+		{Start: 0, OK: true, Finished: true},                       // at 50 ms: bin 0
+		{Start: 100 * time.Millisecond, Finished: true},            // at 150 ms: bin 1, failed
+		{Start: 200 * time.Millisecond},                            // unfinished: not shown
+		{Start: 250 * time.Millisecond, OK: true, Finished: true},  // at 300 ms: bin 3
+		{Start: 1000 * time.Millisecond, OK: true, Finished: true}, // past the end
+	}}
+	tl := BuildTimeline(load, probe, 0)
+	want := Timeline{
+		Step:       100 * time.Millisecond,
+		Sent:       []int{200, 200, 200, 100},
+		FirstTry:   []int{200, 0, 0, 100},
+		AfterRetry: []int{0, 0, 200, 0},
+		Lost:       []int{0, 200, 0, 0},
+		GlibcOK:    []int{1, 0, 0, 1},
+		GlibcFail:  []int{0, 1, 0, 0},
+	}
+	if !reflect.DeepEqual(tl, want) {
+		t.Errorf("timeline:\n got %+v\nwant %+v", tl, want)
+	}
+	if empty := BuildTimeline(LoadResult{}, ProbeResult{}, 0); len(empty.Sent) != 0 {
+		t.Errorf("empty load: %d bins", len(empty.Sent))
+	}
+}
+
+// reportTestRuns are two scenarios' runs as the lab makes them.
+func reportTestRuns() []LabRun {
+	healthy := NewLabRun("healthy", "localdns-shipped", reportTestLoad(strings.Repeat("F", 4000)), ProbeResult{})
+	storm := NewLabRun("crash-storm", "localdns-shipped",
+		reportTestLoad(strings.Repeat("F", 1000)+strings.Repeat("U", 2000)+strings.Repeat("R", 200)+strings.Repeat("U", 800)), ProbeResult{})
+	storm.Down = []Interval{{From: 500 * time.Millisecond, To: 2 * time.Second, Label: "LocalDNS down"}}
+	for i := range 8 {
+		storm.Events = append(storm.Events, Event{At: 500*time.Millisecond + time.Duration(i)*300*time.Millisecond, Label: "kill"})
+	}
+	storm.Note = "unit failed | start limit"
+	standby := NewLabRun("crash-storm", "dnsstandby", reportTestLoad(strings.Repeat("F", 3000)+strings.Repeat("R", 5)+strings.Repeat("F", 995)), ProbeResult{})
+	standby.Events = storm.Events
+	return []LabRun{healthy, storm, standby}
+}
+
+func TestWriteLabJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out", "lab.json")
+	runs := reportTestRuns()
+	skipped := []Skipped{{Scenario: "hang", Setup: "dnsstandby", Why: "needs takeover"}}
+	if err := WriteLabJSON(path, "1.13.1", runs, skipped...); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The output format: top-level keys, then each run's keys in order.
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	if got := reportTestKeys(t, b); !reflect.DeepEqual(got, []string{"coredns_version", "runs", "skipped"}) {
+		t.Errorf("top-level keys %v", got)
+	}
+	var rawRuns []json.RawMessage
+	if err := json.Unmarshal(top["runs"], &rawRuns); err != nil || len(rawRuns) != len(runs) {
+		t.Fatalf("runs: %v (%d)", err, len(rawRuns))
+	}
+	wantFirst := []string{"scenario", "setup", "qps", "sent", "answered_first_try", "answered_after_retry",
+		"unanswered", "max_gap_ms", "answered_by", "p50_ms", "p99_ms", "glibc_ok", "glibc_fail"}
+	for i, raw := range rawRuns {
+		keys := reportTestKeys(t, raw)
+		if len(keys) < len(wantFirst) || !reflect.DeepEqual(keys[:len(wantFirst)], wantFirst) {
+			t.Errorf("run %d keys %v, want them to start %v", i, keys, wantFirst)
+		}
+		var run map[string]json.RawMessage
+		json.Unmarshal(raw, &run)
+		if got := reportTestKeys(t, run["answered_by"]); !reflect.DeepEqual(got, []string{"localdns-pod", "dnsstandby"}) {
+			t.Errorf("run %d answered_by keys %v", i, got)
+		}
+		for _, k := range []string{"qps", "sent", "max_gap_ms", "p50_ms", "glibc_ok"} {
+			var f float64
+			if err := json.Unmarshal(run[k], &f); err != nil {
+				t.Errorf("run %d %s = %s: not a number", i, k, run[k])
+			}
+		}
+	}
+	var storm struct {
+		Scenario   string         `json:"scenario"`
+		Sent       int            `json:"sent"`
+		Unanswered int            `json:"unanswered"`
+		MaxGapMs   float64        `json:"max_gap_ms"`
+		AnsweredBy map[string]int `json:"answered_by"`
+		Timeline   struct {
+			StepMs float64 `json:"step_ms"`
+			Lost   []int   `json:"lost"`
+		} `json:"timeline"`
+		Down []map[string]any `json:"down"`
+	}
+	if err := json.Unmarshal(rawRuns[1], &storm); err != nil {
+		t.Fatal(err)
+	}
+	if storm.Scenario != "crash-storm" || storm.Sent != 4000 || storm.Unanswered != 2800 || storm.MaxGapMs != 1500 ||
+		storm.AnsweredBy["localdns-pod"]+storm.AnsweredBy["dnsstandby"] != 1200 ||
+		storm.Timeline.StepMs != 100 || len(storm.Timeline.Lost) != 20 ||
+		len(storm.Down) != 1 || storm.Down[0]["from_ms"] != 500.0 || storm.Down[0]["to_ms"] != 2000.0 {
+		t.Errorf("crash-storm run read back as %+v", storm)
+	}
+	// Arrays of numbers stay on one line; the rest is indented.
+	if !bytes.Contains(b, []byte(`"lost": [0,0,0,0,0,200,200,200`)) || !bytes.Contains(b, []byte("\n    {\n      \"scenario\": \"healthy\"")) {
+		t.Errorf("layout:\n%.1500s", b)
+	}
+
+	back, err := ReadLabJSON(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (LabFile{CoreDNSVersion: "1.13.1", Runs: runs, Skipped: skipped}); !reflect.DeepEqual(back, want) {
+		t.Errorf("read back %+v\nwant %+v", back, want)
+	}
+
+	// Without skipped runs, exactly the two keys of the format.
+	if err := WriteLabJSON(path, "1.13.1", runs); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if got := reportTestKeys(t, b); !reflect.DeepEqual(got, []string{"coredns_version", "runs"}) {
+		t.Errorf("top-level keys %v", got)
+	}
+}
+
+// reportTestKeys lists a JSON object's keys in the order they appear.
+func reportTestKeys(t *testing.T, b []byte) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not an object: %.80s", b)
+	}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, tok.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
+func TestWriteLabMarkdown(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lab.md")
+	skipped := []Skipped{
+		{Scenario: "crash-storm", Setup: "localdns-pr9439", Why: "guest failed to boot"},
+		{Scenario: "hang", Setup: "dnsstandby", Why: "needs takeover"},
+	}
+	if err := WriteLabMarkdown(path, reportTestRuns(), skipped...); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	healthy, storm := strings.Index(md, "\n## healthy\n"), strings.Index(md, "\n## crash-storm\n")
+	hang := strings.Index(md, "\n## hang\n")
+	if healthy < 0 || storm < healthy || hang < storm || strings.Count(md, "\n## ") != 3 {
+		t.Fatalf("sections out of order:\n%s", md)
+	}
+	for _, want := range []string{
+		"| setup | qps | sent | answered first try | after retry | unanswered | max gap ms | localdns-pod | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | servfail | note |",
+		"| localdns-shipped | 2000 | 4000 | 1000 | 200 | 2800 | 1500 | 600 | 600 | 1.0 | 1001.0 | 0 | 0 | 0 | unit failed \\| start limit |",
+		"| dnsstandby | 2000 | 4000 | 3995 | 5 | 0 | 2 | 2000 | 2000 | 1.0 | 1.0 | 0 | 0 | 0 |  |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in\n%s", want, md)
+		}
+	}
+	for _, want := range []string{
+		"| 0 |  |\n\nNot run:\n\n- localdns-pr9439: guest failed to boot\n",
+		"\n## hang\n\nNot run:\n\n- dnsstandby: needs takeover\n",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("skipped runs: missing %q in\n%s", want, md)
+		}
+	}
+	// The storm's rows come under its heading, in run order.
+	if i, j := strings.Index(md, "| localdns-shipped | 2000 | 4000 | 1000"), strings.Index(md, "\n| dnsstandby |"); i < storm || j < i {
+		t.Errorf("rows misplaced:\n%s", md)
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty.md")
+	if err := WriteLabMarkdown(empty, []LabRun{NewLabRun("x", "y", LoadResult{}, ProbeResult{})}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(empty); !strings.Contains(string(b), "| y | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | — | — |") {
+		t.Errorf("no answers should show no percentiles:\n%s", b)
+	}
+}

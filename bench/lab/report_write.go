@@ -1,0 +1,169 @@
+package lab
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// LabFile is bench/out/lab.json (issue 4's output format, plus the
+// scenarios that were not run).
+type LabFile struct {
+	CoreDNSVersion string    `json:"coredns_version"`
+	Runs           []LabRun  `json:"runs"`
+	Skipped        []Skipped `json:"skipped,omitempty"`
+}
+
+// Skipped is a scenario and setup the lab did not run, and why: it is
+// listed in the output rather than left out silently.
+type Skipped struct {
+	Scenario string `json:"scenario"`
+	Setup    string `json:"setup"`
+	Why      string `json:"why"`
+}
+
+// reportNumberArray matches a JSON array of numbers as json.MarshalIndent
+// writes it, one number a line.
+// (MarshalIndent escapes newlines inside strings, so only its own layout
+// has a line break after '[').
+var reportNumberArray = regexp.MustCompile(`\[\n\s*-?[0-9][-0-9.eE+]*(?:,\n\s*-?[0-9][-0-9.eE+]*)*\n\s*\]`)
+
+// WriteLabJSON writes lab.json: {"coredns_version", "runs": [...],
+// "skipped": [...]}, one run per LabRun with the summary's fields first.
+// It is indented, but arrays of numbers (the timeline) stay on one line
+// each.
+func WriteLabJSON(path, corednsVersion string, runs []LabRun, skipped ...Skipped) error {
+	if runs == nil {
+		runs = []LabRun{}
+	}
+	b, err := json.MarshalIndent(LabFile{CoreDNSVersion: corednsVersion, Runs: runs, Skipped: skipped}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	b = reportNumberArray.ReplaceAllFunc(b, func(m []byte) []byte {
+		return bytes.Join(bytes.Fields(m), nil)
+	})
+	return reportWriteFile(path, append(b, '\n'))
+}
+
+// ReadLabJSON reads a file WriteLabJSON wrote, to draw or tabulate it again.
+func ReadLabJSON(path string) (LabFile, error) {
+	var v LabFile
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("read %s: %w", path, err)
+	}
+	return v, nil
+}
+
+// WriteLabMarkdown writes the runs as Markdown tables, one per scenario in
+// the order scenarios first appear, each followed by the setups of the
+// scenario that were skipped.
+func WriteLabMarkdown(path string, runs []LabRun, skipped ...Skipped) error {
+	var b strings.Builder
+	b.WriteString("# Lab results\n")
+	scenarios := reportScenarios(runs)
+	for _, s := range skipped {
+		if !slices.Contains(scenarios, s.Scenario) {
+			scenarios = append(scenarios, s.Scenario)
+		}
+	}
+	for _, scenario := range scenarios {
+		fmt.Fprintf(&b, "\n## %s\n", scenario)
+		if slices.ContainsFunc(runs, func(r LabRun) bool { return r.Scenario == scenario }) {
+			reportTable(&b, scenario, runs)
+		}
+		first := true
+		for _, s := range skipped {
+			if s.Scenario != scenario {
+				continue
+			}
+			if first {
+				b.WriteString("\nNot run:\n\n")
+				first = false
+			}
+			fmt.Fprintf(&b, "- %s: %s\n", reportCell(s.Setup), reportCell(s.Why))
+		}
+	}
+	return reportWriteFile(path, []byte(b.String()))
+}
+
+// reportTable writes the scenario's runs as a table.
+func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
+	b.WriteString("\n| setup | qps | sent | answered first try | after retry | unanswered | max gap ms | localdns-pod | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | servfail | note |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, r := range runs {
+		if r.Scenario != scenario {
+			continue
+		}
+		p50, p99 := "—", "—"
+		if r.AnsweredFirstTry+r.AnsweredAfterRetry > 0 {
+			p50, p99 = reportFloat(r.P50Ms, 1), reportFloat(r.P99Ms, 1)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %s | %s | %d | %d | %d | %s |\n",
+			reportCell(r.Setup), reportFloat(r.QPS, 0), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry,
+			r.Unanswered, reportFloat(r.MaxGapMs, 0), r.AnsweredBy.LocalDNS, r.AnsweredBy.Standby,
+			p50, p99, r.GlibcOK, r.GlibcFail, r.ServFail, reportCell(r.Note))
+	}
+}
+
+// reportScenarios lists the runs' scenarios in order of first appearance.
+func reportScenarios(runs []LabRun) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if !seen[r.Scenario] {
+			seen[r.Scenario] = true
+			out = append(out, r.Scenario)
+		}
+	}
+	return out
+}
+
+func reportFloat(v float64, digits int) string {
+	return strconv.FormatFloat(v, 'f', digits, 64)
+}
+
+// reportCell keeps text from breaking a table row.
+func reportCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// reportWriteFile writes b to path, creating its directory, through a
+// temporary file so a reader never sees half a file.
+func reportWriteFile(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
