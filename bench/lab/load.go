@@ -409,10 +409,12 @@ func (l *Load) sendNew() {
 }
 
 // sendTry sends try (0 or 1) of query q with a fresh ID: the first try on
-// the query's own socket (round robin), the retry on the next one.
+// a random socket (round robin would tie each name of the mix to a few
+// sockets, and so to a few members of the server's reuseport group), the
+// retry on the next one.
 func (l *Load) sendTry(q int32, try uint8) {
 	qq := l.query(q)
-	sock := uint16(int(q) % len(l.fds))
+	sock := uint16(l.rng.IntN(len(l.fds)))
 	if try == 1 {
 		sock = uint16((int(qq.sock[0]) + 1) % len(l.fds))
 	}

@@ -180,19 +180,24 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	wg.Wait()
 	sleep(ctx, scale(sc.observe))
 
+	// Stop all at once: a glibc lookup still running in an outage takes up
+	// to its resolver timeout to finish.
+	runs = make([]lab.LabRun, len(tops))
 	for i, t := range tops {
-		res := lives[i].load.Stop()
-		pr := lives[i].probe.Stop()
-		down := lives[i].down.stop()
-		run := lab.NewLabRun(sc.name, t.setup, res, pr)
-		run.Down = down
-		run.Events = lives[i].ev.list()
-		run.Note = sc.note
-		if errs[i] != nil {
-			run.Note += "; fault error: " + errs[i].Error()
-		}
-		runs = append(runs, run)
+		wg.Go(func() {
+			res := lives[i].load.Stop()
+			pr := lives[i].probe.Stop()
+			run := lab.NewLabRun(sc.name, t.setup, res, pr)
+			run.Down = lives[i].down.stop()
+			run.Events = lives[i].ev.list()
+			run.Note = sc.note
+			if errs[i] != nil {
+				run.Note += "; fault error: " + errs[i].Error()
+			}
+			runs[i] = run
+		})
 	}
+	wg.Wait()
 	return runs, ctx.Err()
 }
 
