@@ -19,7 +19,7 @@ import (
 const (
 	plotPanelWidth  = 11 * vg.Inch
 	plotPanelHeight = 2.8 * vg.Inch
-	plotLegendWidth = 1.9 * vg.Inch
+	plotLegendWidth = 2.6 * vg.Inch
 	// plotEventGroup merges a burst of same-label events (the crash
 	// storm's 8 kills 300 ms apart) into one label, "kill ×8".
 	plotEventGroup = 2 * time.Second

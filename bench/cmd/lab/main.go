@@ -185,10 +185,11 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	runs = make([]lab.LabRun, len(tops))
 	for i, t := range tops {
 		wg.Go(func() {
+			down := lives[i].down.stop() // first: the shading ends with the load
 			res := lives[i].load.Stop()
 			pr := lives[i].probe.Stop()
 			run := lab.NewLabRun(sc.name, t.setup, res, pr)
-			run.Down = lives[i].down.stop()
+			run.Down = down
 			run.Events = lives[i].ev.list()
 			run.Note = sc.note
 			if errs[i] != nil {

@@ -34,7 +34,10 @@ var scenarios = []scenario{
 		note:  "no fault: who answers while all is well",
 	},
 	{
-		name: "crash-storm", baseline: 5 * time.Second, observe: 60 * time.Second,
+		// The baseline outlasts systemd's 10 s start-limit interval, so the
+		// unit's own start does not count against the storm's budget, as on
+		// a node where LocalDNS has been up for days.
+		name: "crash-storm", baseline: 11 * time.Second, observe: 60 * time.Second,
 		fault: crashStorm,
 		note:  "the seed's harness: 8 attempts 300 ms apart, MainPID read before each, SIGKILL when live",
 	},
@@ -99,7 +102,7 @@ func crashStorm(ctx context.Context, t *topology, ev *events) error {
 			return fmt.Errorf("crash storm: %w", err)
 		}
 		if pid > 0 {
-			ev.mark("SIGKILL " + strconv.Itoa(pid))
+			ev.mark("SIGKILL")
 		}
 		sleep(ctx, 300*time.Millisecond)
 	}
