@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -16,13 +15,7 @@ import (
 func TestLabSmoke(t *testing.T) {
 	nstest.RequireRoot(t)
 	coredns := nstest.CoreDNSBinary(t)
-	// The guests see the host's root file system but have /tmp of their
-	// own: the binary must live elsewhere.
-	dir, err := os.MkdirTemp("/var/tmp", "dnsstandby-lab-smoke-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := t.TempDir() // bound into the guests, so /tmp is fine
 	bin := filepath.Join(dir, "dnsstandby")
 	root, err := nstest.RepoRoot()
 	if err != nil {

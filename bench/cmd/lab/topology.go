@@ -22,6 +22,9 @@ const (
 	localDNS  = "169.254.10.11"
 )
 
+// standbyPath is where the guest sees the dnsstandby binary.
+const standbyPath = "/usr/local/bin/dnsstandby"
+
 // Setups, names as in the output format.
 const (
 	setupShipped = "localdns-shipped" // LocalDNS with the shipped unit
@@ -67,13 +70,18 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 	if setup == setupShipped {
 		variant = "shipped"
 	}
+	// The binaries are bound into the guest at the paths a node has them:
+	// the guest's /tmp and /run are its own, so host paths there (a clone
+	// under /tmp) would not be visible.
 	cfg := lab.GuestConfig{
 		Name:  "lab-" + id,
 		Units: map[string]string{"localdns.service": lab.LocalDNSUnit(variant)},
-		Files: lab.LocalDNSFiles(bins.coredns),
+		Files: lab.LocalDNSFiles(lab.LocalDNSCoreDNSPath),
+		Binds: map[string]string{lab.LocalDNSCoreDNSPath: bins.coredns},
 	}
 	if setup == setupStandby {
-		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit(bins.dnsstandby,
+		cfg.Binds[standbyPath] = bins.dnsstandby
+		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit(standbyPath,
 			"run", "--listen", localDNS+":53", "--upstream", clusterIP+":53", "--metrics-addr", "127.0.0.1:9355")
 	}
 	t.guest, err = lab.BootGuest(ctx, cfg)
