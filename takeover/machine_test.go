@@ -130,7 +130,7 @@ func TestMachine(t *testing.T) {
 			final: "takeover:peer-exit",
 		},
 		{
-			name: "probes while LocalDNS is gone are ignored",
+			name:  "probes while LocalDNS is gone are ignored",
 			steps: probes(time.Second, 5, "ok"),
 			final: "takeover:start",
 		},
@@ -171,7 +171,7 @@ func TestMachine(t *testing.T) {
 			final: "mirror:start",
 		},
 		{
-			name: "operator hold in takeover keeps steering to us and says why",
+			name:  "operator hold in takeover keeps steering to us and says why",
 			steps: seq(one(time.Second, "hold"), one(2*time.Second, "bound"), probes(3*time.Second, 6, "ok")),
 			want:  []string{"takeover>hold:operator@1"},
 			final: "hold:operator",
