@@ -1,0 +1,200 @@
+// Package admin is dnsstandby's control socket: a unix socket, readable
+// and writable by root only, that takes one JSON request per connection
+// (status, hold, release) and answers with one JSON response. The daemon
+// serves it; `dnsstandby status|hold|release` are its clients.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Request is what a client sends.
+type Request struct {
+	Cmd string `json:"cmd"`           // "status", "hold" or "release"
+	For string `json:"for,omitempty"` // hold: a Go duration; empty: until released
+}
+
+// Response is what the server answers. Status holds the daemon's status
+// for "status" and the status after the change for "hold" and "release".
+type Response struct {
+	OK     bool            `json:"ok"`
+	Error  string          `json:"error,omitempty"`
+	Status json.RawMessage `json:"status,omitempty"`
+}
+
+// Handler carries out requests.
+type Handler interface {
+	Status() any
+	Hold(d time.Duration) error // 0: until released
+	Release() error
+}
+
+// Limits: a request is a few dozen bytes; a client that sends more, or
+// takes longer, is not a client of ours.
+const (
+	maxRequest     = 4096
+	requestTimeout = 2 * time.Second
+)
+
+// Server serves the admin socket.
+type Server struct {
+	ln   net.Listener
+	h    Handler
+	log  *slog.Logger
+	wg   sync.WaitGroup
+	path string
+}
+
+// Listen creates the socket at path (replacing a stale one), readable and
+// writable by its owner only: hold and release steer every pod's DNS.
+func Listen(path string, h Handler, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if err := removeStale(path); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	s := &Server{ln: ln, h: h, log: log, path: path}
+	s.wg.Add(1)
+	go s.serve()
+	return s, nil
+}
+
+// removeStale deletes a socket left by a dnsstandby that died, but refuses
+// to take over one a live dnsstandby still answers on.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("admin socket: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("admin socket: %s exists and is not a socket", path)
+	}
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return fmt.Errorf("admin socket: %s is in use by another dnsstandby", path)
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("admin socket: remove stale %s: %w", path, err)
+	}
+	return nil
+}
+
+func (s *Server) serve() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(requestTimeout))
+			resp := s.handle(io.LimitReader(c, maxRequest))
+			_ = json.NewEncoder(c).Encode(resp)
+		}()
+	}
+}
+
+func (s *Server) handle(r io.Reader) Response {
+	var req Request
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return Response{Error: fmt.Sprintf("malformed request: %v", err)}
+	}
+	switch req.Cmd {
+	case "status":
+	case "hold":
+		var d time.Duration
+		if req.For != "" {
+			var err error
+			if d, err = time.ParseDuration(req.For); err != nil || d <= 0 {
+				return Response{Error: fmt.Sprintf("hold: bad duration %q", req.For)}
+			}
+		}
+		if err := s.h.Hold(d); err != nil {
+			return Response{Error: "hold: " + err.Error()}
+		}
+		s.log.Info("operator hold", "for", req.For)
+	case "release":
+		if err := s.h.Release(); err != nil {
+			return Response{Error: "release: " + err.Error()}
+		}
+		s.log.Info("operator release")
+	default:
+		return Response{Error: fmt.Sprintf("unknown command %q: want status, hold or release", req.Cmd)}
+	}
+	b, err := json.Marshal(s.h.Status())
+	if err != nil {
+		return Response{Error: "status: " + err.Error()}
+	}
+	return Response{OK: true, Status: b}
+}
+
+// Close stops serving and removes the socket; safe to call twice.
+func (s *Server) Close() error {
+	err := s.ln.Close()
+	s.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Do sends one request to the socket at path and returns the response; a
+// response with OK false comes back as an error.
+func Do(ctx context.Context, path string, req Request) (Response, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return Response{}, fmt.Errorf("admin socket %s: %w (is dnsstandby running, and are you root?)", path, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	}
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return Response{}, fmt.Errorf("admin socket %s: send: %w", path, err)
+	}
+	var resp Response
+	if err := json.NewDecoder(io.LimitReader(c, 16<<20)).Decode(&resp); err != nil {
+		return Response{}, fmt.Errorf("admin socket %s: read: %w", path, err)
+	}
+	if !resp.OK {
+		return resp, errors.New(resp.Error)
+	}
+	return resp, nil
+}

@@ -1,0 +1,156 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeHandler struct {
+	mu      sync.Mutex
+	holding time.Duration
+	held    bool
+}
+
+func (f *fakeHandler) Status() any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return map[string]any{"held": f.held, "for": f.holding.String()}
+}
+func (f *fakeHandler) Hold(d time.Duration) error {
+	f.mu.Lock()
+	f.held, f.holding = true, d
+	f.mu.Unlock()
+	return nil
+}
+func (f *fakeHandler) Release() error { f.mu.Lock(); f.held = false; f.mu.Unlock(); return nil }
+
+func start(t *testing.T) (string, *fakeHandler) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin.sock")
+	h := &fakeHandler{}
+	s, err := Listen(path, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return path, h
+}
+
+func TestRequests(t *testing.T) {
+	path, _ := start(t)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, err %v; want 0600", fi.Mode().Perm(), err)
+	}
+	ctx := context.Background()
+	tests := []struct {
+		req     Request
+		wantErr string
+		check   func(t *testing.T, status map[string]any)
+	}{
+		{Request{Cmd: "status"}, "", func(t *testing.T, s map[string]any) {
+			if s["held"] != false {
+				t.Errorf("status %v", s)
+			}
+		}},
+		{Request{Cmd: "hold", For: "30s"}, "", func(t *testing.T, s map[string]any) {
+			if s["held"] != true || s["for"] != "30s" {
+				t.Errorf("status after hold %v", s)
+			}
+		}},
+		{Request{Cmd: "hold"}, "", func(t *testing.T, s map[string]any) {
+			if s["for"] != "0s" {
+				t.Errorf("hold without duration: %v", s)
+			}
+		}},
+		{Request{Cmd: "release"}, "", func(t *testing.T, s map[string]any) {
+			if s["held"] != false {
+				t.Errorf("status after release %v", s)
+			}
+		}},
+		{Request{Cmd: "hold", For: "soon"}, `bad duration "soon"`, nil},
+		{Request{Cmd: "hold", For: "-5s"}, `bad duration "-5s"`, nil},
+		{Request{Cmd: "reboot"}, `unknown command "reboot"`, nil},
+	}
+	for _, tt := range tests {
+		resp, err := Do(ctx, path, tt.req)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%+v: error %v, want %q", tt.req, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%+v: %v", tt.req, err)
+		}
+		var st map[string]any
+		if err := json.Unmarshal(resp.Status, &st); err != nil {
+			t.Fatal(err)
+		}
+		tt.check(t, st)
+	}
+}
+
+func TestMalformedRequests(t *testing.T) {
+	path, _ := start(t)
+	for _, raw := range []string{"", "{", "not json", `{"cmd":"status","extra":1}`, strings.Repeat("x", 10000), "\x00\xff"} {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte(raw))
+		_ = c.(*net.UnixConn).CloseWrite()
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		var resp Response
+		err = json.NewDecoder(c).Decode(&resp)
+		c.Close()
+		if err != nil || resp.OK || resp.Error == "" {
+			t.Errorf("request %q: response %+v, err %v; want an error response", raw[:min(len(raw), 20)], resp, err)
+		}
+	}
+	// Still serving.
+	if _, err := Do(context.Background(), path, Request{Cmd: "status"}); err != nil {
+		t.Fatalf("after malformed requests: %v", err)
+	}
+}
+
+func TestStaleAndLiveSockets(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "admin.sock")
+	// A stale socket file (its server gone) is replaced.
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	s, err := Listen(path, &fakeHandler{}, nil)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	defer s.Close()
+	// A live one is not taken over.
+	if _, err := Listen(path, &fakeHandler{}, nil); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second server on a live socket: %v", err)
+	}
+	// A regular file is left alone.
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	if _, err := Listen(file, &fakeHandler{}, nil); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("regular file: %v", err)
+	}
+}
+
+func TestNoServer(t *testing.T) {
+	_, err := Do(context.Background(), filepath.Join(t.TempDir(), "none.sock"), Request{Cmd: "status"})
+	if err == nil || !strings.Contains(err.Error(), "is dnsstandby running") {
+		t.Fatalf("error %v", err)
+	}
+}
