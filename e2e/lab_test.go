@@ -132,7 +132,8 @@ type standby struct {
 func (l *lab) startStandby(t *testing.T, extra ...string) *standby {
 	t.Helper()
 	args := append([]string{"run", "--listen", standbyAddr, "--upstream", kubeDNS,
-		"--metrics-addr", "127.0.0.1:9355", "--log-format", "text"}, extra...)
+		"--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
+		"--anchor-kind", "bridge", "--admin-socket", ""}, extra...)
 	p := nstest.Start(t, l.node, binary, args...)
 	s := &standby{Process: p, metrics: "127.0.0.1:9355"}
 	deadline := time.Now().Add(10 * time.Second)

@@ -240,9 +240,53 @@ func svcQuery(name string) *dns.Msg {
 func TestSharesSocketWithCoreDNS(t *testing.T) {
 	l := newLab(t)
 	l.startReference(t, standbyIP) // LocalDNS's CoreDNS, on .11 itself
-	l.startStandby(t)
+	l.startStandby(t, "--steering", "off")
+	who := l.askMany(t, 300)
+	if who["localdns-pod"] < 50 || who["dnsstandby"] < 50 || who["localdns-pod"]+who["dnsstandby"] != 300 {
+		t.Fatalf("answers by NSID %v, want both members of the group answering", who)
+	}
+	t.Logf("300 queries answered by %v", who)
+}
+
+// TestSteeringAdopt: with full steering a healthy LocalDNS (real CoreDNS
+// on .11) answers everything; when it is killed dnsstandby answers
+// everything, with nothing lost.
+func TestSteeringAdopt(t *testing.T) {
+	l := newLab(t)
+	ref := l.startReference(t, standbyIP)
+	s := l.startStandby(t, "--steering", "adopt")
+	if got := l.metric(t, s, `dnsstandby_steer_level{level="adopt"}`); got != 1 {
+		_, body, _ := l.get(s, "/metrics")
+		t.Fatalf("steering level adopt not in force:\n%s", grepLines(body, "dnsstandby_steer"))
+	}
+	if who := l.askMany(t, 300); who["localdns-pod"] != 300 {
+		t.Fatalf("healthy LocalDNS: answers by NSID %v, want all 300 from localdns-pod", who)
+	}
+	must(t, ref.Stop())
+	if who := l.askMany(t, 300); who["dnsstandby"] != 300 {
+		t.Fatalf("LocalDNS killed: answers by NSID %v, want all 300 from dnsstandby", who)
+	}
+	if got := l.metric(t, s, `dnsstandby_mode{mode="takeover"}`); got != 1 {
+		t.Fatalf("mode is not takeover after LocalDNS died")
+	}
+}
+
+func grepLines(text, substr string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// askMany sends n queries from fresh source ports and counts the answers
+// by NSID; every query must be answered.
+func (l *lab) askMany(t *testing.T, n int) map[string]int {
+	t.Helper()
 	who := map[string]int{}
-	for i := range 300 {
+	for i := range n {
 		m := new(dns.Msg)
 		m.SetQuestion(l.zones.Services[i%20].FQDN, dns.TypeA)
 		m.SetEdns0(1232, false)
@@ -253,10 +297,7 @@ func TestSharesSocketWithCoreDNS(t *testing.T) {
 		}
 		who[nsid(r)]++
 	}
-	if who["localdns-pod"] < 50 || who["dnsstandby"] < 50 || who["localdns-pod"]+who["dnsstandby"] != 300 {
-		t.Fatalf("answers by NSID %v, want both members of the group answering", who)
-	}
-	t.Logf("300 queries answered by %v", who)
+	return who
 }
 
 // TestBadInput sends 200,000 random and mutated datagrams and holds 1,000

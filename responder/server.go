@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/pipeline"
@@ -158,10 +159,19 @@ func (s *Server) Start() error {
 }
 
 // Shutdown stops reading, lets the pipeline finish the queries in flight
-// (bounded by ctx), and closes every socket. Datagrams still queued on our
-// sockets at that moment are lost; the kernel sends later ones to the rest
-// of the reuseport group (LocalDNS).
+// (bounded by ctx), and closes every socket: Drain, then Close. Datagrams
+// still queued on our sockets at that moment are lost; the kernel sends
+// later ones to the rest of the reuseport group (LocalDNS).
 func (s *Server) Shutdown(ctx context.Context) {
+	s.Drain(ctx)
+	s.Close()
+}
+
+// Drain stops reading and accepting, lets the pipeline finish the queries
+// in flight (bounded by ctx) and closes TCP connections; the sockets stay
+// open, so the caller can detach its steering program from the groups
+// before they close.
+func (s *Server) Drain(ctx context.Context) {
 	for _, t := range s.tcp {
 		t.stopAccepting()
 	}
@@ -173,8 +183,10 @@ func (s *Server) Shutdown(ctx context.Context) {
 	for _, t := range s.tcp {
 		t.closeConns()
 	}
-	s.closeAll()
 }
+
+// Close closes every socket.
+func (s *Server) Close() { s.closeAll() }
 
 func (s *Server) closeAll() {
 	for _, conn := range s.udp {
@@ -198,6 +210,34 @@ func (s *Server) Healthy() error {
 		}
 	}
 	return nil
+}
+
+// Socket is one of the server's sockets, for the steering program and the
+// peer watch, which need their file descriptors and inodes.
+type Socket struct {
+	Addr netip.AddrPort
+	UDP  bool
+	Conn syscall.RawConn
+}
+
+// Sockets returns every UDP socket and TCP listener.
+func (s *Server) Sockets() ([]Socket, error) {
+	var out []Socket
+	for _, c := range s.udp {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return nil, fmt.Errorf("responder: %w", err)
+		}
+		out = append(out, Socket{Addr: c.LocalAddr().(*net.UDPAddr).AddrPort(), UDP: true, Conn: rc})
+	}
+	for _, t := range s.tcp {
+		rc, err := t.ln.SyscallConn()
+		if err != nil {
+			return nil, fmt.Errorf("responder: %w", err)
+		}
+		out = append(out, Socket{Addr: t.ln.Addr().(*net.TCPAddr).AddrPort(), UDP: false, Conn: rc})
+	}
+	return out, nil
 }
 
 // Addrs returns the UDP sockets' local addresses, in Listen order.

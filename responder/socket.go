@@ -79,6 +79,9 @@ func setRcvbuf(conn *net.UDPConn, n int) {
 // listenTCP opens one reuseport TCP listener on ap.
 func listenTCP(ap netip.AddrPort) (*net.TCPListener, error) {
 	lc := listenConfig(!ap.Addr().Is4())
+	// Plain TCP, not Go's default MPTCP (where net.mptcp.enabled=1): a
+	// steering program's socket map takes only TCP and UDP sockets.
+	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(context.Background(), network("tcp", ap), ap.String())
 	if err != nil {
 		return nil, fmt.Errorf("listen tcp %s: %w", ap, err)

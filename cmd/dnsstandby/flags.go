@@ -14,6 +14,8 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
+	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
 // envPrefix: every flag may also come from DNSSTANDBY_<NAME>, the name
@@ -49,6 +51,18 @@ type runOptions struct {
 	socketsPerAddr int
 	maxTCPConns    int
 	tcpIdle        time.Duration
+
+	adminSocket   string        // control socket for status, hold and release
+	anchorLink    string        // link holding the listen addresses ("" : no anchor)
+	anchorKind    string        // its kind: dummy on nodes, bridge where dummy is missing
+	anchorCleanup bool          // delete the anchor link on exit
+	steering      string        // auto, adopt, own or off
+	probeInterval time.Duration // how often LocalDNS is probed
+	peerProbe     addrPorts     // LocalDNS's address to probe when steering cannot route probes to it
+	hungAfter     int           // failed probes in a row that make LocalDNS hung
+	holdProbes    int           // hold-down: probes in a row LocalDNS must pass
+	holdDown      time.Duration // hold-down: how long those probes must span
+	tcpMigrate    bool          // set net.ipv4.tcp_migrate_req
 
 	shutdownTimeout time.Duration
 	logFormat       string
@@ -93,6 +107,19 @@ func newRunFlags() (*flag.FlagSet, *runOptions) {
 	fs.IntVar(&o.socketsPerAddr, "sockets-per-addr", rd.SocketsPerAddr, "UDP sockets per listen address (each takes a share of the reuseport hash from LocalDNS)")
 	fs.IntVar(&o.maxTCPConns, "max-tcp-conns", rd.MaxTCPConns, "open TCP connections; at the cap the idlest is closed")
 	fs.DurationVar(&o.tcpIdle, "tcp-idle-timeout", rd.TCPIdle, "close a TCP connection idle this long")
+
+	td := takeover.DefaultConfig()
+	fs.StringVar(&o.adminSocket, "admin-socket", "/run/dnsstandby/admin.sock", "control socket for dnsstandby status, hold and release (empty: off)")
+	fs.StringVar(&o.anchorLink, "anchor-link", "dnsstandby", "link of our own that keeps the listen addresses local when LocalDNS deletes its link (empty: no anchor)")
+	fs.StringVar(&o.anchorKind, "anchor-kind", "dummy", "kind of the anchor link (bridge where the dummy driver is missing)")
+	fs.BoolVar(&o.anchorCleanup, "anchor-cleanup", false, "delete the anchor link on exit (by default it stays, so the addresses stay local across restarts)")
+	fs.StringVar(&o.steering, "steering", td.Steering, "auto, adopt, own or off: how the reuseport groups are steered (see README)")
+	fs.DurationVar(&o.probeInterval, "probe-interval", td.ProbeInterval, "how often LocalDNS is probed while bound")
+	fs.Var(&o.peerProbe, "peer-probe-addr", "LocalDNS address probed when steering cannot route probes to its socket on the listen address (default "+td.ProbeAddr.String()+")")
+	fs.IntVar(&o.hungAfter, "hung-after", td.Machine.HungAfter, "failed probes in a row after which a bound LocalDNS counts as hung")
+	fs.IntVar(&o.holdProbes, "holddown-probes", td.Machine.HealthyProbes, "probes in a row a restarted or hung LocalDNS must pass before it gets traffic back")
+	fs.DurationVar(&o.holdDown, "holddown", td.Machine.HealthyFor, "how long those probes must span")
+	fs.BoolVar(&o.tcpMigrate, "tcp-migrate", false, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
 
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "on SIGTERM, how long queries in flight may take to finish")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
@@ -145,6 +172,15 @@ func parseRunFlags(args []string, stdout io.Writer) (*runOptions, error) {
 
 // check rejects values no component would accept, with the flag's name.
 func (o *runOptions) check() error {
+	if _, err := steer.ParseLevel(o.steering); err != nil {
+		return fmt.Errorf("--steering: %w", err)
+	}
+	if len(o.peerProbe) > 1 {
+		return errors.New("--peer-probe-addr: give one address")
+	}
+	if o.hungAfter < 1 || o.holdProbes < 1 || o.holdDown < 0 || o.probeInterval <= 0 {
+		return errors.New("--hung-after and --holddown-probes must be at least 1, --holddown not negative, --probe-interval positive")
+	}
 	if _, err := pipeline.ParseStaleMode(o.staleMode); err != nil {
 		return fmt.Errorf("--stale-mode: %w", err)
 	}

@@ -22,7 +22,10 @@ func main() {
 const usage = `usage: dnsstandby <command> [flags]
 
 commands:
-  run     run the standby responder (dnsstandby run -h for its flags)
+  run       run the standby responder (dnsstandby run -h for its flags)
+  status    show the mode, LocalDNS's state and recent mode changes [--json]
+  hold      keep traffic away from LocalDNS, e.g. before restarting it [--for DURATION]
+  release   end a hold: LocalDNS gets traffic back once it is trusted
 `
 
 func dispatch(args []string, stdout, stderr io.Writer) int {
@@ -33,6 +36,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCommand(args[1:], stdout, stderr)
+	case "status", "hold", "release":
+		return adminCommand(args[0], args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

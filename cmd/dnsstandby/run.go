@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,11 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/clock"
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
+	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/takeover/anchor"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
@@ -73,6 +77,7 @@ type plan struct {
 	pipeline pipeline.Config // Cache and Routes filled by run
 	routes   []routePlan
 	resp     responder.Config
+	takeover takeover.Config // Sockets, Healthy and Answered filled by run
 }
 
 // routePlan is one zone's upstream servers.
@@ -151,6 +156,26 @@ func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
 	pc.MaxPerClient = o.maxPerClient
 	pc.NSID = o.nsid
 	pc.Logger = log
+
+	t := &p.takeover
+	*t = takeover.DefaultConfig()
+	t.Steering = o.steering
+	t.ProbeInterval = o.probeInterval
+	if len(o.peerProbe) == 1 {
+		t.ProbeAddr = o.peerProbe[0]
+	}
+	t.Machine = takeover.MachineConfig{HungAfter: o.hungAfter, HealthyProbes: o.holdProbes, HealthyFor: o.holdDown}
+	t.TCPMigrate = o.tcpMigrate
+	t.Logger = log
+	if o.anchorLink != "" {
+		a := &anchor.Config{Link: o.anchorLink, Kind: o.anchorKind, Cleanup: o.anchorCleanup}
+		for _, ap := range o.listen {
+			if !slices.Contains(a.Addrs, ap.Addr()) {
+				a.Addrs = append(a.Addrs, ap.Addr())
+			}
+		}
+		t.Anchor = a
+	}
 
 	r := &p.resp
 	r.Listen = o.listen
@@ -250,10 +275,52 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 	}
 	reg.MustRegister(srv)
 
+	if err := srv.Start(); err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	// Takeover after the read loops run: the steering program may send us
+	// traffic the moment it is attached.
+	socks, err := srv.Sockets()
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	tc := pl.takeover
+	for _, s := range socks {
+		tc.Sockets = append(tc.Sockets, takeover.OurSocket{Addr: s.Addr, UDP: s.UDP, Conn: s.Conn})
+	}
+	tc.Healthy = srv.Healthy
+	tc.Answered = func() uint64 {
+		var n uint64
+		for src, v := range pipe.Answered() {
+			if src != "error" {
+				n += v
+			}
+		}
+		return n
+	}
+	ctrl, err := takeover.Start(ctx, tc)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	reg.MustRegister(ctrl)
+
+	if o.adminSocket != "" {
+		as, err := admin.Listen(o.adminSocket, ctrl, log)
+		if err != nil {
+			ctrl.Close()
+			srv.Shutdown(context.Background())
+			return err
+		}
+		defer as.Close()
+	}
 	var ready readiness
 	if o.metricsAddr != "" {
-		hs, err := serveHTTP(o.metricsAddr, reg, srv, &ready, log)
+		hs, err := serveHTTP(o.metricsAddr, reg, srv, ctrl, &ready, log)
 		if err != nil {
+			ctrl.Close()
 			srv.Shutdown(context.Background())
 			return err
 		}
@@ -263,12 +330,8 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 			_ = hs.Shutdown(sctx)
 		}()
 	}
-	if err := srv.Start(); err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
 	ready.set(true)
-	log.Info("dnsstandby ready", "listen", fmt.Sprint(o.listen), "stale_mode", pl.pipeline.StaleMode.String(),
+	log.Info("dnsstandby ready", "listen", fmt.Sprint(o.listen), "mode", ctrl.Mode().String(), "stale_mode", pl.pipeline.StaleMode.String(),
 		"cache_max_entries", pl.cache.MaxEntries, "serve_stale", pl.cache.MaxStale.String())
 
 	<-ctx.Done()
@@ -277,7 +340,14 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	start := time.Now()
-	srv.Shutdown(sctx)
+	// Stop reading and finish what is in flight; then detach the steering
+	// program while our sockets are still members, so LocalDNS's group is
+	// left as it was found; then close them.
+	srv.Drain(sctx)
+	if err := ctrl.Close(); err != nil {
+		log.Warn("takeover stop", "err", err.Error())
+	}
+	srv.Close()
 	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }
@@ -293,7 +363,7 @@ func (r *readiness) get() bool  { r.mu.Lock(); defer r.mu.Unlock(); return r.ok 
 
 // serveHTTP serves /metrics, /healthz (the read loops make progress) and
 // /readyz (listening and not shutting down).
-func serveHTTP(addr string, reg *prometheus.Registry, srv *responder.Server, ready *readiness, log *slog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, reg *prometheus.Registry, srv *responder.Server, ctrl *takeover.Controller, ready *readiness, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
@@ -306,6 +376,10 @@ func serveHTTP(addr string, reg *prometheus.Registry, srv *responder.Server, rea
 			return
 		}
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(ctrl.Events())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.get() {

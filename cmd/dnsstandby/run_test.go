@@ -40,6 +40,9 @@ func TestCommandLineErrors(t *testing.T) {
 		{"loop", []string{"run", "--listen", "169.254.10.11:53", "--upstream", "169.254.10.11"}, nil, exitUsage, "would loop"},
 		{"missing corefile and no upstream", []string{"run", "--localdns-corefile", "/nonexistent/Corefile"}, nil, exitUsage, "/nonexistent/Corefile"},
 		{"stray argument", []string{"run", "--upstream", "10.0.0.10", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
+		{"bad steering", []string{"run", "--upstream", "10.0.0.10", "--steering", "full"}, nil, exitUsage, "--steering"},
+		{"hold with a bad duration", []string{"hold", "--for", "soon"}, nil, exitUsage, "invalid value"},
+		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,8 +199,11 @@ func TestRunServesAndStops(t *testing.T) {
 	up := startUpstream(t)
 	listen := nstest.FreeLoopbackAddr(t)
 	metrics := nstest.FreeLoopbackAddr(t)
+	adminSock := filepath.Join(t.TempDir(), "admin.sock")
 	o, err := parseRunFlags([]string{
 		"--listen", listen.String(), "--upstream", up.String(), "--metrics-addr", metrics.String(), "--udp-readers", "2",
+		// On the host's loopback: no anchor link in the host's namespace.
+		"--anchor-link", "", "--admin-socket", adminSock,
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +219,10 @@ func TestRunServesAndStops(t *testing.T) {
 	go func() { done <- run(ctx, o, pl, log) }()
 	defer func() {
 		cancel()
-		<-done
+		select { // run may have returned already
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
 	}()
 
 	base := "http://" + metrics.String()
@@ -229,6 +238,11 @@ func TestRunServesAndStops(t *testing.T) {
 		}()
 		if code == http.StatusOK {
 			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned before ready: %v; logs:\n%s", err, logs.String())
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("never ready; logs:\n%s", logs.String())
@@ -267,6 +281,32 @@ func TestRunServesAndStops(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+
+	// No LocalDNS shares this address: takeover, and the operator commands
+	// move the mode.
+	if !strings.Contains(body, `dnsstandby_mode{mode="takeover"} 1`) {
+		t.Errorf("/metrics does not say takeover")
+	}
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status"}, "mode:      takeover (start)"},
+		{[]string{"hold", "--for", "1m"}, "mode:      hold (operator)"},
+		{[]string{"status", "--json"}, `"operator_hold":true`},
+		{[]string{"release"}, "mode:      takeover (operator-release)"},
+	} {
+		var out, errb bytes.Buffer
+		if code := dispatch(append(step.args, "--admin-socket", adminSock), &out, &errb); code != exitOK {
+			t.Fatalf("%v: exit %d: %s", step.args, code, errb.String())
+		}
+		if !strings.Contains(out.String(), step.want) {
+			t.Errorf("%v: output lacks %q:\n%s", step.args, step.want, out.String())
+		}
+	}
+	if code, body := httpGet(t, base+"/debug/events"); code != http.StatusOK || !strings.Contains(body, `"reason":"operator-release"`) {
+		t.Errorf("/debug/events %d %s", code, body)
 	}
 
 	cancel()

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +30,7 @@ import (
 
 type options struct {
 	scenarios string  // comma-separated names, or "all"
+	setups    string  // comma-separated setups
 	outDir    string  // where lab.json, lab.md and the pictures go
 	qps       int     // load per node
 	scale     float64 // multiplies baseline and observation times
@@ -39,6 +41,7 @@ func parseFlags() *options {
 	o := &options{}
 	flag.StringVar(&o.scenarios, "scenario", "all", "scenarios to run, comma-separated, or all")
 	flag.StringVar(&o.outDir, "out", "bench/out", "output directory")
+	flag.StringVar(&o.setups, "setups", strings.Join(defaultSetups, ","), "setups to run side by side, comma-separated: "+strings.Join(knownSetups, ", "))
 	flag.IntVar(&o.qps, "qps", 2000, "queries per second each pod sends")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
@@ -100,18 +103,22 @@ func run(ctx context.Context, o *options) error {
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 200, Namespaces: []string{"default", "kube-system", "shop"}})
 	mix := nameMix(zones)
 
-	var runs []lab.LabRun
-	var skipped []lab.Skipped
-	for _, sc := range list {
-		setups := sc.setups
-		if setups == nil {
-			setups = allSetups
+	var chosen []string
+	for _, s := range strings.Split(o.setups, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(knownSetups, s) {
+			return fmt.Errorf("unknown setup %q: want %s", s, strings.Join(knownSetups, ", "))
 		}
-		if sc.needs != "" {
-			for _, s := range setups {
-				skipped = append(skipped, lab.Skipped{Scenario: sc.name, Setup: s, Why: "needs " + sc.needs + ", not implemented yet"})
-			}
-			fmt.Printf("%s: not run: needs %s\n", sc.name, sc.needs)
+		chosen = append(chosen, s)
+	}
+
+	var runs []lab.LabRun
+	for _, sc := range list {
+		setups := chosen
+		if sc.standbyOnly {
+			setups = slices.DeleteFunc(slices.Clone(chosen), func(s string) bool { return !isStandby(s) })
+		}
+		if len(setups) == 0 {
 			continue
 		}
 		fmt.Printf("%s: %s ...\n", sc.name, sc.note)
@@ -131,10 +138,10 @@ func run(ctx context.Context, o *options) error {
 			return ctx.Err()
 		}
 	}
-	if err := lab.WriteLabJSON(filepath.Join(o.outDir, "lab.json"), version, runs, skipped...); err != nil {
+	if err := lab.WriteLabJSON(filepath.Join(o.outDir, "lab.json"), version, runs); err != nil {
 		return err
 	}
-	if err := lab.WriteLabMarkdown(filepath.Join(o.outDir, "lab.md"), runs, skipped...); err != nil {
+	if err := lab.WriteLabMarkdown(filepath.Join(o.outDir, "lab.md"), runs); err != nil {
 		return err
 	}
 	fmt.Printf("written to %s/lab.json, lab.md and timeline-*.svg\n", o.outDir)

@@ -11,15 +11,12 @@ import (
 
 // scenario is one fault, applied the same way to every setup's node.
 type scenario struct {
-	name   string
-	setups []string // nil: all three
+	name        string
+	standbyOnly bool // only setups that run dnsstandby
 	// baseline is how long the load runs before the fault; observe is how
 	// long it runs after the fault function returns.
 	baseline, observe time.Duration
 	fault             func(ctx context.Context, t *topology, ev *events) error
-	// needs names a dnsstandby capability that has not landed yet; such a
-	// scenario is reported as not run, with the reason.
-	needs string
 	// note is printed with the results (what the run does and does not
 	// show).
 	note string
@@ -57,8 +54,9 @@ var scenarios = []scenario{
 		note:  "systemctl restart localdns, with the cleanup's 5 s delay",
 	},
 	{
-		name: "planned-restart-hold", setups: []string{setupStandby}, baseline: 5 * time.Second, observe: 15 * time.Second,
-		needs: "`dnsstandby hold` / `release` (the takeover issue)",
+		name: "planned-restart-hold", standbyOnly: true, baseline: 5 * time.Second, observe: 15 * time.Second,
+		fault: plannedRestartHold,
+		note:  "dnsstandby hold, systemctl restart localdns, dnsstandby release",
 	},
 	{
 		name: "double-fault", baseline: 10 * time.Second, observe: 10 * time.Second,
@@ -66,14 +64,14 @@ var scenarios = []scenario{
 		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped for 30 s, then both back",
 	},
 	{
-		name: "standby-kill", setups: []string{setupStandby}, baseline: 5 * time.Second, observe: 15 * time.Second,
+		name: "standby-kill", standbyOnly: true, baseline: 5 * time.Second, observe: 15 * time.Second,
 		fault: standbyKill,
 		note:  "SIGKILL dnsstandby while LocalDNS is healthy; systemd restarts it",
 	},
 	{
-		name: "standby-stall", setups: []string{setupStandby}, baseline: 5 * time.Second, observe: 10 * time.Second,
+		name: "standby-stall", standbyOnly: true, baseline: 5 * time.Second, observe: 10 * time.Second,
 		fault: standbyStall,
-		note:  "SIGSTOP dnsstandby for 10 s; without steering (the takeover issue) it stalls while sharing the reuseport hash, not while holding all traffic",
+		note:  "dnsstandby hold, then SIGSTOP dnsstandby for 10 s while it holds the traffic, SIGCONT, release",
 	},
 	{
 		name: "interface-teardown", baseline: 5 * time.Second, observe: 15 * time.Second,
@@ -143,6 +141,30 @@ func hang(ctx context.Context, t *topology, ev *events) error {
 	return nil
 }
 
+// standby runs a dnsstandby command (hold, release) inside the node.
+func (t *topology) standby(ctx context.Context, args ...string) error {
+	out, err := t.guest.Exec(ctx, standbyPath, args...)
+	if err != nil {
+		return fmt.Errorf("dnsstandby %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func plannedRestartHold(ctx context.Context, t *topology, ev *events) error {
+	if err := t.standby(ctx, "hold"); err != nil {
+		return err
+	}
+	ev.mark("hold")
+	if err := plannedRestart(ctx, t, ev); err != nil {
+		return err
+	}
+	if err := t.standby(ctx, "release"); err != nil {
+		return err
+	}
+	ev.mark("release")
+	return nil
+}
+
 func plannedRestart(ctx context.Context, t *topology, ev *events) error {
 	ev.mark("restart")
 	if out, err := t.guest.Systemctl(ctx, "restart", localDNSUnit); err != nil {
@@ -190,6 +212,16 @@ func standbyKill(ctx context.Context, t *topology, ev *events) error {
 }
 
 func standbyStall(ctx context.Context, t *topology, ev *events) error {
+	if err := t.standby(ctx, "hold"); err != nil {
+		return err
+	}
+	ev.mark("hold")
+	sleep(ctx, 2*time.Second)
+	defer func() {
+		if err := t.standby(context.Background(), "release"); err == nil {
+			ev.mark("release")
+		}
+	}()
 	pid, err := t.guest.MainPID(ctx, "dnsstandby.service")
 	if err != nil || pid == 0 {
 		return fmt.Errorf("dnsstandby main PID: %d, %v", pid, err)

@@ -29,10 +29,31 @@ const standbyPath = "/usr/local/bin/dnsstandby"
 const (
 	setupShipped = "localdns-shipped" // LocalDNS with the shipped unit
 	setupPR9439  = "localdns-pr9439"  // LocalDNS with AgentBaker PR 9439's restart budget
-	setupStandby = "dnsstandby"       // LocalDNS pr9439 plus dnsstandby
+	setupStandby = "dnsstandby"       // LocalDNS pr9439 plus dnsstandby (steering auto: adopt here)
+	// The same with a lower steering level forced, to show what each
+	// level guarantees.
+	setupStandbyOwn = "dnsstandby-own"
+	setupStandbyOff = "dnsstandby-off"
 )
 
-var allSetups = []string{setupShipped, setupPR9439, setupStandby}
+// defaultSetups run unless -setups says otherwise.
+var defaultSetups = []string{setupShipped, setupPR9439, setupStandby}
+
+var knownSetups = []string{setupShipped, setupPR9439, setupStandby, setupStandbyOwn, setupStandbyOff}
+
+// isStandby reports whether a setup runs dnsstandby.
+func isStandby(setup string) bool { return strings.HasPrefix(setup, setupStandby) }
+
+// steeringOf is the --steering a dnsstandby setup runs with.
+func steeringOf(setup string) string {
+	switch setup {
+	case setupStandbyOwn:
+		return "own"
+	case setupStandbyOff:
+		return "off"
+	}
+	return "auto"
+}
 
 // topology is one node: a systemd guest running LocalDNS (and dnsstandby),
 // a pod namespace whose resolv.conf points at 169.254.10.11, and a kube-dns
@@ -79,10 +100,12 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		Files: lab.LocalDNSFiles(lab.LocalDNSCoreDNSPath),
 		Binds: map[string]string{lab.LocalDNSCoreDNSPath: bins.coredns},
 	}
-	if setup == setupStandby {
+	if isStandby(setup) {
 		cfg.Binds[standbyPath] = bins.dnsstandby
+		// The anchor is a bridge: this machine has no dummy driver.
 		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit(standbyPath,
-			"run", "--listen", localDNS+":53", "--upstream", clusterIP+":53", "--metrics-addr", "127.0.0.1:9355")
+			"run", "--listen", localDNS+":53", "--upstream", clusterIP+":53", "--metrics-addr", "127.0.0.1:9355",
+			"--anchor-kind", "bridge", "--steering", steeringOf(setup))
 	}
 	t.guest, err = lab.BootGuest(ctx, cfg)
 	if err != nil {
@@ -137,7 +160,7 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 	t.closers = append(t.closers, t.kubeDNS.Close)
 
 	units := []string{"localdns.service"}
-	if setup == setupStandby {
+	if isStandby(setup) {
 		units = append(units, "dnsstandby.service")
 	}
 	for _, u := range units {

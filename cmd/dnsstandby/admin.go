@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/admin"
+	"github.com/dnsstandby/dnsstandby/takeover"
+)
+
+// adminCommand runs status, hold or release against a running daemon.
+func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dnsstandby "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	path := fs.String("admin-socket", envOr("DNSSTANDBY_ADMIN_SOCKET", "/run/dnsstandby/admin.sock"), "the daemon's control socket")
+	asJSON := fs.Bool("json", false, "status: print the daemon's JSON")
+	var holdFor time.Duration
+	if cmd == "hold" {
+		fs.DurationVar(&holdFor, "for", 0, "hold for this long, then release by itself (default: until release)")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "dnsstandby %s: %v\n", cmd, err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 || holdFor < 0 {
+		fmt.Fprintf(stderr, "dnsstandby %s: unexpected arguments %q\n", cmd, fs.Args())
+		return exitUsage
+	}
+	req := admin.Request{Cmd: cmd}
+	if holdFor > 0 {
+		req.For = holdFor.String()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := admin.Do(ctx, *path, req)
+	if err != nil {
+		fmt.Fprintf(stderr, "dnsstandby %s: %v\n", cmd, err)
+		return exitFail
+	}
+	if *asJSON {
+		fmt.Fprintf(stdout, "%s\n", resp.Status)
+		return exitOK
+	}
+	var st takeover.Status
+	if err := json.Unmarshal(resp.Status, &st); err != nil {
+		fmt.Fprintf(stderr, "dnsstandby %s: unreadable status: %v\n", cmd, err)
+		return exitFail
+	}
+	printStatus(stdout, &st)
+	return exitOK
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+// printStatus writes the status for a person.
+func printStatus(w io.Writer, st *takeover.Status) {
+	fmt.Fprintf(w, "mode:      %s (%s) since %s (%s ago)\n", st.Mode, st.Reason, st.Since.Format(time.RFC3339), time.Since(st.Since).Round(time.Second))
+	if st.Holding {
+		until := "until released"
+		if st.HoldUntil != nil {
+			until = "until " + st.HoldUntil.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "hold:      operator hold %s\n", until)
+	}
+	fmt.Fprintf(w, "steering:  %s", st.Steering.Level)
+	if st.Steering.Why != "" {
+		fmt.Fprintf(w, " (%s)", st.Steering.Why)
+	}
+	fmt.Fprintln(w)
+	if st.AnchorReady != nil {
+		fmt.Fprintf(w, "anchor:    ready=%v\n", *st.AnchorReady)
+	}
+	p := st.Peer
+	fmt.Fprintf(w, "localdns:  bound=%v sockets=%d adopted=%v last probe ok=%v", p.Bound, len(p.Sockets), p.Adopted, p.LastProbe.OK)
+	if p.LastProbe.Error != "" {
+		fmt.Fprintf(w, " (%s)", p.LastProbe.Error)
+	}
+	fmt.Fprintln(w)
+	for _, s := range p.Sockets {
+		fmt.Fprintf(w, "           %s/%s pid %d (%s) uid %d\n", s.Addr, s.Proto, s.PID, s.Comm, s.UID)
+	}
+	for _, warn := range p.Warnings {
+		fmt.Fprintf(w, "WARNING:   %s\n", warn)
+	}
+	fmt.Fprintln(w, "recent mode changes:")
+	evs := st.Events
+	if len(evs) > 10 {
+		evs = evs[len(evs)-10:]
+	}
+	for _, e := range evs {
+		fmt.Fprintf(w, "  %s  %-8s %-16s %8.1fs  answered %d\n", e.Start.Format(time.RFC3339), e.Mode, e.Reason, e.DurationS, e.Answered)
+	}
+}

@@ -1,0 +1,89 @@
+package anchor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+)
+
+const (
+	// DefaultLink is the anchor link's name when Config.Link is empty.
+	DefaultLink = "dnsstandby"
+	// DefaultKind is the anchor link's kind when Config.Kind is empty: what
+	// LocalDNS itself uses for `localdns`, so every AKS node has the driver.
+	// Machines without it (this project's test machines) use "bridge": an
+	// empty bridge has no carrier, but its local addresses work the same.
+	DefaultKind = "dummy"
+	// maxLinkName is IFNAMSIZ less the terminating NUL.
+	maxLinkName = 15
+)
+
+// Config says which link to keep and what it holds. The zero value of every
+// field but Addrs means its default.
+type Config struct {
+	// Link is the anchor link's name; DefaultLink if empty. Nothing else on
+	// the node may use this name: the anchor re-creates a link of this name
+	// whenever it goes away, and deletes it on Close with Cleanup.
+	Link string
+	// Kind is the kernel link kind (`ip link add ... type KIND`) used to
+	// create the link; DefaultKind if empty. "bridge" where the kernel lacks
+	// the dummy driver. Any kind that needs no attributes works.
+	Kind string
+	// Addrs are held on the link, each as a host address (/32, or /128 with
+	// IFA_F_NODAD so it is usable at once, and IFA_F_NOPREFIXROUTE so the
+	// link adds no route to the main table). At least one.
+	Addrs []netip.Addr
+	// Cleanup deletes the link on Close. By default it stays, so the
+	// addresses stay local while dnsstandby restarts (LocalDNS may have
+	// deleted its own copy meanwhile).
+	Cleanup bool
+	// Netns is the path of the network namespace to work in (for example
+	// /run/netns/NAME); "" means the namespace of the thread calling Start.
+	// For tests and the lab.
+	Netns string
+	// Logger receives start-up, repair and error lines; slog.Default() if
+	// nil.
+	Logger *slog.Logger
+}
+
+// withDefaults checks c and returns it with defaults filled in and Addrs
+// unmapped, deduplicated and in order. It does not touch the system.
+func (c Config) withDefaults() (Config, error) {
+	if c.Link == "" {
+		c.Link = DefaultLink
+	}
+	if c.Kind == "" {
+		c.Kind = DefaultKind
+	}
+	if len(c.Link) > maxLinkName || strings.ContainsAny(c.Link, "/: \t\n\x00") || c.Link == "." || c.Link == ".." {
+		return c, fmt.Errorf("anchor link name %q: want 1 to %d bytes, no '/', ':' or spaces (IFNAMSIZ)", c.Link, maxLinkName)
+	}
+	if strings.ContainsAny(c.Kind, " \t\n\x00/") {
+		return c, fmt.Errorf("anchor link kind %q: not a kernel link kind", c.Kind)
+	}
+	if len(c.Addrs) == 0 {
+		return c, errors.New("anchor: no addresses to hold")
+	}
+	addrs := make([]netip.Addr, 0, len(c.Addrs))
+	seen := make(map[netip.Addr]bool, len(c.Addrs))
+	for _, a := range c.Addrs {
+		if !a.IsValid() {
+			return c, errors.New("anchor: invalid (zero) address")
+		}
+		a = a.Unmap().WithZone("")
+		if a.IsUnspecified() || a.IsMulticast() {
+			return c, fmt.Errorf("anchor: cannot hold %s: not a unicast address", a)
+		}
+		if !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	c.Addrs = addrs
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}

@@ -1,0 +1,549 @@
+package takeover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/takeover/anchor"
+	"github.com/dnsstandby/dnsstandby/takeover/peer"
+	"github.com/dnsstandby/dnsstandby/takeover/steer"
+)
+
+// OurSocket is one of dnsstandby's listening sockets.
+type OurSocket struct {
+	Addr netip.AddrPort
+	UDP  bool
+	Conn syscall.RawConn
+}
+
+// Config configures the controller.
+type Config struct {
+	Sockets []OurSocket // always non-empty
+
+	// Anchor keeps the listen addresses on a link of our own; nil: none.
+	Anchor *anchor.Config
+	// Steering is the wanted level: auto, adopt, own or off.
+	Steering string
+	// ProbeInterval is how often LocalDNS is probed while bound.
+	ProbeInterval time.Duration
+	// ProbeAddr is where LocalDNS is probed when the steering program
+	// cannot route a probe to its socket on the listen address (levels
+	// own and off): its node-facing address, 169.254.10.10:53, which the
+	// same CoreDNS serves.
+	ProbeAddr netip.AddrPort
+	// ProbeName is asked in probes: LocalDNS's whoami block answers it
+	// without going upstream, so a kube-dns outage does not look like a
+	// hung LocalDNS.
+	ProbeName string
+	Machine   MachineConfig
+	// TCPMigrate sets net.ipv4.tcp_migrate_req, so connections queued on
+	// a dying LocalDNS listener move to ours instead of being reset.
+	TCPMigrate bool
+
+	// Healthy reports whether our serving loops make progress; the
+	// steering heartbeat is sent only while it returns nil.
+	Healthy func() error
+	// Answered is the running total of queries dnsstandby answered.
+	Answered func() uint64
+	Logger   *slog.Logger
+}
+
+// DefaultConfig returns the defaults for everything but Sockets, Healthy
+// and Answered.
+func DefaultConfig() Config {
+	return Config{
+		Steering:      "auto",
+		ProbeInterval: time.Second,
+		ProbeAddr:     netip.MustParseAddrPort("169.254.10.10:53"),
+		ProbeName:     "health-check.localdns.local.",
+		Machine:       DefaultMachineConfig(),
+	}
+}
+
+// heartbeatEvery is how often the steering program hears that we are
+// alive; it stops selecting our socket after steer's stall time (2 s), so
+// a few missed beats are tolerated.
+const heartbeatEvery = 250 * time.Millisecond
+
+// Controller runs takeover: anchor, peer watch, probes, mode machine and
+// steering. It implements admin.Handler.
+type Controller struct {
+	cfg    Config
+	log    *slog.Logger // always non-nil
+	anchor *anchor.Anchor
+	steer  *steer.Steerer
+	watch  *peer.Watcher
+	prober   *peer.Prober // or nil until it can be made; owned by run
+	probeCfg peer.ProbeConfig
+	events *EventLog
+	stats  *stats
+
+	// anchorFailed: an anchor was asked for and could not be made.
+	anchorFailed bool
+
+	ops    chan operatorCmd
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // guards following
+	machine  *Machine
+	peer     peer.State
+	adopted  map[string][]uint64 // group -> peer socket inodes in its map
+	lastProb peer.ProbeResult
+	closed   bool
+}
+
+type operatorCmd struct {
+	hold bool
+	d    time.Duration
+	done chan error
+}
+
+// Start brings takeover up: the anchor first (so the addresses are local
+// before anything is decided), then the steering program on every socket,
+// then the peer watch; it applies the first mode before returning, so that
+// a caller reporting READY afterwards reports a standby in place.
+func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
+	if len(cfg.Sockets) == 0 {
+		return nil, errors.New("takeover: no sockets")
+	}
+	if cfg.Healthy == nil {
+		cfg.Healthy = func() error { return nil }
+	}
+	c = &Controller{cfg: cfg, log: cfg.Logger, ops: make(chan operatorCmd), adopted: map[string][]uint64{}, stats: newStats()}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	defer func() {
+		if err != nil {
+			c.shutdown()
+			c = nil
+		}
+	}()
+
+	if cfg.Anchor != nil {
+		c.anchor = c.startAnchor(ctx, *cfg.Anchor)
+	}
+	if cfg.TCPMigrate {
+		if err := os.WriteFile("/proc/sys/net/ipv4/tcp_migrate_req", []byte("1\n"), 0o644); err != nil {
+			c.log.Warn("tcp_migrate_req not set: TCP connections queued on a dying LocalDNS will be reset", "err", err.Error())
+		}
+	}
+
+	c.steer, err = steer.New(steer.Config{Want: cfg.Steering, Logger: c.log})
+	if err != nil {
+		return c, fmt.Errorf("takeover: %w", err)
+	}
+	ours := map[uint64]bool{}
+	for _, s := range cfg.Sockets {
+		// A group the program cannot steer stays plain SO_REUSEPORT: we
+		// keep serving; the level is reported per group.
+		if err := c.steer.AddGroup(groupName(s.Addr, s.UDP), s.Conn, s.UDP); err != nil {
+			c.log.Warn("steering not attached: this group shares by the kernel's hash", "group", groupName(s.Addr, s.UDP), "err", err.Error())
+		}
+		ino, err := peer.SocketInode(s.Conn)
+		if err != nil {
+			return c, fmt.Errorf("takeover: %w", err)
+		}
+		ours[ino] = true
+	}
+
+	c.probeCfg = peer.ProbeConfig{Server: cfg.ProbeAddr, Name: cfg.ProbeName}
+	if c.steer.Level() == steer.Adopt {
+		c.probeCfg.Server = firstUDP(cfg.Sockets) // the program routes the probe port to LocalDNS's socket
+	}
+	c.ensureProber()
+
+	var addrs []netip.AddrPort
+	for _, s := range cfg.Sockets {
+		if !slices.Contains(addrs, s.Addr) {
+			addrs = append(addrs, s.Addr)
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.watch, err = peer.StartWatcher(runCtx, peer.WatcherConfig{Addrs: addrs, Exclude: func(ino uint64) bool { return ours[ino] }, Logger: c.log})
+	if err != nil {
+		return c, fmt.Errorf("takeover: %w", err)
+	}
+
+	now := time.Now()
+	c.peer = c.watch.Current()
+	if c.machine, err = NewMachine(cfg.Machine, now, c.peer.Bound); err != nil {
+		return c, err
+	}
+	mode, reason, _ := c.machine.Mode()
+	c.events = NewEventLog(mode, reason, now, cfg.Answered)
+	c.adopt(c.peer)
+	if err := c.apply(mode); err != nil {
+		return c, err
+	}
+	c.stats.setMode(mode)
+	c.log.Info("takeover started", "mode", mode.String(), "peer_bound", c.peer.Bound, "peer_sockets", len(c.peer.Sockets))
+
+	c.wg.Add(2)
+	go func() { defer c.wg.Done(); c.heartbeat(runCtx) }()
+	go func() { defer c.wg.Done(); c.run(runCtx) }()
+	return c, nil
+}
+
+// startAnchor starts the address anchor. A node without the dummy driver
+// gets a bridge (an empty bridge holds local addresses just as well); an
+// anchor that cannot be made at all is logged and reported as not ready,
+// but never stops dnsstandby from serving.
+func (c *Controller) startAnchor(ctx context.Context, cfg anchor.Config) *anchor.Anchor {
+	cfg.Logger = c.log
+	a, err := anchor.Start(ctx, cfg)
+	if errors.Is(err, anchor.ErrUnknownKind) && cfg.Kind != "bridge" {
+		c.log.Warn("anchor: link kind unavailable, using bridge", "kind", cfg.Kind, "err", err.Error())
+		cfg.Kind = "bridge"
+		a, err = anchor.Start(ctx, cfg)
+	}
+	if err != nil {
+		c.anchorFailed = true
+		c.log.Error("anchor not in place: the listen addresses disappear with LocalDNS's link", "err", err.Error())
+		return nil
+	}
+	return a
+}
+
+func groupName(ap netip.AddrPort, udp bool) string {
+	if udp {
+		return ap.String() + "/udp"
+	}
+	return ap.String() + "/tcp"
+}
+
+func firstUDP(socks []OurSocket) netip.AddrPort {
+	for _, s := range socks {
+		if s.UDP {
+			return s.Addr
+		}
+	}
+	return socks[0].Addr
+}
+
+// ensureProber makes the probe socket if there is none yet. It can fail
+// while the probe address has no route (LocalDNS's link gone): then probes
+// fail, which is what they should report, and it is tried again next time.
+func (c *Controller) ensureProber() bool {
+	if c.prober != nil {
+		return true
+	}
+	p, err := peer.NewProber(c.probeCfg)
+	if err != nil {
+		return false
+	}
+	if c.steer.Level() == steer.Adopt {
+		if err := c.steer.SetProbePort(p.SourcePort()); err != nil {
+			c.log.Warn("steering: probe port not set; probes may reach dnsstandby itself", "err", err.Error())
+		}
+	}
+	c.prober = p
+	return true
+}
+
+// heartbeat tells the steering program we are alive while our read loops
+// make progress: a stalled dnsstandby must not keep the traffic.
+func (c *Controller) heartbeat(ctx context.Context) {
+	t := time.NewTicker(heartbeatEvery)
+	defer t.Stop()
+	for {
+		if err := c.cfg.Healthy(); err == nil {
+			if err := c.steer.Heartbeat(); err != nil {
+				c.stats.heartbeatErrors.Add(1)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// run feeds the machine: peer updates, probes, operator commands, ticks.
+func (c *Controller) run(ctx context.Context) {
+	probe := time.NewTicker(c.cfg.ProbeInterval)
+	defer probe.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case st := <-c.watch.Updates():
+			c.mu.Lock()
+			c.peer = st
+			c.mu.Unlock()
+			c.adopt(st)
+			c.handle(func(m *Machine, now time.Time) *Transition { return m.PeerBound(now, st.Bound) })
+		case <-probe.C:
+			c.mu.Lock()
+			bound := c.peer.Bound
+			c.mu.Unlock()
+			if !bound {
+				continue
+			}
+			var res peer.ProbeResult
+			if c.ensureProber() {
+				pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeInterval)
+				res = c.prober.Probe(pctx)
+				cancel()
+			} else {
+				res.Err = errors.New("no probe socket: LocalDNS's probe address is unreachable")
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			c.stats.probe(res.OK)
+			c.mu.Lock()
+			c.lastProb = res
+			c.mu.Unlock()
+			c.handle(func(m *Machine, now time.Time) *Transition { return m.ProbeResult(now, res.OK) })
+		case op := <-c.ops:
+			c.handle(func(m *Machine, now time.Time) *Transition {
+				if op.hold {
+					return m.OperatorHold(now, op.d)
+				}
+				return m.OperatorRelease(now)
+			})
+			op.done <- nil
+		case <-tick.C:
+			c.handle(func(m *Machine, now time.Time) *Transition { return m.Tick(now) })
+		}
+	}
+}
+
+// handle runs one input through the machine and carries out a transition.
+func (c *Controller) handle(input func(*Machine, time.Time) *Transition) {
+	c.mu.Lock()
+	tr := input(c.machine, time.Now())
+	c.mu.Unlock()
+	if tr == nil {
+		return
+	}
+	if err := c.apply(tr.To); err != nil {
+		c.log.Error("steering not applied", "mode", tr.To.String(), "err", err.Error())
+	}
+	ended := c.events.Record(*tr)
+	c.stats.transition(*tr, ended.DurationS)
+	c.log.Info("mode change", "from", tr.From.String(), "to", tr.To.String(), "reason", string(tr.Reason),
+		"after_s", ended.DurationS, "answered", ended.Answered)
+}
+
+// apply points the steering program at whoever the mode says.
+func (c *Controller) apply(m Mode) error {
+	want := steer.ToUs
+	if m == Mirror {
+		want = steer.ToPeer // at level own this is the kernel's hash
+	}
+	return c.steer.SetMode(want)
+}
+
+// adopt puts LocalDNS's sockets into the steering maps (level adopt), so
+// that mirror can send it everything and probes can reach it even while we
+// hold its traffic. Duplicated fds are closed at once: a socket LocalDNS
+// closes must leave the map by itself.
+func (c *Controller) adopt(st peer.State) {
+	if c.steer.Level() != steer.Adopt {
+		return
+	}
+	byGroup := map[string][]peer.Socket{}
+	for _, s := range st.Sockets {
+		g := groupName(s.Addr, s.Proto == peer.UDP)
+		byGroup[g] = append(byGroup[g], s)
+	}
+	procs := map[int]*peer.Process{}
+	defer func() {
+		for _, p := range procs {
+			p.Close()
+		}
+	}()
+	for _, s := range c.cfg.Sockets {
+		g := groupName(s.Addr, s.UDP)
+		socks := byGroup[g]
+		inodes := make([]uint64, 0, len(socks))
+		for _, ps := range socks {
+			inodes = append(inodes, ps.Inode)
+		}
+		c.mu.Lock()
+		same := slices.Equal(c.adopted[g], inodes)
+		c.mu.Unlock()
+		if same {
+			continue
+		}
+		if err := c.steer.ClearPeers(g); err != nil {
+			c.log.Warn("steering: clear peers", "group", g, "err", err.Error())
+		}
+		var done []uint64
+		for _, ps := range socks {
+			if ps.PID == 0 {
+				continue
+			}
+			p := procs[ps.PID]
+			if p == nil {
+				var err error
+				if p, err = peer.OpenProcess(ps.PID); err != nil {
+					c.stats.adoptErrors.Add(1)
+					c.log.Warn("cannot adopt LocalDNS socket", "group", g, "pid", ps.PID, "err", err.Error())
+					continue
+				}
+				procs[ps.PID] = p
+			}
+			fd, err := p.DupSocket(ps.Inode)
+			if err != nil {
+				c.stats.adoptErrors.Add(1)
+				c.log.Warn("cannot adopt LocalDNS socket", "group", g, "pid", ps.PID, "err", err.Error())
+				continue
+			}
+			_, err = c.steer.Adopt(g, fd)
+			syscall.Close(fd)
+			switch {
+			case errors.Is(err, steer.ErrMPTCP):
+				// CoreDNS built with Go ≥ 1.24 listens with MPTCP where the
+				// node enables it; such a socket cannot be in a socket map,
+				// now or on the next try: this TCP group hashes in mirror.
+				c.log.Warn("LocalDNS's TCP listener is MPTCP and cannot be steered to; its TCP group shares by hash in mirror", "group", g)
+			case err != nil:
+				c.stats.adoptErrors.Add(1)
+				c.log.Warn("cannot adopt LocalDNS socket", "group", g, "err", err.Error())
+				continue
+			}
+			done = append(done, ps.Inode)
+		}
+		c.mu.Lock()
+		c.adopted[g] = done
+		c.mu.Unlock()
+	}
+}
+
+// Hold implements admin.Handler.
+func (c *Controller) Hold(d time.Duration) error { return c.operator(operatorCmd{hold: true, d: d}) }
+
+// Release implements admin.Handler.
+func (c *Controller) Release() error { return c.operator(operatorCmd{}) }
+
+func (c *Controller) operator(op operatorCmd) error {
+	op.done = make(chan error, 1)
+	select {
+	case c.ops <- op:
+		return <-op.done
+	case <-time.After(5 * time.Second):
+		return errors.New("controller busy or stopped")
+	}
+}
+
+// Events returns the mode history, current stretch last.
+func (c *Controller) Events() []Event { return c.events.List(time.Now()) }
+
+// Status is what `dnsstandby status` shows.
+type Status struct {
+	Mode      string     `json:"mode"`
+	Reason    string     `json:"reason"`
+	Since     time.Time  `json:"since"`
+	Holding   bool       `json:"operator_hold"`
+	HoldUntil *time.Time `json:"hold_until,omitempty"`
+	Steering  struct {
+		Level string `json:"level"`
+		Why   string `json:"why,omitempty"`
+	} `json:"steering"`
+	Peer struct {
+		Bound     bool          `json:"bound"`
+		Sockets   []peer.Socket `json:"sockets"`
+		Warnings  []string      `json:"warnings,omitempty"`
+		LastProbe struct {
+			OK    bool    `json:"ok"`
+			RTTms float64 `json:"rtt_ms"`
+			NSID  string  `json:"nsid,omitempty"`
+			Error string  `json:"error,omitempty"`
+		} `json:"last_probe"`
+		Adopted map[string]int `json:"adopted"`
+	} `json:"peer"`
+	AnchorReady *bool   `json:"anchor_ready,omitempty"`
+	Events      []Event `json:"events"`
+}
+
+// Status implements admin.Handler.
+func (c *Controller) Status() any {
+	var s Status
+	c.mu.Lock()
+	mode, reason, since := c.machine.Mode()
+	holding, until := c.machine.Holding()
+	s.Peer.Bound = c.peer.Bound
+	s.Peer.Sockets = c.peer.Sockets
+	s.Peer.Warnings = c.peer.UIDMismatch
+	s.Peer.LastProbe.OK = c.lastProb.OK
+	s.Peer.LastProbe.RTTms = float64(c.lastProb.RTT.Microseconds()) / 1000
+	s.Peer.LastProbe.NSID = c.lastProb.NSID
+	if c.lastProb.Err != nil {
+		s.Peer.LastProbe.Error = c.lastProb.Err.Error()
+	}
+	s.Peer.Adopted = map[string]int{}
+	for g, in := range c.adopted {
+		s.Peer.Adopted[g] = len(in)
+	}
+	c.mu.Unlock()
+	s.Mode, s.Reason, s.Since, s.Holding = mode.String(), string(reason), since, holding
+	if holding && !until.IsZero() {
+		s.HoldUntil = &until
+	}
+	s.Steering.Level, s.Steering.Why = c.steer.Level().String(), c.steer.Why()
+	if c.anchor != nil {
+		r := c.anchor.Ready()
+		s.AnchorReady = &r
+	}
+	s.Events = c.Events()
+	return s
+}
+
+// Mode returns the current mode.
+func (c *Controller) Mode() Mode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, _, _ := c.machine.Mode()
+	return m
+}
+
+// Close stops the controller: goroutines first, then the steering program
+// is detached (leaving LocalDNS's group as it was found), then the peer
+// watch and the anchor (kept unless configured to clean up). Safe twice.
+func (c *Controller) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	return c.shutdown()
+}
+
+func (c *Controller) shutdown() error {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	var errs []error
+	if c.steer != nil {
+		errs = append(errs, c.steer.Close())
+	}
+	if c.watch != nil {
+		errs = append(errs, c.watch.Close())
+	}
+	if c.prober != nil {
+		errs = append(errs, c.prober.Close())
+	}
+	if c.anchor != nil {
+		errs = append(errs, c.anchor.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,181 @@
+package peer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// procRoot is where the processes of our PID namespace are listed. In a
+// container without the host's PID namespace it lists only the container's
+// processes, and LocalDNS's sockets show with PID 0.
+const procRoot = "/proc"
+
+// socketLinkInode parses the target of a /proc/PID/fd link to a socket,
+// "socket:[INODE]", and returns the inode.
+func socketLinkInode(link string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(link, "socket:[")
+	if !ok {
+		return 0, false
+	}
+	digits, ok := strings.CutSuffix(rest, "]")
+	if !ok || digits == "" {
+		return 0, false
+	}
+	inode, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return inode, true
+}
+
+// eachSocketFD calls fn with each socket file descriptor of process pid and
+// the socket's inode, until fn returns false. It reads root/PID/fd, which
+// needs ptrace-read rights over the process (root has them).
+func eachSocketFD(root string, pid int, fn func(fd int, inode uint64) bool) error {
+	dir := filepath.Join(root, strconv.Itoa(pid), "fd")
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		link, err := os.Readlink(filepath.Join(dir, name))
+		if err != nil {
+			continue // closed since the listing
+		}
+		if inode, ok := socketLinkInode(link); ok && !fn(fd, inode) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// findFD returns the number of a file descriptor of process pid that holds
+// the socket inode.
+func findFD(root string, pid int, inode uint64) (int, error) {
+	found := -1
+	err := eachSocketFD(root, pid, func(fd int, ino uint64) bool {
+		if ino == inode {
+			found = fd
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return -1, fmt.Errorf("read fds of process %d: %w", pid, err)
+	}
+	if found < 0 {
+		return -1, fmt.Errorf("socket:[%d] in process %d: %w", inode, pid, ErrSocketNotHeld)
+	}
+	return found, nil
+}
+
+// readComm returns the process's name, or "" if it cannot be read.
+func readComm(root string, pid int) string {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "comm"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// fillOwners sets PID and Comm of every socket in socks whose PID is 0 to a
+// process holding it: the processes in hints first (LocalDNS's last known
+// PIDs, so that a rescan costs nothing while LocalDNS keeps its sockets),
+// then every process under root until all are found. A socket held by no
+// visible process keeps PID 0. Only a root that cannot be listed is an
+// error; processes that vanish or deny access are skipped.
+func fillOwners(root string, socks []Socket, hints []int) error {
+	want := map[uint64][]int{} // inode -> indexes into socks
+	for i, s := range socks {
+		if s.PID == 0 {
+			want[s.Inode] = append(want[s.Inode], i)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	scan := func(pid int) {
+		var comm string
+		_ = eachSocketFD(root, pid, func(_ int, inode uint64) bool {
+			idx, ok := want[inode]
+			if !ok {
+				return true
+			}
+			if comm == "" {
+				comm = readComm(root, pid)
+			}
+			for _, i := range idx {
+				socks[i].PID, socks[i].Comm = pid, comm
+			}
+			delete(want, inode)
+			return len(want) > 0
+		})
+	}
+	seen := map[int]bool{}
+	for _, pid := range hints {
+		if pid > 0 && !seen[pid] && len(want) > 0 {
+			seen[pid] = true
+			scan(pid)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	f, err := os.Open(root)
+	if err != nil {
+		return fmt.Errorf("list processes: %w", err)
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("list processes: %w", err)
+	}
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid <= 0 || seen[pid] {
+			continue
+		}
+		scan(pid)
+		if len(want) == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// SocketInode returns the inode of the socket behind rc (from
+// (*net.UDPConn).SyscallConn and the like): what sock_diag and /proc/PID/fd
+// name it by. dnsstandby passes its own sockets' inodes as the exclude set
+// of FindSockets and WatcherConfig.
+func SocketInode(rc syscall.RawConn) (uint64, error) {
+	var (
+		st    unix.Stat_t
+		sterr error
+	)
+	if err := rc.Control(func(fd uintptr) { sterr = unix.Fstat(int(fd), &st) }); err != nil {
+		return 0, fmt.Errorf("socket inode: %w", err)
+	}
+	if sterr != nil {
+		return 0, fmt.Errorf("socket inode: fstat: %w", sterr)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return 0, errors.New("socket inode: not a socket")
+	}
+	return st.Ino, nil
+}

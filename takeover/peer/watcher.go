@@ -1,0 +1,433 @@
+package peer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRescan is how often a Watcher lists LocalDNS's sockets when no
+// exit woke it. It bounds how long a LocalDNS that binds again goes
+// unnoticed. A rescan of one address (two sock_diag dumps the kernel
+// filters to one port; holders known from the last scan) measured about
+// 30 µs here (BenchmarkRescan), so 5 per second cost nothing. Exits do not
+// wait for it: the pidfd reports them at once.
+const DefaultRescan = 200 * time.Millisecond
+
+// WatcherConfig says what a Watcher watches.
+type WatcherConfig struct {
+	// Addrs are the listen addresses dnsstandby shares with LocalDNS
+	// (169.254.10.11:53); at least one.
+	Addrs []netip.AddrPort
+	// Exclude reports whether a socket inode is one of ours (SocketInode),
+	// or nil. It is called from the Watcher's goroutine and must be safe
+	// for that.
+	Exclude func(inode uint64) bool
+	// Rescan is the interval between socket listings; 0 means
+	// DefaultRescan.
+	Rescan time.Duration
+	// Logger gets one line per change (LocalDNS bound or gone, UID
+	// mismatches, scan errors), never one per scan; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// State is what a Watcher last saw of LocalDNS.
+type State struct {
+	// Bound is true when LocalDNS has a UDP socket on every watched
+	// address: it gets its share of pods' queries.
+	Bound bool
+	// Sockets are LocalDNS's sockets on the watched addresses (UDP sockets
+	// and TCP listeners), by address, protocol and inode.
+	Sockets []Socket
+	// PIDs are the processes holding Sockets, ascending; empty when none is
+	// visible (another PID namespace).
+	PIDs []int
+	// UIDMismatch holds a warning per socket whose owner UID differs from
+	// our effective UID: the kernel does not let such sockets share a
+	// reuseport group with ours.
+	UIDMismatch []string
+	// Err is the last scan's error, or nil. When set, the rest of the
+	// State is what the last good scan saw.
+	Err error
+	// At is when the State was observed.
+	At time.Time
+}
+
+// equal reports whether s and o describe the same situation (At aside).
+func (s State) equal(o State) bool {
+	return s.Bound == o.Bound &&
+		slices.Equal(s.Sockets, o.Sockets) &&
+		slices.Equal(s.PIDs, o.PIDs) &&
+		slices.Equal(s.UIDMismatch, o.UIDMismatch) &&
+		errText(s.Err) == errText(o.Err)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// UIDWarning is the State.UIDMismatch text for a LocalDNS socket owned by
+// another UID than ours (euid).
+func UIDWarning(s Socket, euid uint32) string {
+	return fmt.Sprintf("LocalDNS socket %s/%s is owned by UID %d, dnsstandby runs as %d: "+
+		"the kernel will not put them in one reuseport group; run dnsstandby as UID %d",
+		s.Addr, s.Proto, s.UID, euid, s.UID)
+}
+
+// Watcher reports LocalDNS's presence on a set of listen addresses: its
+// sockets (sock_diag), the processes holding them (/proc), and their exit
+// (pidfd).
+type Watcher struct {
+	cfg  WatcherConfig // Rescan and Logger set
+	diag *diagConn     // in the namespace StartWatcher ran in; owned by run
+	euid uint32
+
+	updates chan State    // latest State not yet read; never closed
+	kick    chan struct{} // a watched process exited: scan now
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run returns
+
+	closeOnce sync.Once
+
+	mu  sync.Mutex // guards following
+	cur State
+
+	// Owned by the goroutine that scans (StartWatcher, then run).
+	procs      map[int]*Process // pidfds of the processes holding Sockets
+	owners     map[uint64]owner // holder of each socket seen, by inode
+	unresolved map[uint64]bool  // sockets whose holder is not visible
+	unwatched  map[int]bool     // holders we may not open a pidfd on
+	warned     map[string]bool  // one-time warnings already logged
+}
+
+type owner struct {
+	pid  int
+	comm string
+}
+
+// StartWatcher lists LocalDNS's sockets once (an error here means the
+// kernel or our privileges cannot support watching) and keeps watching
+// until ctx ends or Close. Its sock_diag socket sees the network namespace
+// of the calling thread.
+func StartWatcher(ctx context.Context, cfg WatcherConfig) (*Watcher, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("start peer watcher: no addresses")
+	}
+	if cfg.Rescan < 0 {
+		return nil, fmt.Errorf("start peer watcher: negative rescan interval %v", cfg.Rescan)
+	}
+	if cfg.Rescan == 0 {
+		cfg.Rescan = DefaultRescan
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Addrs = slices.Clone(cfg.Addrs)
+	for i, a := range cfg.Addrs {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("start peer watcher: invalid address %v", a)
+		}
+		cfg.Addrs[i] = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+	}
+	d, err := openDiag()
+	if err != nil {
+		return nil, fmt.Errorf("start peer watcher: %w", err)
+	}
+	w := &Watcher{
+		cfg:        cfg,
+		diag:       d,
+		euid:       uint32(os.Geteuid()),
+		updates:    make(chan State, 1),
+		kick:       make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		procs:      map[int]*Process{},
+		owners:     map[uint64]owner{},
+		unresolved: map[uint64]bool{},
+		unwatched:  map[int]bool{},
+		warned:     map[string]bool{},
+	}
+	first, err := w.scan()
+	if err != nil {
+		w.closeProcs()
+		d.close()
+		return nil, fmt.Errorf("start peer watcher: %w", err)
+	}
+	w.logChange(State{}, first)
+	if !first.Bound {
+		cfg.Logger.Info("LocalDNS is not bound", "addrs", cfg.Addrs, "sockets", len(first.Sockets))
+	}
+	w.publish(first)
+	ctx, w.cancel = context.WithCancel(ctx)
+	go w.run(ctx)
+	return w, nil
+}
+
+// Updates delivers a State whenever it changes, starting with the first:
+// at once when a watched process exits, else within the rescan interval.
+// It holds only the latest State (a slow reader skips stale ones, and never
+// slows the Watcher). It is never closed, so that a reader selecting on it
+// beside its own context never mistakes a stopped Watcher for a zero State
+// (LocalDNS not bound); stop reading on your own context. States and their
+// slices are shared: treat them as read-only.
+func (w *Watcher) Updates() <-chan State { return w.updates }
+
+// Current returns the latest State (read-only, like those on Updates).
+func (w *Watcher) Current() State {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur
+}
+
+// Close stops the Watcher and waits for its goroutines; safe to call more
+// than once.
+func (w *Watcher) Close() error {
+	w.closeOnce.Do(func() {
+		w.cancel()
+		<-w.done
+	})
+	return nil
+}
+
+func (w *Watcher) run(ctx context.Context) {
+	defer close(w.done)
+	defer w.diag.close()
+	defer w.closeProcs()
+	ticker := time.NewTicker(w.cfg.Rescan)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-w.kick:
+		}
+		prev := w.Current()
+		next, err := w.scan()
+		if err != nil {
+			next = prev
+			next.Err, next.At = err, time.Now()
+		}
+		if !next.equal(prev) {
+			w.logChange(prev, next)
+			w.publish(next)
+		}
+	}
+}
+
+// publish makes s the current State and the one Updates delivers next.
+func (w *Watcher) publish(s State) {
+	w.mu.Lock()
+	w.cur = s
+	w.mu.Unlock()
+	select {
+	case <-w.updates: // a State nobody read: replaced
+	default:
+	}
+	w.updates <- s // never blocks: this goroutine is the only sender
+}
+
+// scan lists the sockets, finds their holders, and opens pidfds on new
+// holders.
+func (w *Watcher) scan() (State, error) {
+	now := time.Now()
+	var socks []Socket
+	for _, a := range w.cfg.Addrs {
+		for _, proto := range []Proto{UDP, TCP} {
+			s, err := w.diag.bound(a, proto, w.cfg.Exclude)
+			if err != nil {
+				return State{}, err
+			}
+			socks = append(socks, s...)
+		}
+	}
+	slices.SortFunc(socks, func(a, b Socket) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Inode, b.Inode))
+	})
+	if err := w.resolveOwners(socks); err != nil {
+		return State{}, err
+	}
+	w.trackProcesses(socks)
+
+	s := State{Sockets: socks, At: now, Bound: true}
+	for _, a := range w.cfg.Addrs {
+		if !slices.ContainsFunc(socks, func(s Socket) bool { return s.Proto == UDP && s.Addr == a }) {
+			s.Bound = false
+		}
+	}
+	for _, sock := range socks {
+		if sock.PID != 0 {
+			s.PIDs = append(s.PIDs, sock.PID)
+		}
+		if sock.UID != w.euid {
+			s.UIDMismatch = append(s.UIDMismatch, UIDWarning(sock, w.euid))
+		}
+	}
+	slices.Sort(s.PIDs)
+	s.PIDs = slices.Compact(s.PIDs)
+	slices.Sort(s.UIDMismatch)
+	s.UIDMismatch = slices.Compact(s.UIDMismatch)
+	return s, nil
+}
+
+// resolveOwners fills in the holders of socks: from what earlier scans
+// found, and for new sockets from /proc (the last holders first). A socket
+// whose holder was not visible is not searched for again: its fd was there
+// before it was bound, so a later search would not find it either.
+func (w *Watcher) resolveOwners(socks []Socket) error {
+	var todo []int
+	for i, s := range socks {
+		if o, ok := w.owners[s.Inode]; ok {
+			socks[i].PID, socks[i].Comm = o.pid, o.comm
+		} else if !w.unresolved[s.Inode] {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) > 0 {
+		batch := make([]Socket, len(todo))
+		for j, i := range todo {
+			batch[j] = socks[i]
+		}
+		if err := fillOwners(procRoot, batch, slices.Collect(maps.Keys(w.procs))); err != nil {
+			return err
+		}
+		for j, i := range todo {
+			socks[i] = batch[j]
+			if batch[j].PID == 0 {
+				w.unresolved[batch[j].Inode] = true
+				w.warnOnce("owner-hidden", "LocalDNS's process is not visible in "+procRoot+
+					": its exit is noticed by rescan only, and its sockets cannot be adopted (run dnsstandby in the host PID namespace)",
+					"socket", batch[j].String())
+			} else {
+				w.owners[batch[j].Inode] = owner{batch[j].PID, batch[j].Comm}
+			}
+		}
+	}
+	// Forget sockets that are gone.
+	for inode := range w.owners {
+		if !slices.ContainsFunc(socks, func(s Socket) bool { return s.Inode == inode }) {
+			delete(w.owners, inode)
+		}
+	}
+	for inode := range w.unresolved {
+		if !slices.ContainsFunc(socks, func(s Socket) bool { return s.Inode == inode }) {
+			delete(w.unresolved, inode)
+		}
+	}
+	return nil
+}
+
+// trackProcesses holds a pidfd on every process holding socks, and lets go
+// of those that hold none any more.
+func (w *Watcher) trackProcesses(socks []Socket) {
+	want := map[int]uint64{} // pid -> one socket it holds
+	for _, s := range socks {
+		if s.PID != 0 {
+			want[s.PID] = s.Inode
+		}
+	}
+	for pid, p := range w.procs {
+		if _, ok := want[pid]; !ok {
+			p.Close()
+			delete(w.procs, pid)
+		}
+	}
+	maps.DeleteFunc(w.unwatched, func(pid int, _ bool) bool { _, ok := want[pid]; return !ok })
+	for pid, inode := range want {
+		if _, ok := w.procs[pid]; ok || w.unwatched[pid] {
+			continue
+		}
+		p, err := openProcess(procRoot, pid, w.kick)
+		if errors.Is(err, unix.ESRCH) {
+			// Exited since /proc was read; the next scan shows its
+			// sockets gone.
+			w.forget(pid)
+			w.kickSoon()
+			continue
+		}
+		if err != nil {
+			w.unwatched[pid] = true
+			w.warnOnce(fmt.Sprintf("pidfd-%d", pid), "cannot watch LocalDNS's process for exit; noticing it by rescan only", "err", err)
+			continue
+		}
+		if !p.HoldsSocket(inode) {
+			// The PID was reused after the holder exited: the pidfd is on
+			// another process. Look again.
+			p.Close()
+			w.forget(pid)
+			w.kickSoon()
+			continue
+		}
+		w.procs[pid] = p
+	}
+}
+
+// forget drops what is known of the sockets pid held, so that the next
+// scan looks their holders up again.
+func (w *Watcher) forget(pid int) {
+	maps.DeleteFunc(w.owners, func(_ uint64, o owner) bool { return o.pid == pid })
+}
+
+// kickSoon asks for another scan without waiting for the ticker.
+func (w *Watcher) kickSoon() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) closeProcs() {
+	for pid, p := range w.procs {
+		p.Close()
+		delete(w.procs, pid)
+	}
+}
+
+func (w *Watcher) warnOnce(key, msg string, args ...any) {
+	if w.warned[key] {
+		return
+	}
+	w.warned[key] = true
+	w.cfg.Logger.Warn(msg, args...)
+}
+
+// logChange logs what differs between two States: one line per change.
+func (w *Watcher) logChange(prev, next State) {
+	log := w.cfg.Logger
+	if e := errText(next.Err); e != errText(prev.Err) {
+		if next.Err != nil {
+			log.Warn("cannot list LocalDNS's sockets; keeping the last state", "err", next.Err)
+		} else {
+			log.Info("listing LocalDNS's sockets works again")
+		}
+	}
+	if next.Err != nil {
+		return
+	}
+	switch {
+	case next.Bound && !prev.Bound:
+		log.Info("LocalDNS is bound", "pids", next.PIDs, "sockets", len(next.Sockets))
+	case !next.Bound && prev.Bound:
+		log.Info("LocalDNS is not bound", "pids", next.PIDs, "sockets", len(next.Sockets))
+	case !slices.Equal(next.PIDs, prev.PIDs):
+		log.Info("LocalDNS's processes changed", "pids", next.PIDs, "was", prev.PIDs, "bound", next.Bound)
+	}
+	for _, m := range next.UIDMismatch {
+		if !slices.Contains(prev.UIDMismatch, m) {
+			log.Warn(m)
+		}
+	}
+}

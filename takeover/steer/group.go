@@ -1,0 +1,424 @@
+package steer
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// group is one reuseport group we steer: our socket and its program.
+type group struct {
+	name   string
+	udp    bool
+	prog   *ebpf.Program // attached to the group through our socket
+	socks  *ebpf.Map     // the group's REUSEPORT_SOCKARRAY
+	config *ebpf.Map     // the group's config (ARRAY, one configValue)
+
+	our       syscall.RawConn // our socket; Close detaches through it
+	ourAddr   netip.AddrPort  // its address: every adopted socket must have it
+	ourCookie uint64          // its SO_COOKIE, to refuse adopting it as a peer
+
+	// unadoptable is set when LocalDNS's socket could not be adopted
+	// (MPTCP) and cleared only by a successful Adopt (not by ClearPeers,
+	// which the caller runs whenever LocalDNS's sockets change): the group
+	// then steers at level Own, so mirror (ToPeer) hashes rather than
+	// taking LocalDNS's share.
+	unadoptable bool
+}
+
+// level is the level g steers at, given the Steerer's.
+func (g *group) level(l Level) Level {
+	if l == Adopt && g.unadoptable {
+		return Own
+	}
+	return l
+}
+
+// loadGroup creates a group's maps and loads Program against them.
+func loadGroup(name string, udp bool) (*group, error) {
+	g := &group{name: name, udp: udp}
+	var err error
+	g.config, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "dnsstandby_cfg",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  configSize,
+		MaxEntries: 1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create steering config map: %w", err)
+	}
+	g.socks, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name:      "dnsstandby_sk",
+		Type:      ebpf.ReusePortSockArray,
+		KeySize:   4,
+		ValueSize: 8, // a u64 fd on update; the socket's cookie on lookup
+		// (a lookup from userspace needs an 8-byte value)
+		MaxEntries: sockarraySize,
+	})
+	if err != nil {
+		g.closeObjects()
+		return nil, fmt.Errorf("create REUSEPORT_SOCKARRAY: %w", err)
+	}
+	insns := Program()
+	if err := errors.Join(insns.AssociateMap(SockarrayMap, g.socks), insns.AssociateMap(ConfigMap, g.config)); err != nil {
+		g.closeObjects()
+		return nil, err
+	}
+	g.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "dnsstandby_steer",
+		Type:         ebpf.SkReuseport,
+		Instructions: insns,
+		License:      "Dual MIT/GPL",
+	})
+	if err != nil {
+		g.closeObjects()
+		return nil, fmt.Errorf("load steering program: %w", err)
+	}
+	return g, nil
+}
+
+// closeObjects closes g's program and maps (what of them exists).
+func (g *group) closeObjects() error {
+	var errs []error
+	if g.prog != nil {
+		errs = append(errs, g.prog.Close())
+	}
+	if g.socks != nil {
+		errs = append(errs, g.socks.Close())
+	}
+	if g.config != nil {
+		errs = append(errs, g.config.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// AddGroup steers the reuseport group of our socket: it loads a program
+// for the group, puts our socket in slot 0 and attaches the program to the
+// group (SO_ATTACH_REUSEPORT_EBPF, which replaces any program the group
+// had). Call it after our socket is bound; udp says whether it is a UDP
+// socket or a TCP listener. Adding a name again moves the group to a new
+// socket of ours (after the old one was closed). At Off it does nothing.
+//
+// The group starts in the Steerer's mode, with its heartbeat as last
+// written: until the first Heartbeat the program treats us as stalled and
+// never selects our socket. If AddGroup fails the group is left unsteered
+// (plain SO_REUSEPORT); the daemon should log it and serve on.
+func (s *Steerer) AddGroup(name string, our syscall.RawConn, udp bool) error {
+	if s.level == Off {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	g := s.groups[name]
+	fresh := g == nil
+	if fresh {
+		var err error
+		if g, err = loadGroup(name, udp); err != nil {
+			return fmt.Errorf("steer group %s: %w", name, err)
+		}
+		if err := s.writeGroupLocked(g); err != nil {
+			g.closeObjects()
+			return fmt.Errorf("steer group %s: %w", name, err)
+		}
+	} else if g.udp != udp {
+		return fmt.Errorf("steer group %s: already added as %s", name, protoName(g.udp))
+	}
+	err := s.attach(g, our)
+	if err != nil {
+		if fresh {
+			g.closeObjects()
+		}
+		return fmt.Errorf("steer group %s: %w", name, err)
+	}
+	if fresh {
+		s.groups[name] = g
+		s.order = append(s.order, name)
+	}
+	s.log.Debug("steering group attached", "group", name, "addr", g.ourAddr.String(), "proto", protoName(udp))
+	return nil
+}
+
+// attach puts our socket in slot 0 and attaches g's program through it.
+func (s *Steerer) attach(g *group, our syscall.RawConn) error {
+	var addr netip.AddrPort
+	var cookie uint64
+	var serr error
+	err := our.Control(func(fd uintptr) {
+		if addr, serr = checkSocket(int(fd), g.udp); serr != nil {
+			if errors.Is(serr, ErrMPTCP) {
+				serr = fmt.Errorf("our listener: %w (create it with net.ListenConfig.SetMultipathTCP(false))", serr)
+			}
+			return
+		}
+		if cookie, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE); serr != nil {
+			serr = fmt.Errorf("SO_COOKIE: %w", serr)
+			return
+		}
+		if serr = g.socks.Update(uint32(ourSlot), uint64(fd), ebpf.UpdateAny); serr != nil {
+			s.sockarrayErrors.Add(1)
+			serr = fmt.Errorf("put our socket in slot %d: %w%s", ourSlot, serr, busyHint(serr))
+			return
+		}
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, g.prog.FD()); serr != nil {
+			serr = fmt.Errorf("SO_ATTACH_REUSEPORT_EBPF: %w", serr)
+		}
+	})
+	if err = errors.Join(err, serr); err != nil {
+		return err
+	}
+	g.our, g.ourAddr, g.ourCookie = our, addr, cookie
+	return nil
+}
+
+// adoptBusyWait bounds how long Adopt waits for a socket to leave another
+// sockarray. The kernel lets a socket be in one sockarray at a time; after
+// a dnsstandby died without detaching and its successor's AddGroup replaced
+// the dead one's program, the old maps (and their hold on LocalDNS's
+// sockets) are freed after an RCU grace period and a workqueue pass:
+// milliseconds, measured here, so 500 ms is ample.
+const adoptBusyWait = 500 * time.Millisecond
+
+// Adopt puts a LocalDNS socket into a free peer slot of the group and
+// returns the slot (1..MaxPeers). fd is the caller's duplicate (from
+// pidfd_getfd); Adopt does not keep it, and the caller should close it at
+// once: the map holds the socket itself, and the slot empties by itself
+// when LocalDNS closes the socket. Adopting a socket already in the group
+// returns its slot. Only at level Adopt; ErrNotAdopt otherwise.
+func (s *Steerer) Adopt(name string, fd int) (slot int, err error) {
+	if s.level != Adopt {
+		return 0, ErrNotAdopt
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	g := s.groups[name]
+	if g == nil {
+		return 0, fmt.Errorf("adopt into %s: %w", name, ErrNoGroup)
+	}
+	addr, err := checkSocket(fd, g.udp)
+	if errors.Is(err, ErrMPTCP) {
+		if !g.unadoptable {
+			g.unadoptable = true
+			s.log.Warn("LocalDNS's socket is MPTCP and cannot be adopted: this group steers at level own (mirror hashes)",
+				"group", name, "addr", g.ourAddr.String())
+			if werr := s.writeGroupLocked(g); werr != nil {
+				err = errors.Join(err, werr)
+			}
+		}
+		return 0, fmt.Errorf("adopt into %s: %w", name, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("adopt into %s: %w: %w", name, ErrWrongSocket, err)
+	}
+	if addr != g.ourAddr {
+		return 0, fmt.Errorf("adopt into %s: %w: bound to %s, the group to %s", name, ErrWrongSocket, addr, g.ourAddr)
+	}
+	cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
+	if err != nil {
+		return 0, fmt.Errorf("adopt into %s: SO_COOKIE: %w", name, err)
+	}
+	if cookie == g.ourCookie {
+		return 0, fmt.Errorf("adopt into %s: %w: it is our own socket", name, ErrWrongSocket)
+	}
+	free := -1
+	for slot := 1; slot <= MaxPeers; slot++ {
+		var c uint64
+		err := g.socks.Lookup(uint32(slot), &c)
+		switch {
+		case err == nil && c == cookie:
+			return slot, nil // already adopted
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			if free < 0 {
+				free = slot
+			}
+		case err != nil:
+			return 0, fmt.Errorf("adopt into %s: read slot %d: %w", name, slot, err)
+		}
+	}
+	if free < 0 {
+		return 0, fmt.Errorf("adopt into %s: %w (%d)", name, ErrGroupFull, MaxPeers)
+	}
+	start := time.Now()
+	busy := 0
+	for {
+		err = g.socks.Update(uint32(free), uint64(fd), ebpf.UpdateNoExist)
+		if !errors.Is(err, unix.EBUSY) || time.Since(start) > adoptBusyWait {
+			break
+		}
+		busy++
+		time.Sleep(10 * time.Millisecond)
+	}
+	if busy > 0 {
+		s.log.Info("adopt waited for the socket to leave another steering map", "group", name,
+			"waited", time.Since(start).Round(time.Millisecond).String(), "ok", err == nil)
+	}
+	if err != nil {
+		s.sockarrayErrors.Add(1)
+		return 0, fmt.Errorf("adopt into %s slot %d: %w%s", name, free, err, busyHint(err))
+	}
+	s.adoptions.Add(1)
+	if g.unadoptable {
+		g.unadoptable = false
+		if err := s.writeGroupLocked(g); err != nil {
+			return free, err
+		}
+	}
+	s.log.Debug("adopted peer socket", "group", name, "slot", free, "cookie", cookie)
+	return free, nil
+}
+
+// busyHint explains EBUSY from a sockarray update.
+func busyHint(err error) string {
+	if errors.Is(err, unix.EBUSY) {
+		return " (the socket is still in another REUSEPORT_SOCKARRAY: another steering program, e.g. of a dnsstandby that died without detaching, still holds it)"
+	}
+	return ""
+}
+
+// ClearPeers empties the group's peer slots: the program then reaches only
+// our socket (and the hash reaches everyone). Nothing to do below Adopt.
+func (s *Steerer) ClearPeers(name string) error {
+	if s.level != Adopt {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	g := s.groups[name]
+	if g == nil {
+		return fmt.Errorf("clear peers of %s: %w", name, ErrNoGroup)
+	}
+	var errs []error
+	for slot := 1; slot <= MaxPeers; slot++ {
+		if err := g.socks.Delete(uint32(slot)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			s.sockarrayErrors.Add(1)
+			errs = append(errs, fmt.Errorf("clear slot %d: %w", slot, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("clear peers of %s: %w", name, err)
+	}
+	return nil
+}
+
+// Peers returns how many live LocalDNS sockets the group holds now (a
+// socket LocalDNS closed has already left its slot).
+func (s *Steerer) Peers(name string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	g := s.groups[name]
+	if g == nil {
+		return 0, fmt.Errorf("peers of %s: %w", name, ErrNoGroup)
+	}
+	return g.peers()
+}
+
+// GroupLevel is the level a group steers at: the Steerer's, except Own
+// for a group whose LocalDNS socket could not be adopted (an MPTCP
+// listener; see ErrMPTCP) until an Adopt into it succeeds.
+func (s *Steerer) GroupLevel(name string) (Level, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groups[name]
+	if g == nil {
+		return Off, fmt.Errorf("level of %s: %w", name, ErrNoGroup)
+	}
+	return g.level(s.level), nil
+}
+
+// Groups returns the names of the groups added, in order.
+func (s *Steerer) Groups() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.order...)
+}
+
+func (g *group) peers() (int, error) {
+	n := 0
+	for slot := 1; slot <= MaxPeers; slot++ {
+		var c uint64
+		err := g.socks.Lookup(uint32(slot), &c)
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, ebpf.ErrKeyNotExist):
+			return n, fmt.Errorf("read slot %d: %w", slot, err)
+		}
+	}
+	return n, nil
+}
+
+// close detaches the group's program (through our socket) and closes it
+// and the maps. A group with no program left (ENOENT) is already as found.
+func (g *group) close() error {
+	var serr error
+	err := g.our.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DETACH_REUSEPORT_BPF, 0)
+		if errors.Is(serr, unix.ENOENT) {
+			serr = nil
+		}
+	})
+	if err != nil {
+		err = fmt.Errorf("detach: our socket is gone (close the Steerer before the sockets): %w", err)
+	} else if serr != nil {
+		err = fmt.Errorf("SO_DETACH_REUSEPORT_BPF (Linux 5.3+): %w", serr)
+	}
+	return errors.Join(err, g.closeObjects())
+}
+
+// checkSocket checks that fd is a bound UDP socket (udp) or plain TCP
+// socket and returns its local address.
+func checkSocket(fd int, udp bool) (netip.AddrPort, error) {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("SO_TYPE: %w", err)
+	}
+	want := unix.SOCK_STREAM
+	if udp {
+		want = unix.SOCK_DGRAM
+	}
+	if typ != want {
+		return netip.AddrPort{}, fmt.Errorf("socket type %d, want %s", typ, protoName(udp))
+	}
+	proto, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("SO_PROTOCOL: %w", err)
+	}
+	if proto == unix.IPPROTO_MPTCP {
+		return netip.AddrPort{}, ErrMPTCP
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("getsockname: %w", err)
+	}
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), nil
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("not an IPv4 or IPv6 socket (%T)", sa)
+}
+
+func protoName(udp bool) string {
+	if udp {
+		return "udp"
+	}
+	return "tcp"
+}

@@ -1,0 +1,367 @@
+package steer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+)
+
+// This file runs the program's kernel encoding through a small eBPF
+// interpreter that models the sk_reuseport context, the config map and
+// the sockarray, so every decision the program makes is checked against
+// the specification without a kernel.
+
+// kind tags what a register or memory word points to.
+type kind int
+
+const (
+	scalar kind = iota
+	ctxPtr
+	stackPtr
+	cfgPtr    // the config map's value
+	pktPtr    // packet data (UDP/TCP header first)
+	pktEnd    // data_end
+	mapConfig // a map pointer (LDDW of the config map's fd)
+	mapSocks
+)
+
+type reg struct {
+	k   kind
+	off int64 // pointer offset, or the scalar's value (as int64 bits)
+}
+
+// machine is one packet's run.
+type machine struct {
+	cfg      []byte // nil: no config value
+	pkt      []byte
+	hash     uint32
+	now      uint64
+	filled   [sockarraySize]bool
+	stack    [512]byte
+	selected int // last slot bpf_sk_select_reuseport accepted; -1 none
+	calls    []int
+}
+
+func (m *machine) load(r reg, off int64, size int) (reg, error) {
+	at := r.off + off
+	switch r.k {
+	case ctxPtr:
+		switch {
+		case at == ctxData && size == 8:
+			return reg{k: pktPtr}, nil
+		case at == ctxDataEnd && size == 8:
+			return reg{k: pktEnd, off: int64(len(m.pkt))}, nil
+		case at == ctxHash && size == 4:
+			return reg{off: int64(m.hash)}, nil
+		}
+		return reg{}, fmt.Errorf("ctx load of %d bytes at %d", size, at)
+	case cfgPtr:
+		return scalarFrom(m.cfg, at, size)
+	case pktPtr:
+		return scalarFrom(m.pkt, at, size)
+	case stackPtr:
+		return scalarFrom(m.stack[:], 512+at, size)
+	}
+	return reg{}, fmt.Errorf("load through %v", r.k)
+}
+
+func scalarFrom(b []byte, at int64, size int) (reg, error) {
+	if at < 0 || at+int64(size) > int64(len(b)) {
+		return reg{}, fmt.Errorf("load of %d bytes at %d outside %d", size, at, len(b))
+	}
+	switch size {
+	case 2:
+		return reg{off: int64(binary.NativeEndian.Uint16(b[at:]))}, nil
+	case 4:
+		return reg{off: int64(binary.NativeEndian.Uint32(b[at:]))}, nil
+	case 8:
+		return reg{off: int64(binary.NativeEndian.Uint64(b[at:]))}, nil
+	}
+	return reg{}, fmt.Errorf("load size %d", size)
+}
+
+func (m *machine) store(r reg, off int64, size int, v uint64) error {
+	at := 512 + r.off + off
+	if r.k != stackPtr || at < 0 || at+int64(size) > 512 || size != 4 {
+		return fmt.Errorf("store of %d bytes through %v at %d", size, r.k, r.off+off)
+	}
+	binary.NativeEndian.PutUint32(m.stack[at:], uint32(v))
+	return nil
+}
+
+var sizes = map[uint8]int{0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
+
+// run interprets code and returns r0 at exit.
+func (m *machine) run(code []byte) (uint64, error) {
+	var r [11]reg
+	r[1] = reg{k: ctxPtr}
+	r[10] = reg{k: stackPtr}
+	m.selected = -1
+	n := len(code) / 8
+	for pc, steps := 0, 0; ; pc, steps = pc+1, steps+1 {
+		if pc < 0 || pc >= n || steps > 10000 {
+			return 0, fmt.Errorf("pc %d out of the program", pc)
+		}
+		b := code[pc*8:]
+		op := b[0]
+		dst, src := b[1]&0xf, b[1]>>4
+		off := int64(int16(binary.LittleEndian.Uint16(b[2:])))
+		imm := int64(int32(binary.LittleEndian.Uint32(b[4:])))
+		class := op & 7
+		switch class {
+		case 0x07: // ALU64
+			v := reg{off: imm}
+			if op&0x08 != 0 {
+				v = r[src]
+			}
+			d := r[dst]
+			switch op & 0xf0 {
+			case 0xb0: // mov
+				d = v
+			case 0x00: // add
+				if v.k != scalar {
+					return 0, fmt.Errorf("pc %d: add of a pointer", pc)
+				}
+				d.off += v.off
+			case 0x10: // sub
+				if d.k != scalar || v.k != scalar {
+					return 0, fmt.Errorf("pc %d: sub with a pointer", pc)
+				}
+				d.off -= v.off
+			case 0x50: // and
+				if d.k != scalar {
+					return 0, fmt.Errorf("pc %d: and of a pointer", pc)
+				}
+				d.off &= v.off
+			default:
+				return 0, fmt.Errorf("pc %d: ALU op %#x", pc, op)
+			}
+			r[dst] = d
+		case 0x01: // LDX
+			v, err := m.load(r[src], off, sizes[op&0x18])
+			if err != nil {
+				return 0, fmt.Errorf("pc %d: %w", pc, err)
+			}
+			r[dst] = v
+		case 0x02, 0x03: // ST, STX
+			v := uint64(imm)
+			if class == 0x03 {
+				if r[src].k != scalar {
+					return 0, fmt.Errorf("pc %d: stores a pointer", pc)
+				}
+				v = uint64(r[src].off)
+			}
+			if err := m.store(r[dst], off, sizes[op&0x18], v); err != nil {
+				return 0, fmt.Errorf("pc %d: %w", pc, err)
+			}
+		case 0x00: // LDDW
+			if op != 0x18 || src != 1 {
+				return 0, fmt.Errorf("pc %d: LD op %#x src %d", pc, op, src)
+			}
+			switch imm {
+			case fakeConfigFD:
+				r[dst] = reg{k: mapConfig}
+			case fakeSockarrayFD:
+				r[dst] = reg{k: mapSocks}
+			default:
+				return 0, fmt.Errorf("pc %d: map fd %d", pc, imm)
+			}
+			pc++
+		case 0x05: // JMP
+			jop := op & 0xf0
+			if jop == 0x90 { // exit
+				if r[0].k != scalar {
+					return 0, fmt.Errorf("pc %d: exit with a pointer", pc)
+				}
+				return uint64(r[0].off), nil
+			}
+			if jop == 0x80 { // call
+				if err := m.call(pc, imm, &r); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			a, v := r[dst], reg{off: imm}
+			if op&0x08 != 0 {
+				v = r[src]
+			}
+			var take bool
+			switch {
+			case jop == 0x00:
+				take = true
+			case jop == 0x20 && a.k == pktPtr && v.k == pktEnd: // data+n > data_end
+				take = a.off > v.off
+			case a.k != scalar || v.k != scalar:
+				// A null check of the map lookup's result.
+				if a.k == cfgPtr && v.k == scalar && v.off == 0 && (jop == 0x10 || jop == 0x50) {
+					take = jop == 0x50
+					break
+				}
+				return 0, fmt.Errorf("pc %d: compares %v with %v", pc, a.k, v.k)
+			case jop == 0x10:
+				take = a.off == v.off
+			case jop == 0x50:
+				take = a.off != v.off
+			case jop == 0x20:
+				take = uint64(a.off) > uint64(v.off)
+			case jop == 0x60:
+				take = a.off > v.off
+			default:
+				return 0, fmt.Errorf("pc %d: jump op %#x", pc, op)
+			}
+			if take {
+				pc += int(off)
+			}
+		default:
+			return 0, fmt.Errorf("pc %d: class %#x", pc, class)
+		}
+	}
+}
+
+const enoent = -2
+
+func (m *machine) call(pc int, fn int64, r *[11]reg) error {
+	ret := reg{}
+	switch fn {
+	case 1: // map_lookup_elem(map, &key)
+		if r[1].k != mapConfig || r[2].k != stackPtr {
+			return fmt.Errorf("pc %d: map_lookup_elem(%v, %v)", pc, r[1].k, r[2].k)
+		}
+		key, err := m.load(r[2], 0, 4)
+		if err != nil {
+			return err
+		}
+		if key.off == 0 && m.cfg != nil {
+			ret = reg{k: cfgPtr}
+		}
+	case 5: // ktime_get_ns
+		ret = reg{off: int64(m.now)}
+	case 82: // sk_select_reuseport(ctx, sockarray, &key, flags)
+		if r[1].k != ctxPtr || r[2].k != mapSocks || r[3].k != stackPtr || r[4].k != scalar || r[4].off != 0 {
+			return fmt.Errorf("pc %d: sk_select_reuseport(%v, %v, %v, %v)", pc, r[1].k, r[2].k, r[3].k, r[4])
+		}
+		key, err := m.load(r[3], 0, 4)
+		if err != nil {
+			return err
+		}
+		m.calls = append(m.calls, int(key.off))
+		if key.off >= 0 && key.off < sockarraySize && m.filled[key.off] {
+			m.selected = int(key.off)
+		} else {
+			ret = reg{off: enoent}
+		}
+	default:
+		return fmt.Errorf("pc %d: helper %d", pc, fn)
+	}
+	r[0] = ret
+	for i := 1; i <= 5; i++ {
+		r[i] = reg{k: scalar, off: 0x5a5a} // clobbered
+	}
+	return nil
+}
+
+// wantSlot is the specification: the slot the program must select, or -1
+// for none (the kernel's hash).
+func wantSlot(mode Mode, fresh, probe bool, filled [sockarraySize]bool, hash uint32) int {
+	peer := func() int {
+		for i := range uint32(MaxPeers) {
+			if k := 1 + (hash+i)&(MaxPeers-1); filled[k] {
+				return int(k)
+			}
+		}
+		return -1
+	}
+	if probe {
+		return peer()
+	}
+	switch mode {
+	case ToUs:
+		if fresh && filled[0] {
+			return 0
+		}
+		return peer()
+	case ToPeer:
+		if p := peer(); p >= 0 {
+			return p
+		}
+		if fresh && filled[0] {
+			return 0
+		}
+	}
+	return -1
+}
+
+func TestProgramDecisions(t *testing.T) {
+	_, code := encoded(t)
+	const (
+		now   = 100e9
+		stall = 2e9
+		probe = 5353
+	)
+	heartbeats := []struct {
+		name  string
+		hb    uint64
+		fresh bool
+	}{
+		{"never", 0, false},
+		{"fresh", now - 1e9, true},
+		{"at-limit", now - stall, true},
+		{"stale", now - stall - 1, false},
+		{"future", now + 5, true}, // another CPU's clock a hair ahead
+	}
+	slotSets := [][]int{{}, {0}, {1}, {0, 1}, {0, 3, 6}, {2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}}
+	packets := []struct {
+		name  string
+		pkt   []byte
+		probe bool
+	}{
+		{"other-port", []byte{0xc3, 0x50, 0, 53, 0, 20, 0, 0}, false},
+		{"probe-port", []byte{probe >> 8, probe & 0xff, 0, 53, 0, 20, 0, 0}, true},
+		{"short", []byte{probe >> 8}, false},
+	}
+	runs := 0
+	for _, mode := range []Mode{Hash, ToPeer, ToUs, 7} {
+		for _, hb := range heartbeats {
+			for _, probePort := range []uint16{0, probe} {
+				for _, p := range packets {
+					for _, set := range slotSets {
+						for hash := range uint32(2 * MaxPeers) {
+							m := &machine{
+								cfg:  configValue{Mode: mode, ProbePort: probePort, Heartbeat: hb.hb, Stall: stall}.encode(),
+								pkt:  p.pkt,
+								hash: hash * 0x9e3779b1 >> 3, // spread over the low bits too
+								now:  now,
+							}
+							for _, s := range set {
+								m.filled[s] = true
+							}
+							ret, err := m.run(code)
+							name := fmt.Sprintf("mode=%v hb=%s probePort=%d pkt=%s slots=%v hash=%#x", mode, hb.name, probePort, p.name, set, m.hash)
+							if err != nil {
+								t.Fatalf("%s: %v", name, err)
+							}
+							if ret != skPass {
+								t.Fatalf("%s: returned %d, want SK_PASS", name, ret)
+							}
+							want := wantSlot(mode, hb.fresh, probePort != 0 && p.probe, m.filled, m.hash)
+							if m.selected != want {
+								t.Fatalf("%s: selected %d, want %d (tried %v)", name, m.selected, want, m.calls)
+							}
+							if len(m.calls) > MaxPeers+1 {
+								t.Fatalf("%s: %d selections tried, want at most %d", name, len(m.calls), MaxPeers+1)
+							}
+							runs++
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d packets decided as specified", runs)
+
+	// Without a config value the program passes without selecting.
+	m := &machine{pkt: packets[0].pkt, filled: [sockarraySize]bool{true, true}}
+	if ret, err := m.run(code); err != nil || ret != skPass || m.selected != -1 {
+		t.Fatalf("no config: ret %d err %v selected %d; want SK_PASS, no selection", ret, err, m.selected)
+	}
+}

@@ -1,0 +1,195 @@
+package steer
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+// The program's maps, named by the symbols its map loads reference. The
+// loader binds them with asm.Instructions.AssociateMap.
+const (
+	// SockarrayMap is the group's BPF_MAP_TYPE_REUSEPORT_SOCKARRAY: slot 0
+	// holds our socket, slots 1..MaxPeers LocalDNS's adopted sockets.
+	SockarrayMap = "sockarray"
+	// ConfigMap is the BPF_MAP_TYPE_ARRAY with one configValue at key 0,
+	// shared by every group's program.
+	ConfigMap = "config"
+)
+
+// MaxPeers is how many LocalDNS sockets one group can adopt. CoreDNS opens
+// one socket per listen address and protocol (the AKS Corefile has no
+// multisocket plugin); eight leaves room for a reload's overlap and for
+// multisocket while keeping the unrolled peer search short. It must be a
+// power of two: the program picks its first peer slot as hash&(MaxPeers-1).
+const MaxPeers = 8
+
+// sockarraySize is the sockarray's MaxEntries: our slot plus the peers.
+const sockarraySize = 1 + MaxPeers
+
+// ourSlot is our socket's key in the sockarray.
+const ourSlot = 0
+
+// sk_reuseport return codes (include/uapi/linux/bpf.h, enum sk_action).
+// The program only ever returns skPass: SK_DROP would drop the packet, and
+// a broken steering program must never blackhole DNS.
+const skPass = 1
+
+// Offsets in struct sk_reuseport_md (include/uapi/linux/bpf.h, 4.19+).
+// data and data_end are __bpf_md_ptr: 8 bytes each, on every architecture.
+// data starts at the UDP or TCP header.
+const (
+	ctxData    = 0
+	ctxDataEnd = 8
+	ctxHash    = 32 // u32: the kernel's hash of the packet's 4-tuple
+)
+
+// The config value's layout, in host byte order except the probe port.
+// Every field is naturally aligned, so the program reads each with one
+// load and a concurrent update never tears a field.
+const (
+	cfgMode      = 0  // u32: a Mode
+	cfgProbePort = 4  // u16, network byte order (as in the UDP/TCP header); 0 = none
+	cfgHeartbeat = 8  // u64: CLOCK_MONOTONIC ns of the last Heartbeat; 0 = never
+	cfgStall     = 16 // u64: heartbeat age in ns beyond which we count as stalled
+	configSize   = 24
+)
+
+// keyOff is the stack slot (below the frame pointer) holding the u32 map
+// key that helpers take by pointer.
+const keyOff = -4
+
+// Program returns the sk_reuseport program that steers one reuseport
+// group. It is pure and deterministic: its map loads reference SockarrayMap
+// and ConfigMap by name, to be bound with AssociateMap before loading.
+//
+// For each packet (UDP datagram, or TCP SYN) the program:
+//
+//  1. reads the config; without one it passes (kernel hash);
+//  2. counts us as fresh only if the heartbeat is set and no older than the
+//     stall limit (read before bpf_ktime_get_ns, so age is never negative);
+//  3. sends a packet from the probe source port to a peer (never to us);
+//  4. in ToUs tries our slot (if fresh), then the peers;
+//  5. in ToPeer tries the peers, then our slot (if fresh);
+//  6. in Hash, or any unknown mode, selects nothing.
+//
+// The peer search starts at slot 1+(hash&(MaxPeers-1)) and tries every peer
+// slot once, so several LocalDNS sockets share the load and empty slots
+// (closed sockets leave the map by themselves) are skipped. Every path ends
+// at one exit returning SK_PASS: if nothing was selected the kernel falls
+// back to its hash over the whole group.
+func Program() asm.Instructions {
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1).WithSymbol("steer").WithSource(asm.Comment("r6 = ctx, kept across helper calls")),
+		asm.StoreImm(asm.RFP, keyOff, 0, asm.Word).WithSource(asm.Comment("config key 0")),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, keyOff),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(ConfigMap),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass").WithSource(asm.Comment("no config: kernel hash")),
+		asm.Mov.Reg(asm.R7, asm.R0).WithSource(asm.Comment("r7 = config")),
+		asm.LoadMem(asm.R8, asm.R7, cfgMode, asm.Word).WithSource(asm.Comment("r8 = mode")),
+
+		// r9 = 1 if our heartbeat is fresh, else 0.
+		asm.LoadMem(asm.R9, asm.R7, cfgHeartbeat, asm.DWord).WithSource(asm.Comment("r9 = heartbeat (read before now: age >= 0)")),
+		asm.JEq.Imm(asm.R9, 0, "probe").WithSource(asm.Comment("never beaten: stalled (r9 = 0)")),
+		asm.FnKtimeGetNs.Call().WithSource(asm.Comment("r0 = now, CLOCK_MONOTONIC")),
+		asm.Sub.Reg(asm.R0, asm.R9).WithSource(asm.Comment("r0 = heartbeat age")),
+		asm.LoadMem(asm.R1, asm.R7, cfgStall, asm.DWord),
+		asm.Mov.Imm(asm.R9, 0),
+		asm.JSGT.Reg(asm.R0, asm.R1, "probe").WithSource(asm.Comment("older than the stall limit: stalled")),
+		asm.Mov.Imm(asm.R9, 1).WithSource(asm.Comment("fresh")),
+
+		// A packet from the probe source port goes to a peer, or is hashed.
+		asm.LoadMem(asm.R1, asm.R7, cfgProbePort, asm.Half).WithSymbol("probe"),
+		asm.JEq.Imm(asm.R1, 0, "dispatch").WithSource(asm.Comment("no probe port")),
+		asm.LoadMem(asm.R2, asm.R6, ctxData, asm.DWord),
+		asm.LoadMem(asm.R3, asm.R6, ctxDataEnd, asm.DWord),
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 2),
+		asm.JGT.Reg(asm.R4, asm.R3, "dispatch").WithSource(asm.Comment("source port not in the linear data")),
+		asm.LoadMem(asm.R4, asm.R2, 0, asm.Half).WithSource(asm.Comment("UDP/TCP source port, network order")),
+		asm.JNE.Reg(asm.R4, asm.R1, "dispatch"),
+		asm.Mov.Imm(asm.R9, 0).WithSource(asm.Comment("a probe never reaches us")),
+		asm.Ja.Label("peers"),
+
+		asm.JEq.Imm(asm.R8, int32(ToPeer), "peers").WithSymbol("dispatch"),
+		asm.JNE.Imm(asm.R8, int32(ToUs), "pass").WithSource(asm.Comment("Hash or unknown: kernel hash")),
+		asm.JEq.Imm(asm.R9, 0, "peers").WithSource(asm.Comment("ToUs but stalled: peers only")),
+	}
+	insns = append(insns, selectSlot(asm.StoreImm(asm.RFP, keyOff, ourSlot, asm.Word).WithSource(asm.Comment("ToUs: our slot first")))...)
+	insns = append(insns,
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.Mov.Imm(asm.R9, 0).WithSource(asm.Comment("our slot is empty: do not try it again")),
+	)
+	for i := range MaxPeers {
+		first := asm.LoadMem(asm.R1, asm.R6, ctxHash, asm.Word).WithSource(asm.Comment(fmt.Sprintf("peer %d: key = 1 + ((hash + %d) & %d)", i, i, MaxPeers-1)))
+		if i == 0 {
+			first = first.WithSymbol("peers")
+		}
+		insns = append(insns, first)
+		if i > 0 {
+			insns = append(insns, asm.Add.Imm(asm.R1, int32(i)))
+		}
+		insns = append(insns,
+			asm.And.Imm(asm.R1, MaxPeers-1),
+			asm.Add.Imm(asm.R1, 1),
+		)
+		insns = append(insns, selectSlot(asm.StoreMem(asm.RFP, keyOff, asm.R1, asm.Word))...)
+		insns = append(insns, asm.JEq.Imm(asm.R0, 0, "pass"))
+	}
+	insns = append(insns, asm.JEq.Imm(asm.R9, 0, "pass").WithSource(asm.Comment("no peer; stalled, probe, or tried already")))
+	insns = append(insns, selectSlot(asm.StoreImm(asm.RFP, keyOff, ourSlot, asm.Word).WithSource(asm.Comment("ToPeer: our slot last")))...)
+	insns = append(insns,
+		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass").WithSource(asm.Comment("the only exit: SK_PASS, selected socket or kernel hash")),
+		asm.Return(),
+	)
+	return insns
+}
+
+// selectSlot stores the key with storeKey and calls
+// bpf_sk_select_reuseport(ctx, sockarray, &key, 0); r0 == 0 on success.
+func selectSlot(storeKey asm.Instruction) asm.Instructions {
+	return asm.Instructions{
+		storeKey,
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.LoadMapPtr(asm.R2, 0).WithReference(SockarrayMap),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, keyOff),
+		asm.Mov.Imm(asm.R4, 0),
+		asm.FnSkSelectReuseport.Call(),
+	}
+}
+
+// configValue is the userspace side of the config map's one value.
+type configValue struct {
+	Mode      Mode
+	ProbePort uint16 // host order here; encoded in network order
+	Heartbeat uint64 // CLOCK_MONOTONIC ns; 0 = never
+	Stall     uint64 // ns
+}
+
+// encode lays c out as the program reads it: host byte order, but the
+// probe port in network order so it compares equal to the packet's bytes.
+func (c configValue) encode() []byte {
+	b := make([]byte, configSize)
+	binary.NativeEndian.PutUint32(b[cfgMode:], uint32(c.Mode))
+	binary.BigEndian.PutUint16(b[cfgProbePort:], c.ProbePort)
+	binary.NativeEndian.PutUint64(b[cfgHeartbeat:], c.Heartbeat)
+	binary.NativeEndian.PutUint64(b[cfgStall:], c.Stall)
+	return b
+}
+
+// decodeConfig is encode's inverse.
+func decodeConfig(b []byte) (configValue, error) {
+	if len(b) != configSize {
+		return configValue{}, fmt.Errorf("config value: %d bytes, want %d", len(b), configSize)
+	}
+	return configValue{
+		Mode:      Mode(binary.NativeEndian.Uint32(b[cfgMode:])),
+		ProbePort: binary.BigEndian.Uint16(b[cfgProbePort:]),
+		Heartbeat: binary.NativeEndian.Uint64(b[cfgHeartbeat:]),
+		Stall:     binary.NativeEndian.Uint64(b[cfgStall:]),
+	}, nil
+}

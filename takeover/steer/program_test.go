@@ -1,0 +1,145 @@
+package steer
+
+import (
+	"bytes"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/program.golden")
+
+// fakeMap stands in for a map in tests that need no kernel: Marshal only
+// needs an FD to encode.
+type fakeMap int
+
+func (m fakeMap) FD() int { return int(m) }
+
+const (
+	fakeConfigFD    = 100
+	fakeSockarrayFD = 200
+)
+
+// encoded returns Program's kernel encoding with fake map FDs, and the
+// instructions as marshalled (jumps resolved).
+func encoded(t *testing.T) (asm.Instructions, []byte) {
+	t.Helper()
+	insns := Program()
+	if err := insns.AssociateMap(ConfigMap, fakeMap(fakeConfigFD)); err != nil {
+		t.Fatal(err)
+	}
+	if err := insns.AssociateMap(SockarrayMap, fakeMap(fakeSockarrayFD)); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := insns.Marshal(&buf, binary.LittleEndian); err != nil {
+		t.Fatalf("marshal: %v (a jump label or map reference does not resolve)", err)
+	}
+	return insns, buf.Bytes()
+}
+
+func TestProgramGolden(t *testing.T) {
+	got := fmt.Sprintf("%v", Program())
+	path := filepath.Join("testdata", "program.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `go test -run TestProgramGolden -update` to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("Program() changed; if intended, run `go test -run TestProgramGolden -update` and review the diff.\ngot:\n%s", got)
+	}
+}
+
+func TestProgramDeterministic(t *testing.T) {
+	_, a := encoded(t)
+	_, b := encoded(t)
+	if !bytes.Equal(a, b) {
+		t.Fatal("two calls of Program encode differently")
+	}
+	if n := len(a) / asm.InstructionSize; n > 4096 {
+		t.Fatalf("%d instructions: over the 4096 an unprivileged-era kernel accepts", n)
+	}
+}
+
+// TestProgramShape checks the rules every path must keep, on the
+// instruction stream: one exit, at the end, right after r0 = SK_PASS; no
+// other write to r0 but helper calls; every map load names a map; every
+// call is a helper the program type allows.
+func TestProgramShape(t *testing.T) {
+	insns, _ := encoded(t)
+	exits := 0
+	for i, ins := range insns {
+		switch {
+		case ins.OpCode.JumpOp() == asm.Exit:
+			exits++
+			if i != len(insns)-1 {
+				t.Errorf("insn %d: exit before the end", i)
+			}
+			prev := insns[i-1]
+			if prev.OpCode != asm.Mov.Op(asm.ImmSource) || prev.Dst != asm.R0 || prev.Constant != skPass || prev.Symbol() != "pass" {
+				t.Errorf("exit not preceded by `pass: r0 = SK_PASS`: %v", prev)
+			}
+		case ins.IsBuiltinCall():
+			switch asm.BuiltinFunc(ins.Constant) {
+			case asm.FnMapLookupElem, asm.FnKtimeGetNs, asm.FnSkSelectReuseport:
+			default:
+				t.Errorf("insn %d: unexpected helper %v", i, asm.BuiltinFunc(ins.Constant))
+			}
+		case ins.IsLoadFromMap():
+			if ins.Constant != fakeConfigFD && ins.Constant != fakeSockarrayFD {
+				t.Errorf("insn %d: map load of fd %d", i, ins.Constant)
+			}
+		case ins.Dst == asm.R0 && ins.OpCode.Class().IsALU() && i != len(insns)-2:
+			if !(ins.OpCode == asm.Sub.Op(asm.RegSource)) { // heartbeat age
+				t.Errorf("insn %d writes r0: %v", i, ins)
+			}
+		case ins.OpCode.Class().IsJump() && ins.OpCode.JumpOp() != asm.Call && ins.Offset < 0:
+			t.Errorf("insn %d jumps backwards: %v", i, ins)
+		}
+	}
+	if exits != 1 {
+		t.Errorf("%d exits, want 1", exits)
+	}
+}
+
+func TestConfigEncoding(t *testing.T) {
+	c := configValue{Mode: ToUs, ProbePort: 0x1234, Heartbeat: 0x0102030405060708, Stall: 2e9}
+	b := c.encode()
+	if len(b) != configSize {
+		t.Fatalf("%d bytes, want %d", len(b), configSize)
+	}
+	if got := b[cfgProbePort : cfgProbePort+2]; !bytes.Equal(got, []byte{0x12, 0x34}) {
+		t.Errorf("probe port bytes %x, want 1234 (network order, as in the packet)", got)
+	}
+	if b[6] != 0 || b[7] != 0 {
+		t.Errorf("padding %x, want zero", b[6:8])
+	}
+	if binary.NativeEndian.Uint32(b[cfgMode:]) != uint32(ToUs) ||
+		binary.NativeEndian.Uint64(b[cfgHeartbeat:]) != c.Heartbeat ||
+		binary.NativeEndian.Uint64(b[cfgStall:]) != 2e9 {
+		t.Errorf("layout: %x", b)
+	}
+	if binary.NativeEndian == binary.ByteOrder(binary.LittleEndian) {
+		want := "02000000" + "1234" + "0000" + "0807060504030201" + "0094357700000000"
+		if got := fmt.Sprintf("%x", b); got != want {
+			t.Errorf("encoding\n got %s\nwant %s", got, want)
+		}
+	}
+	back, err := decodeConfig(b)
+	if err != nil || back != c {
+		t.Errorf("decode = %+v, %v; want %+v", back, err, c)
+	}
+	if _, err := decodeConfig(b[:8]); err == nil {
+		t.Error("decode of 8 bytes: no error")
+	}
+}

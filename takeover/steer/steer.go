@@ -1,0 +1,290 @@
+// Package steer owns dnsstandby's sk_reuseport eBPF program: the program,
+// its maps, attaching it to the reuseport groups our sockets share with
+// LocalDNS, adopting LocalDNS's sockets into it, and the steering level.
+//
+// Each group (one per listen address and protocol) has its own program, a
+// REUSEPORT_SOCKARRAY (slot 0 our socket, slots 1..MaxPeers the LocalDNS
+// sockets the caller adopts) and a one-entry ARRAY config map with the mode,
+// our heartbeat and the probe source port. The config is per group so that
+// a group whose LocalDNS socket cannot be adopted (an MPTCP listener) can
+// hash in mirror while the others steer to LocalDNS. The program always
+// returns SK_PASS: what it does not select, the kernel hashes.
+//
+// Levels (DESIGN.md §3): Adopt (program and peers), Own (program, our slot
+// only), Off (no program). New picks the best level the kernel and our
+// privileges allow and says why a better one was not possible; Off is
+// always possible, so a missing feature never stops dnsstandby.
+package steer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultStallAfter is how old our heartbeat may get before the program
+// stops selecting our socket. DESIGN.md §3 asks that a stalled dnsstandby
+// lose its traffic within about 2 s; with a heartbeat every 250 ms, 2 s is
+// eight missed beats, so a GC pause or a slow syscall never trips it.
+const DefaultStallAfter = 2 * time.Second
+
+// Config configures a Steerer.
+type Config struct {
+	// Want is the --steering value: "auto" (or "") for the best level
+	// available, or "adopt", "own", "off", each the highest level to try.
+	// A level that is not available falls back to a lower one (never an
+	// error): Level and Why report what was chosen.
+	Want string
+	// StallAfter is how old the heartbeat may be before the program
+	// treats us as stalled. Zero means DefaultStallAfter.
+	StallAfter time.Duration
+	// Logger receives the level decision and problems. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Errors returned by a Steerer.
+var (
+	// ErrNotAdopt: adopting needs level Adopt.
+	ErrNotAdopt = errors.New("steering level is not adopt")
+	// ErrNoGroup: the group was never added (or the level is Off).
+	ErrNoGroup = errors.New("no such steering group")
+	// ErrGroupFull: all MaxPeers peer slots hold live sockets.
+	ErrGroupFull = errors.New("every peer slot of the group is taken")
+	// ErrWrongSocket: the socket to adopt is not of the group (another
+	// address, port or protocol) or is our own.
+	ErrWrongSocket = errors.New("socket does not belong in this group")
+	// ErrMPTCP: the socket is an MPTCP listener, which a
+	// REUSEPORT_SOCKARRAY refuses (it takes plain TCP and UDP sockets
+	// only). Go listeners are MPTCP by default since Go 1.24 when the
+	// kernel has net.mptcp.enabled=1: create ours with
+	// net.ListenConfig.SetMultipathTCP(false). A LocalDNS (CoreDNS) built
+	// with Go 1.24+ has MPTCP TCP listeners, which cannot be adopted: its
+	// TCP group steers at most like level Own.
+	ErrMPTCP = errors.New("socket is MPTCP (IPPROTO_MPTCP); a REUSEPORT_SOCKARRAY takes plain TCP or UDP sockets only")
+	// ErrClosed: the Steerer was closed.
+	ErrClosed = errors.New("steerer closed")
+)
+
+// Steerer steers the reuseport groups of our sockets. Its methods are safe
+// for concurrent use. It is a prometheus.Collector (see metrics.go).
+type Steerer struct {
+	log   *slog.Logger // always non-nil
+	level Level        // fixed by New
+	why   string       // fixed by New
+	stall time.Duration
+	now   func() (uint64, error) // CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns
+
+	configErrors    atomic.Uint64 // failed writes to a config map
+	sockarrayErrors atomic.Uint64 // failed writes to a sockarray (adopt, our slot)
+	adoptions       atomic.Uint64 // sockets put into a peer slot
+
+	mu       sync.Mutex  // guards following
+	cfg      configValue // every group's config; Mode as asked (writeGroupLocked adapts it)
+	lastBeat time.Time
+	groups   map[string]*group
+	order    []string // group names in the order added
+	closed   bool
+}
+
+// New decides the steering level. The only error is an invalid cfg; a
+// missing kernel feature or privilege lowers the level instead (see Level
+// and Why), logged once: at warning level when the level is below the one
+// asked for (auto asks for adopt).
+func New(cfg Config) (*Steerer, error) {
+	max, auto, err := parseWant(cfg.Want)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.StallAfter < 0 {
+		return nil, fmt.Errorf("steering stall-after %s: must not be negative", cfg.StallAfter)
+	}
+	if cfg.StallAfter == 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
+	s := &Steerer{
+		log:    cfg.Logger,
+		stall:  cfg.StallAfter,
+		now:    monotonicNow,
+		groups: map[string]*group{},
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.cfg = configValue{Mode: Hash, Stall: uint64(s.stall)}
+	s.level, s.why = decide(max, auto, probes{bpf: probeBPF, pidfd: probePidfd, ptrace: probePtrace})
+	logf := s.log.Info
+	if s.level < max {
+		logf = s.log.Warn
+	}
+	logf("steering level", "level", s.level.String(), "want", cfg.Want, "why", s.why)
+	return s, nil
+}
+
+// probeBPF creates a group's maps and loads its program, as AddGroup will,
+// and closes them again.
+func probeBPF() error {
+	// Before 5.11 BPF memory counts against RLIMIT_MEMLOCK; from 5.11 on
+	// (memcg accounting) this does nothing. Failing it is not fatal: the
+	// load below says whether memory was short.
+	_ = rlimit.RemoveMemlock()
+	g, err := loadGroup("probe", true)
+	if err != nil {
+		return explainBPF(err)
+	}
+	return g.closeObjects()
+}
+
+// Level is the steering level New chose.
+func (s *Steerer) Level() Level { return s.level }
+
+// Why says why Level is what it is: the level, and what ruled out each
+// better one (for logs, status and metrics).
+func (s *Steerer) Why() string { return s.why }
+
+// StallAfter is the heartbeat age beyond which the program stops selecting
+// our socket.
+func (s *Steerer) StallAfter() time.Duration { return s.stall }
+
+// Mode is the mode last set with SetMode (Hash at first).
+func (s *Steerer) Mode() Mode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Mode
+}
+
+// Effective is the mode the programs apply at this level: Hash at Off, and
+// Hash for ToPeer at Own. A group whose LocalDNS socket could not be
+// adopted applies ToPeer as Hash too (see GroupLevel).
+func (s *Steerer) Effective() Mode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Mode.effective(s.level)
+}
+
+// SetMode sets where the program sends packets, in every group. At Off it
+// only records m (nothing can be steered); at Own, ToPeer is applied as
+// Hash.
+func (s *Steerer) SetMode(m Mode) error {
+	if m > ToUs {
+		return fmt.Errorf("set steering mode: unknown %s", m)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.cfg.Mode = m
+	if err := s.writeConfigLocked(); err != nil {
+		return fmt.Errorf("set steering mode %s: %w", m, err)
+	}
+	return nil
+}
+
+// SetProbePort sets the UDP/TCP source port whose packets go to a LocalDNS
+// socket (if one is adopted; else the kernel hash), whatever the mode, so
+// a prober can reach LocalDNS while we hold all other traffic. 0 turns it
+// off. A pod whose query happens to come from this port is treated the
+// same way.
+func (s *Steerer) SetProbePort(port uint16) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.cfg.ProbePort = port
+	if err := s.writeConfigLocked(); err != nil {
+		return fmt.Errorf("set probe port %d: %w", port, err)
+	}
+	return nil
+}
+
+// Heartbeat tells the program we are alive: it writes CLOCK_MONOTONIC now.
+// Call it every ~250 ms from the loop whose stall should take our traffic
+// away (the serving loop's liveness check); if it stops for StallAfter,
+// the program stops selecting our socket.
+func (s *Steerer) Heartbeat() error {
+	now, err := s.now()
+	if err != nil {
+		return fmt.Errorf("heartbeat: read CLOCK_MONOTONIC: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.cfg.Heartbeat = now
+	if err := s.writeConfigLocked(); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	s.lastBeat = time.Now()
+	return nil
+}
+
+// writeConfigLocked writes s.cfg to every group's config map (no group
+// at Off).
+func (s *Steerer) writeConfigLocked() error {
+	var errs []error
+	for _, name := range s.order {
+		if err := s.writeGroupLocked(s.groups[name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeGroupLocked writes g's config: s.cfg with the mode g applies.
+func (s *Steerer) writeGroupLocked(g *group) error {
+	v := s.cfg
+	v.Mode = v.Mode.effective(g.level(s.level))
+	if err := g.config.Update(uint32(0), v.encode(), ebpf.UpdateAny); err != nil {
+		s.configErrors.Add(1)
+		return fmt.Errorf("write config map of group %s: %w", g.name, err)
+	}
+	return nil
+}
+
+// Close sets the mode to Hash, detaches the program from every group
+// (SO_DETACH_REUSEPORT_BPF through our socket, so LocalDNS's group is left
+// as it was found) and closes the maps and programs. Call it before closing
+// our sockets: once they are closed it cannot reach the groups (the program
+// then stays attached, in mode Hash, until the group ends). Safe to call
+// twice.
+func (s *Steerer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	// First make the programs inert, in case a detach below fails.
+	s.cfg.Mode = Hash
+	if err := s.writeConfigLocked(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, name := range s.order {
+		if err := s.groups[name].close(); err != nil {
+			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
+		}
+	}
+	s.groups = map[string]*group{}
+	s.order = nil
+	return errors.Join(errs...)
+}
+
+// monotonicNow reads CLOCK_MONOTONIC, the clock bpf_ktime_get_ns reads.
+func monotonicNow() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0, err
+	}
+	return uint64(ts.Nano()), nil
+}
