@@ -68,10 +68,23 @@ func DefaultConfig() Config {
 	}
 }
 
+// Probe timing. A probe waits probeTimeout for LocalDNS's whoami answer
+// (a healthy LocalDNS answers in well under a millisecond; 300 ms covers a
+// GC pause); after a failed probe the next comes retryProbeAfter later. With
+// 1 s probes and HungAfter 3, a hang is held within about 2.5 s.
+const (
+	probeTimeout    = 300 * time.Millisecond
+	retryProbeAfter = 200 * time.Millisecond
+)
+
 // heartbeatEvery is how often the steering program hears that we are
-// alive; it stops selecting our socket after steer's stall time (2 s), so
-// a few missed beats are tolerated.
-const heartbeatEvery = 250 * time.Millisecond
+// alive; after stallAfter without one it stops selecting our socket, so a
+// stalled dnsstandby gives the traffic back within about that long (the
+// takeover issue asks for 2 s) while five missed beats are tolerated.
+const (
+	heartbeatEvery = 250 * time.Millisecond
+	stallAfter     = 1500 * time.Millisecond
+)
 
 // Controller runs takeover: anchor, peer watch, probes, mode machine and
 // steering. It implements admin.Handler.
@@ -138,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 		}
 	}
 
-	c.steer, err = steer.New(steer.Config{Want: cfg.Steering, Logger: c.log})
+	c.steer, err = steer.New(steer.Config{Want: cfg.Steering, StallAfter: stallAfter, Logger: c.log})
 	if err != nil {
 		return c, fmt.Errorf("takeover: %w", err)
 	}
@@ -156,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 		ours[ino] = true
 	}
 
-	c.probeCfg = peer.ProbeConfig{Server: cfg.ProbeAddr, Name: cfg.ProbeName}
+	c.probeCfg = peer.ProbeConfig{Server: cfg.ProbeAddr, Name: cfg.ProbeName, Timeout: probeTimeout}
 	if c.steer.Level() == steer.Adopt {
 		c.probeCfg.Server = firstUDP(cfg.Sockets) // the program routes the probe port to LocalDNS's socket
 	}
@@ -272,7 +285,7 @@ func (c *Controller) heartbeat(ctx context.Context) {
 
 // run feeds the machine: peer updates, probes, operator commands, ticks.
 func (c *Controller) run(ctx context.Context) {
-	probe := time.NewTicker(c.cfg.ProbeInterval)
+	probe := time.NewTimer(c.cfg.ProbeInterval)
 	defer probe.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -291,6 +304,7 @@ func (c *Controller) run(ctx context.Context) {
 			bound := c.peer.Bound
 			c.mu.Unlock()
 			if !bound {
+				probe.Reset(c.cfg.ProbeInterval)
 				continue
 			}
 			var res peer.ProbeResult
@@ -308,6 +322,14 @@ func (c *Controller) run(ctx context.Context) {
 			c.mu.Lock()
 			c.lastProb = res
 			c.mu.Unlock()
+			// After a failure, look again soon: a hung LocalDNS is held
+			// after HungAfter failures in a row, and those should take
+			// a second or two, not HungAfter intervals.
+			if res.OK {
+				probe.Reset(c.cfg.ProbeInterval)
+			} else {
+				probe.Reset(min(c.cfg.ProbeInterval, retryProbeAfter))
+			}
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.ProbeResult(now, res.OK) })
 		case op := <-c.ops:
 			c.handle(func(m *Machine, now time.Time) *Transition {
