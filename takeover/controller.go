@@ -89,15 +89,15 @@ const (
 // Controller runs takeover: anchor, peer watch, probes, mode machine and
 // steering. It implements admin.Handler.
 type Controller struct {
-	cfg    Config
-	log    *slog.Logger // always non-nil
-	anchor *anchor.Anchor
-	steer  *steer.Steerer
-	watch  *peer.Watcher
+	cfg      Config
+	log      *slog.Logger // always non-nil
+	anchor   *anchor.Anchor
+	steer    *steer.Steerer
+	watch    *peer.Watcher
 	prober   *peer.Prober // or nil until it can be made; owned by run
 	probeCfg peer.ProbeConfig
-	events *EventLog
-	stats  *stats
+	events   *EventLog
+	stats    *stats
 
 	// anchorFailed: an anchor was asked for and could not be made.
 	anchorFailed bool
