@@ -42,9 +42,11 @@ func TestLabSmoke(t *testing.T) {
 			t.Errorf("%s: sent %d, first try %d, glibc ok %d fail %d: a healthy node answers everything at once",
 				r.Setup, s.Sent, s.AnsweredFirstTry, s.GlibcOK, s.GlibcFail)
 		}
-		standby := r.Setup == setupStandby
-		if (s.AnsweredBy.Standby > 0) != standby || s.AnsweredBy.LocalDNS == 0 {
-			t.Errorf("%s: answered by localdns-pod %d, dnsstandby %d", r.Setup, s.AnsweredBy.LocalDNS, s.AnsweredBy.Standby)
+		// With full steering a healthy LocalDNS answers everything, also
+		// beside dnsstandby (the takeover issue asks for at most 0.1% from
+		// dnsstandby).
+		if s.AnsweredBy.Standby*1000 > s.Sent || s.AnsweredBy.LocalDNS+s.AnsweredBy.Standby != s.Sent {
+			t.Errorf("%s: answered by localdns-pod %d, dnsstandby %d of %d", r.Setup, s.AnsweredBy.LocalDNS, s.AnsweredBy.Standby, s.Sent)
 		}
 	}
 }
