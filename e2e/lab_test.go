@@ -133,7 +133,7 @@ func (l *lab) startStandby(t *testing.T, extra ...string) *standby {
 	t.Helper()
 	args := append([]string{"run", "--listen", standbyAddr, "--upstream", kubeDNS,
 		"--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
-		"--anchor-kind", "bridge", "--admin-socket", ""}, extra...)
+		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir()}, extra...)
 	p := nstest.Start(t, l.node, binary, args...)
 	s := &standby{Process: p, metrics: "127.0.0.1:9355"}
 	deadline := time.Now().Add(10 * time.Second)

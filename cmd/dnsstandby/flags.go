@@ -64,6 +64,9 @@ type runOptions struct {
 	holdDown      time.Duration // hold-down: how long those probes must span
 	tcpMigrate    bool          // set net.ipv4.tcp_migrate_req
 
+	stateDir         string        // where the cache snapshot lives ("" : no snapshots)
+	snapshotInterval time.Duration // how often it is written (and on SIGTERM)
+
 	shutdownTimeout time.Duration
 	logFormat       string
 	logLevel        string
@@ -120,6 +123,9 @@ func newRunFlags() (*flag.FlagSet, *runOptions) {
 	fs.IntVar(&o.holdProbes, "holddown-probes", td.Machine.HealthyProbes, "probes in a row a restarted or hung LocalDNS must pass before it gets traffic back")
 	fs.DurationVar(&o.holdDown, "holddown", td.Machine.HealthyFor, "how long those probes must span")
 	fs.BoolVar(&o.tcpMigrate, "tcp-migrate", false, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
+
+	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/dnsstandby", "directory for the cache snapshot, loaded at start and written periodically and on SIGTERM (empty: none)")
+	fs.DurationVar(&o.snapshotInterval, "snapshot-interval", time.Minute, "how often the cache snapshot is written")
 
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "on SIGTERM, how long queries in flight may take to finish")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
@@ -195,6 +201,7 @@ func (o *runOptions) check() error {
 	for name, v := range map[string]time.Duration{
 		"upstream-timeout": o.upstreamTimeout, "stale-budget": o.staleBudget, "tcp-idle-timeout": o.tcpIdle,
 		"shutdown-timeout": o.shutdownTimeout, "cache-max-ttl": o.maxTTL, "cache-max-neg-ttl": o.maxNegTTL,
+		"snapshot-interval": o.snapshotInterval,
 	} {
 		if v <= 0 {
 			return fmt.Errorf("--%s must be positive, got %s", name, v)

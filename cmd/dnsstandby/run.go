@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/signal"
 	"slices"
 	"sync"
@@ -232,6 +233,18 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 		return err
 	}
 
+	// A warm cache before the sockets open: a restart during a takeover
+	// answers from what the last process knew.
+	if o.stateDir != "" {
+		if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
+			log.Error("state directory unusable: no cache snapshots", "dir", o.stateDir, "err", err.Error())
+			o.stateDir = ""
+		} else {
+			loadSnapshot(c, o.stateDir, log)
+			wg.Go(func() { snapshotLoop(bg, c, o.stateDir, o.snapshotInterval, log) })
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), c)
 
@@ -348,6 +361,9 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 		log.Warn("takeover stop", "err", err.Error())
 	}
 	srv.Close()
+	if o.stateDir != "" {
+		saveSnapshot(c, o.stateDir, log)
+	}
 	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
 	return nil
 }

@@ -200,10 +200,11 @@ func TestRunServesAndStops(t *testing.T) {
 	listen := nstest.FreeLoopbackAddr(t)
 	metrics := nstest.FreeLoopbackAddr(t)
 	adminSock := filepath.Join(t.TempDir(), "admin.sock")
+	stateDir := t.TempDir()
 	o, err := parseRunFlags([]string{
 		"--listen", listen.String(), "--upstream", up.String(), "--metrics-addr", metrics.String(), "--udp-readers", "2",
 		// On the host's loopback: no anchor link in the host's namespace.
-		"--anchor-link", "", "--admin-socket", adminSock,
+		"--anchor-link", "", "--admin-socket", adminSock, "--state-dir", stateDir,
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -321,5 +322,12 @@ func TestRunServesAndStops(t *testing.T) {
 	done <- nil // for the deferred receive
 	if !strings.Contains(logs.String(), `"msg":"stopped"`) {
 		t.Fatalf("no stop line in logs:\n%s", logs.String())
+	}
+	// The snapshot written at stop holds the answer.
+	if fi, err := os.Stat(filepath.Join(stateDir, snapshotName)); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot after stop: %v %v", fi, err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"cache snapshot written","entries":1`) {
+		t.Fatalf("snapshot line missing:\n%s", logs.String())
 	}
 }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+)
+
+func TestWriteAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := writeAtomic(path, func(w io.Writer) error { _, err := w.Write([]byte("one")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// A failed write leaves the old file and no temporary behind.
+	err := writeAtomic(path, func(w io.Writer) error { w.Write([]byte("half")); return errors.New("disk on fire") })
+	if err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("error %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "one" {
+		t.Fatalf("file %q after a failed write, want the old one", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("%d files in the directory, want 1", len(ents))
+	}
+}
+
+func TestSnapshotRoundTripThroughFiles(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	c1, _ := cache.New(cache.DefaultConfig())
+	m := new(dns.Msg)
+	m.SetQuestion("warm.example.", dns.TypeA)
+	m.Response = true
+	rr, _ := dns.NewRR("warm.example. 300 IN A 192.0.2.7")
+	m.Answer = []dns.RR{rr}
+	b, _ := m.Pack()
+	if err := c1.Insert(b); err != nil {
+		t.Fatal(err)
+	}
+	saveSnapshot(c1, dir, log)
+
+	c2, _ := cache.New(cache.DefaultConfig())
+	loadSnapshot(c2, dir, log)
+	if c2.Len() != 1 {
+		t.Fatalf("loaded %d entries, want 1; logs:\n%s", c2.Len(), logs.String())
+	}
+
+	// A corrupt snapshot is logged and ignored.
+	os.WriteFile(filepath.Join(dir, snapshotName), []byte("DSBYSNAP garbage"), 0o600)
+	c3, _ := cache.New(cache.DefaultConfig())
+	logs.Reset()
+	loadSnapshot(c3, dir, log)
+	if c3.Len() != 0 || !strings.Contains(logs.String(), "cache snapshot ignored") {
+		t.Fatalf("corrupt snapshot: %d entries; logs:\n%s", c3.Len(), logs.String())
+	}
+	// None at all: a note, nothing else.
+	logs.Reset()
+	loadSnapshot(c3, t.TempDir(), log)
+	if !strings.Contains(logs.String(), "no cache snapshot") {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+}
