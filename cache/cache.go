@@ -117,6 +117,10 @@ const (
 	Miss  Status = iota // nothing servable
 	Fresh               // an entry within its TTL
 	Stale               // an expired entry within the stale window
+	// Expiring is a fresh entry in the last tenth of its life (at least
+	// the last second): the caller should refresh it in the background so
+	// that hits keep finding fresh answers while upstreams are reachable.
+	Expiring
 )
 
 func (s Status) String() string {
@@ -125,9 +129,14 @@ func (s Status) String() string {
 		return "fresh"
 	case Stale:
 		return "stale"
+	case Expiring:
+		return "expiring"
 	}
 	return "miss"
 }
+
+// IsFresh reports whether s is a fresh hit, expiring or not.
+func (s Status) IsFresh() bool { return s == Fresh || s == Expiring }
 
 // Cache is a sharded, bounded packet cache. It is safe for concurrent use.
 type Cache struct {

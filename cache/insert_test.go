@@ -191,8 +191,8 @@ func TestTTLRules(t *testing.T) {
 
 			clk.Advance(tt.freshFor - time.Second)
 			a, st = serve(t, c, q, 0, false)
-			if st != Fresh {
-				t.Fatalf("1s before expiry: status %s", st)
+			if st != Expiring { // fresh, and in its last second: refresh it
+				t.Fatalf("1s before expiry: status %s, want expiring", st)
 			}
 			want := uint32(0)
 			if tt.wantTTL > uint32((tt.freshFor-time.Second)/time.Second) {

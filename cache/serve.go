@@ -38,6 +38,9 @@ func (c *Cache) Serve(dst []byte, q *wire.Query, limit int, allowStale bool) (in
 	switch {
 	case now < e.fresh:
 		ttl = agedTTL(e.ttl, now-e.stored)
+		if expiring(e.stored, e.fresh, now) {
+			st = Expiring
+		}
 	case now < c.staleUntil(e):
 		if !allowStale {
 			return 0, Stale
@@ -85,6 +88,13 @@ func (c *Cache) Status(q *wire.Query) Status {
 		return Stale
 	}
 	return Miss
+}
+
+// expiring reports whether now is in the refresh window of an entry fresh
+// from stored until fresh: its last tenth, and at least its last second.
+func expiring(stored, fresh, now int64) bool {
+	left := fresh - now
+	return left <= int64(time.Second) || left*10 <= fresh-stored
 }
 
 // agedTTL is ttl minus age, age rounded up to whole seconds so that a

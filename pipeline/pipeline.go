@@ -85,6 +85,10 @@ type Config struct {
 	MaxInflight  int
 	MaxPerClient int
 
+	// RefreshRate bounds background refreshes of entries hit in the last
+	// tenth of their life, per second (0: none).
+	RefreshRate int
+
 	// UDPSize is advertised to EDNS clients and upstreams; NSID is sent to
 	// clients that ask for it ("" for none).
 	UDPSize uint16
@@ -108,8 +112,10 @@ func DefaultConfig() Config {
 		// One pod may use a tenth of that; the Zalando incident in the
 		// seeds was one client's query storm taking cluster DNS down.
 		MaxPerClient: 100,
-		UDPSize:      1232,
-		NSID:         "dnsstandby",
+		// A tenth of MaxInflight: refreshing ahead never crowds out misses.
+		RefreshRate: 100,
+		UDPSize:     1232,
+		NSID:        "dnsstandby",
 	}
 }
 
@@ -135,6 +141,8 @@ type Pipeline struct {
 	workersMu sync.Mutex // guards workers
 	workers   []*Worker
 
+	refreshes *tokenBucket // always non-nil
+
 	stats missStats
 }
 
@@ -157,6 +165,7 @@ func New(cfg Config) (*Pipeline, error) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	p := &Pipeline{
+		refreshes: newTokenBucket(float64(cfg.RefreshRate), float64(cfg.RefreshRate)),
 		cfg:       cfg,
 		cache:     cfg.Cache,
 		routes:    routes,
@@ -290,6 +299,14 @@ func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 	switch {
 	case n > 0 && st == cache.Fresh:
 		w.answers[srcCache].Add(1)
+		return n, Reply
+	case n > 0 && st == cache.Expiring:
+		// Refresh ahead, so that a long takeover keeps serving fresh
+		// answers rather than letting them go stale.
+		w.answers[srcCache].Add(1)
+		if w.p.refreshes.allow() {
+			w.p.refresh(msg)
+		}
 		return n, Reply
 	case n > 0 && st == cache.Stale:
 		w.answers[srcStale].Add(1)

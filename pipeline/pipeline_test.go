@@ -517,3 +517,62 @@ func TestUncachedReplyTTLCapped(t *testing.T) {
 		t.Fatalf("%d upstream answers, want 2", got)
 	}
 }
+
+func TestRefreshAhead(t *testing.T) {
+	const name = "ahead.example."
+	up := newFake()
+	up.set(name, name+" 60 IN A 192.0.2.1")
+	p, clk := newPipeline(t, up, nil)
+	w := p.NewWorker()
+	wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+	up.set(name, name+" 60 IN A 192.0.2.2")
+
+	clk.Advance(30 * time.Second) // fresh, not yet expiring: no refresh
+	buf := make([]byte, 512)
+	if _, act := w.Answer(buf, q(t, name, dns.TypeA, false), true); act != Reply {
+		t.Fatal("not a hit")
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := up.count(name); n != 1 {
+		t.Fatalf("%d upstream calls at half life, want 1", n)
+	}
+
+	clk.Advance(25 * time.Second) // 5 s left of 60: the last tenth
+	if _, act := w.Answer(buf, q(t, name, dns.TypeA, false), true); act != Reply {
+		t.Fatal("expiring entry not served")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for up.count(name) < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := up.count(name); n != 2 {
+		t.Fatalf("%d upstream calls after an expiring hit, want 2", n)
+	}
+	// The refreshed answer is in the cache, fresh for another 60 s.
+	deadline = time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		n, _ := w.Answer(buf, q(t, name, dns.TypeA, false), true)
+		a := new(dns.Msg)
+		if a.Unpack(buf[:n]) == nil && len(a.Answer) == 1 && a.Answer[0].(*dns.A).A.String() == "192.0.2.2" && a.Answer[0].Header().Ttl == 60 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("refreshed answer never served")
+}
+
+func TestTokenBucket(t *testing.T) {
+	b := newTokenBucket(10, 3)
+	got := 0
+	for range 100 {
+		if b.allow() {
+			got++
+		}
+	}
+	if got < 3 || got > 4 {
+		t.Fatalf("%d allowed at once, want the burst of 3", got)
+	}
+	if newTokenBucket(0, 0).allow() {
+		t.Fatal("rate 0 allowed one")
+	}
+}

@@ -65,7 +65,7 @@ func (p *Pipeline) replyStaleOrServfail(w *waiter) {
 	buf := make([]byte, limitFor(&q, w.udp))
 	n, st := p.cache.Serve(buf, &q, len(buf), true)
 	switch st {
-	case cache.Fresh:
+	case cache.Fresh, cache.Expiring:
 		p.stats.answers[srcCache].Add(1)
 	case cache.Stale:
 		p.stats.answers[srcStale].Add(1)
@@ -85,7 +85,7 @@ func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
 	_ = wire.ParseQuery(w.raw, &q)
 	limit := limitFor(&q, w.udp)
 	buf := make([]byte, limit)
-	if n, st := p.cache.Serve(buf, &q, limit, false); st == cache.Fresh {
+	if n, st := p.cache.Serve(buf, &q, limit, false); st.IsFresh() {
 		w.reply(buf[:n])
 		return
 	}

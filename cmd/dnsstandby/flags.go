@@ -44,6 +44,7 @@ type runOptions struct {
 	upstreamTimeout time.Duration
 	maxInflight     int
 	maxPerClient    int
+	refreshRate     int // background refreshes of expiring entries per second
 	nsid            string
 
 	udpReaders     int
@@ -103,6 +104,7 @@ func newRunFlags() (*flag.FlagSet, *runOptions) {
 	fs.DurationVar(&o.upstreamTimeout, "upstream-timeout", pd.UpstreamTimeout, "time to resolve a miss upstream before SERVFAIL (or stale)")
 	fs.IntVar(&o.maxInflight, "max-inflight", pd.MaxInflight, "cap on concurrent upstream resolutions")
 	fs.IntVar(&o.maxPerClient, "max-per-client", pd.MaxPerClient, "cap on one client address's queries waiting on upstreams")
+	fs.IntVar(&o.refreshRate, "refresh-rate", pd.RefreshRate, "background refreshes per second of entries hit in the last tenth of their life (0: none)")
 	fs.StringVar(&o.nsid, "nsid", pd.NSID, "NSID sent to clients that ask (empty: none)")
 
 	fs.IntVar(&o.udpReaders, "udp-readers", rd.ReadersPerSocket, "read loops per UDP socket")
@@ -206,6 +208,9 @@ func (o *runOptions) check() error {
 		if v <= 0 {
 			return fmt.Errorf("--%s must be positive, got %s", name, v)
 		}
+	}
+	if o.refreshRate < 0 {
+		return fmt.Errorf("--refresh-rate must not be negative, got %d", o.refreshRate)
 	}
 	if o.logFormat != "json" && o.logFormat != "text" {
 		return fmt.Errorf("--log-format %q: want json or text", o.logFormat)

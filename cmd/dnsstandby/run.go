@@ -155,6 +155,7 @@ func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
 	pc.UpstreamTimeout = o.upstreamTimeout
 	pc.MaxInflight = o.maxInflight
 	pc.MaxPerClient = o.maxPerClient
+	pc.RefreshRate = o.refreshRate
 	pc.NSID = o.nsid
 	pc.Logger = log
 
