@@ -53,7 +53,13 @@ type Config struct {
 	Healthy func() error
 	// Answered is the running total of queries dnsstandby answered.
 	Answered func() uint64
-	Logger   *slog.Logger
+	// OnMirrorSafe, if set, is told whether a packet tap may mirror
+	// LocalDNS's replies into the cache: only while LocalDNS gets every
+	// query (mirror mode with its UDP sockets adopted), so that replies
+	// on the wire from the listen address are LocalDNS's, never our own.
+	// Called at start and whenever that changes, from one goroutine.
+	OnMirrorSafe func(bool)
+	Logger       *slog.Logger
 }
 
 // DefaultConfig returns the defaults for everything but Sockets, Healthy
@@ -112,6 +118,7 @@ type Controller struct {
 	adopted  map[string][]uint64 // group -> peer socket inodes in its map
 	lastProb peer.ProbeResult
 	closed   bool
+	safe     int8 // last OnMirrorSafe value told: -1 none yet, 0 false, 1 true
 }
 
 type operatorCmd struct {
@@ -131,7 +138,7 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 	if cfg.Healthy == nil {
 		cfg.Healthy = func() error { return nil }
 	}
-	c = &Controller{cfg: cfg, log: cfg.Logger, ops: make(chan operatorCmd), adopted: map[string][]uint64{}, stats: newStats()}
+	c = &Controller{cfg: cfg, log: cfg.Logger, ops: make(chan operatorCmd), adopted: map[string][]uint64{}, stats: newStats(), safe: -1}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -200,6 +207,7 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 		return c, err
 	}
 	c.stats.setMode(mode)
+	c.tellMirrorSafe()
 	c.log.Info("takeover started", "mode", mode.String(), "peer_bound", c.peer.Bound, "peer_sockets", len(c.peer.Sockets))
 
 	c.wg.Add(2)
@@ -299,6 +307,7 @@ func (c *Controller) run(ctx context.Context) {
 			c.mu.Unlock()
 			c.adopt(st)
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.PeerBound(now, st.Bound) })
+			c.tellMirrorSafe()
 		case <-probe.C:
 			c.mu.Lock()
 			bound := c.peer.Bound
@@ -356,10 +365,46 @@ func (c *Controller) handle(input func(*Machine, time.Time) *Transition) {
 	if err := c.apply(tr.To); err != nil {
 		c.log.Error("steering not applied", "mode", tr.To.String(), "err", err.Error())
 	}
+	c.tellMirrorSafe()
 	ended := c.events.Record(*tr)
 	c.stats.transition(*tr, ended.DurationS)
 	c.log.Info("mode change", "from", tr.From.String(), "to", tr.To.String(), "reason", string(tr.Reason),
 		"after_s", ended.DurationS, "answered", ended.Answered)
+}
+
+// mirrorSafe reports whether every query goes to LocalDNS: mirror mode,
+// level adopt, and a LocalDNS socket in every UDP group's map.
+func (c *Controller) mirrorSafe() bool {
+	if c.steer.Level() != steer.Adopt {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, _, _ := c.machine.Mode(); m != Mirror {
+		return false
+	}
+	for _, s := range c.cfg.Sockets {
+		if s.UDP && len(c.adopted[groupName(s.Addr, true)]) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// tellMirrorSafe calls OnMirrorSafe when the answer changed.
+func (c *Controller) tellMirrorSafe() {
+	if c.cfg.OnMirrorSafe == nil {
+		return
+	}
+	v := int8(0)
+	if c.mirrorSafe() {
+		v = 1
+	}
+	if v == c.safe {
+		return
+	}
+	c.safe = v
+	c.cfg.OnMirrorSafe(v == 1)
 }
 
 // apply points the steering program at whoever the mode says.

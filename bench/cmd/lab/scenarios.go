@@ -64,6 +64,11 @@ var scenarios = []scenario{
 		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped for 30 s, then both back",
 	},
 	{
+		name: "standby-restart", standbyOnly: true, baseline: 10 * time.Second, observe: 15 * time.Second,
+		fault: standbyRestart,
+		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped (takeover, answers only from cache), then systemctl restart dnsstandby; both back after 20 s",
+	},
+	{
 		name: "standby-kill", standbyOnly: true, baseline: 5 * time.Second, observe: 15 * time.Second,
 		fault: standbyKill,
 		note:  "SIGKILL dnsstandby while LocalDNS is healthy; systemd restarts it",
@@ -198,6 +203,40 @@ func doubleFault(ctx context.Context, t *topology, ev *events) error {
 	ev.mark("both back")
 	return nil
 }
+
+// standbyRestart restarts dnsstandby while it is the only one answering
+// and only from its cache: the new process must come up warm (snapshot).
+func standbyRestart(ctx context.Context, t *topology, ev *events) error {
+	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "down"); err != nil {
+		return err
+	}
+	ev.mark("kube-dns unreachable")
+	if _, err := t.guest.Systemctl(ctx, "stop", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("LocalDNS stopped")
+	sleep(ctx, 5*time.Second)
+	ev.mark(restartMark)
+	if out, err := t.guest.Systemctl(ctx, "restart", "dnsstandby.service"); err != nil {
+		return fmt.Errorf("restart dnsstandby: %w: %s", err, out)
+	}
+	ev.mark("dnsstandby restarted")
+	sleep(ctx, 15*time.Second)
+	if _, err := t.node.Run(context.Background(), "ip", "link", "set", "to-kubedns", "up"); err != nil {
+		return err
+	}
+	if _, err := t.node.Run(context.Background(), "ip", "route", "replace", clusterIP+"/32", "via", "10.200.0.2"); err != nil {
+		return err
+	}
+	if _, err := t.guest.Systemctl(context.Background(), "start", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("both back")
+	return nil
+}
+
+// restartMark labels the moment dnsstandby is told to restart.
+const restartMark = "restart dnsstandby"
 
 func standbyKill(ctx context.Context, t *topology, ev *events) error {
 	pid, err := t.guest.KillMain(ctx, "dnsstandby.service", syscall.SIGKILL)
