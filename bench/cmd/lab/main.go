@@ -311,7 +311,7 @@ func (d *downTracker) stop() []lab.Interval {
 // once it answered again were answered (from its cache: LocalDNS and
 // kube-dns are gone in that scenario).
 func restartNote(res lab.LoadResult, evs []lab.Event) string {
-	var mark, end time.Duration = -1, 1<<62
+	var mark, end time.Duration = -1, 1 << 62
 	for _, e := range evs {
 		switch e.Label {
 		case restartMark:
