@@ -24,12 +24,13 @@ const (
 	ReasonNoSOA                       // a negative answer without an SOA (RFC 2308 §5)
 	ReasonTooLarge                    // larger than a shard may hold
 	ReasonKeptAnswer                  // a failure that would have replaced a servable answer
+	ReasonHaveFresh                   // InsertMirror: a fresh entry for the key is already held
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
 	"malformed", "not_response", "truncated", "opcode", "question_count",
-	"rcode", "no_soa", "too_large", "kept_answer",
+	"rcode", "no_soa", "too_large", "kept_answer", "have_fresh",
 }
 
 func (r Reason) String() string {
@@ -38,6 +39,10 @@ func (r Reason) String() string {
 	}
 	return fmt.Sprintf("reason(%d)", r)
 }
+
+// errHaveFresh is the (immutable) rejection InsertMirror returns for a
+// repeat.
+var errHaveFresh = &RejectError{Reason: ReasonHaveFresh}
 
 // ErrRejected matches every RejectError with errors.Is.
 var ErrRejected = errors.New("response not cached")
@@ -76,6 +81,22 @@ func (c *Cache) Insert(resp []byte) error {
 		return c.reject(ReasonMalformed, err)
 	}
 	return c.InsertMsg(&m)
+}
+
+// InsertMirror is Insert for a feed of every reply LocalDNS sends: most of
+// them repeat an answer the cache already holds fresh, and checking that
+// from the wire (question, CD, the OPT's DO bit) costs a fraction of a
+// full validation. Those are skipped with ReasonHaveFresh; an entry in
+// the last tenth of its life, stale or missing is replaced. LocalDNS's
+// cache keeps the same TTLs, so a skipped reply carries nothing new.
+func (c *Cache) InsertMirror(resp []byte) error {
+	var q wire.Query
+	if wire.ParseQuery(resp, &q) == nil && q.Flags&wire.FlagQR != 0 && q.Flags&wire.FlagTC == 0 &&
+		c.Status(&q) == Fresh {
+		c.rejects[ReasonHaveFresh].Add(1)
+		return errHaveFresh // shared: this path runs for almost every mirrored reply
+	}
+	return c.Insert(resp)
 }
 
 // InsertMsg caches an already parsed response; it does not modify m.

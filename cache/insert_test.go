@@ -247,3 +247,70 @@ func TestServfailTTL(t *testing.T) {
 		}
 	})
 }
+
+func TestInsertMirror(t *testing.T) {
+	c, clk := newTestCache(t, nil)
+	const name = "mirror.example."
+	resp := func(ip string) []byte {
+		m := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A " + ip}, nil)
+		m.SetEdns0(1232, false)
+		return pack(t, m)
+	}
+	if err := c.InsertMirror(resp("192.0.2.1")); err != nil {
+		t.Fatalf("first mirror insert: %v", err)
+	}
+	// A repeat while fresh is skipped, cheaply.
+	err := c.InsertMirror(resp("192.0.2.2"))
+	var rej *RejectError
+	if !errors.As(err, &rej) || rej.Reason != ReasonHaveFresh {
+		t.Fatalf("repeat: %v, want have_fresh", err)
+	}
+	// In the last tenth of its life it is replaced.
+	clk.Advance(55 * time.Second)
+	if err := c.InsertMirror(resp("192.0.2.3")); err != nil {
+		t.Fatalf("expiring: %v", err)
+	}
+	a, _ := serve(t, c, query(t, name, dns.TypeA, -1, false), 0, false)
+	if a.Answer[0].(*dns.A).A.String() != "192.0.2.3" {
+		t.Fatalf("answer %v after replacement", a.Answer)
+	}
+	// A DO=1 reply is another key: inserted although DO=0 is fresh.
+	m := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.4"}, nil)
+	m.SetEdns0(1232, true)
+	if err := c.InsertMirror(pack(t, m)); err != nil {
+		t.Fatalf("DO reply: %v", err)
+	}
+	// Garbage still goes through full validation and is rejected there.
+	if err := c.InsertMirror([]byte{1, 2, 3}); !errors.As(err, &rej) || rej.Reason != ReasonMalformed {
+		t.Fatalf("garbage: %v", err)
+	}
+}
+
+func BenchmarkInsertMirrorRepeat(b *testing.B) {
+	c, _ := newTestCache(b, nil)
+	const name = "svc-1.default.svc.cluster.local."
+	m := reply(b, name, dns.TypeA, 0, []string{name + " 30 IN A 10.0.0.1"}, nil)
+	m.SetEdns0(1232, false)
+	raw := pack(b, m)
+	if err := c.InsertMirror(raw); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = c.InsertMirror(raw)
+	}
+}
+
+func BenchmarkInsert(b *testing.B) {
+	c, _ := newTestCache(b, nil)
+	const name = "svc-1.default.svc.cluster.local."
+	m := reply(b, name, dns.TypeA, 0, []string{name + " 30 IN A 10.0.0.1"}, nil)
+	m.SetEdns0(1232, false)
+	raw := pack(b, m)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Insert(raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

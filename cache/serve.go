@@ -65,8 +65,8 @@ func (c *Cache) Serve(dst []byte, q *wire.Query, limit int, allowStale bool) (in
 	return n, st
 }
 
-// Status reports what Serve would find for q, without writing, counting
-// or touching the LRU order.
+// Status reports what Serve would find for q (Fresh, Expiring, Stale or
+// Miss), without writing, counting or touching the LRU order.
 func (c *Cache) Status(q *wire.Query) Status {
 	if q.Opcode() != 0 || len(q.QName) == 0 {
 		return Miss
@@ -82,6 +82,8 @@ func (c *Cache) Status(q *wire.Query) Status {
 	switch {
 	case !ok || !bytes.Equal(e.key(), key):
 		return Miss
+	case now < e.fresh && expiring(e.stored, e.fresh, now):
+		return Expiring
 	case now < e.fresh:
 		return Fresh
 	case now < c.staleUntil(e):
