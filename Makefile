@@ -34,6 +34,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzQueryPath$$' -fuzztime $(FUZZTIME) ./pipeline/
 	$(GO) test -run '^$$' -fuzz '^FuzzAccept$$' -fuzztime $(FUZZTIME) ./upstream/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./corefile/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePacket$$' -fuzztime $(FUZZTIME) ./mirror/tap/
+	$(GO) test -run '^$$' -fuzz '^FuzzFrames$$' -fuzztime $(FUZZTIME) ./mirror/dnstap/
+	$(GO) test -run '^$$' -fuzz '^FuzzDnstapMessage$$' -fuzztime $(FUZZTIME) ./mirror/dnstap/
 
 ## bench: the cache's micro-benchmarks (ratios within one run are what count)
 bench:

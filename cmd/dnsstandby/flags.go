@@ -65,6 +65,7 @@ type runOptions struct {
 	holdDown      time.Duration // hold-down: how long those probes must span
 	tcpMigrate    bool          // set net.ipv4.tcp_migrate_req
 
+	mirror           string        // tap, dnstap:PATH or none: how LocalDNS's answers reach the cache
 	stateDir         string        // where the cache snapshot lives ("" : no snapshots)
 	snapshotInterval time.Duration // how often it is written (and on SIGTERM)
 
@@ -126,6 +127,7 @@ func newRunFlags() (*flag.FlagSet, *runOptions) {
 	fs.DurationVar(&o.holdDown, "holddown", td.Machine.HealthyFor, "how long those probes must span")
 	fs.BoolVar(&o.tcpMigrate, "tcp-migrate", false, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
 
+	fs.StringVar(&o.mirror, "mirror", "tap", "how LocalDNS's answers fill the cache: tap (a packet tap on the listen addresses' replies), dnstap:PATH (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
 	fs.StringVar(&o.stateDir, "state-dir", "/var/lib/dnsstandby", "directory for the cache snapshot, loaded at start and written periodically and on SIGTERM (empty: none)")
 	fs.DurationVar(&o.snapshotInterval, "snapshot-interval", time.Minute, "how often the cache snapshot is written")
 
@@ -209,6 +211,9 @@ func (o *runOptions) check() error {
 			return fmt.Errorf("--%s must be positive, got %s", name, v)
 		}
 	}
+	if _, _, err := parseMirror(o.mirror); err != nil {
+		return fmt.Errorf("--mirror: %w", err)
+	}
 	if o.refreshRate < 0 {
 		return fmt.Errorf("--refresh-rate must not be negative, got %d", o.refreshRate)
 	}
@@ -274,4 +279,16 @@ func (b *byteSize) Set(v string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// parseMirror splits --mirror into its kind (tap, dnstap, none) and the
+// dnstap socket path.
+func parseMirror(v string) (kind, path string, err error) {
+	switch {
+	case v == "tap" || v == "none":
+		return v, "", nil
+	case strings.HasPrefix(v, "dnstap:") && len(v) > len("dnstap:"):
+		return "dnstap", strings.TrimPrefix(v, "dnstap:"), nil
+	}
+	return "", "", fmt.Errorf("%q: want tap, dnstap:PATH or none", v)
 }

@@ -26,6 +26,8 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/clock"
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/mirror/dnstap"
+	"github.com/dnsstandby/dnsstandby/mirror/tap"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
 	"github.com/dnsstandby/dnsstandby/takeover"
@@ -300,7 +302,41 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 		srv.Shutdown(context.Background())
 		return err
 	}
+	// The mirror feed: LocalDNS's own answers into our cache.
+	mirrorKind, dnstapPath, _ := parseMirror(o.mirror) // checked by parseRunFlags
+	var tp *tap.Tap
+	switch mirrorKind {
+	case "tap":
+		var addrs []netip.Addr
+		for _, ap := range o.listen {
+			if !slices.Contains(addrs, ap.Addr()) {
+				addrs = append(addrs, ap.Addr())
+			}
+		}
+		tp, err = tap.Start(bg, tap.Config{Addrs: addrs, Port: o.listen[0].Port(), Logger: log}, c.InsertMirror)
+		if err != nil {
+			// A node without packet sockets still serves; the cache then
+			// fills only with what dnsstandby answers itself.
+			log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", "tap", "err", err.Error())
+			break
+		}
+		tp.SetEnabled(false) // until takeover says every reply on the wire is LocalDNS's
+		defer tp.Close()
+		reg.MustRegister(tp)
+	case "dnstap":
+		rx, err := dnstap.Listen(bg, dnstap.Config{Path: dnstapPath, Logger: log}, c.InsertMirror)
+		if err != nil {
+			log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", "dnstap", "path", dnstapPath, "err", err.Error())
+			break
+		}
+		defer rx.Close()
+		reg.MustRegister(rx)
+	}
+
 	tc := pl.takeover
+	if tp != nil {
+		tc.OnMirrorSafe = tp.SetEnabled
+	}
 	for _, s := range socks {
 		tc.Sockets = append(tc.Sockets, takeover.OurSocket{Addr: s.Addr, UDP: s.UDP, Conn: s.Conn})
 	}

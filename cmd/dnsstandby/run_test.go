@@ -41,6 +41,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"missing corefile and no upstream", []string{"run", "--localdns-corefile", "/nonexistent/Corefile"}, nil, exitUsage, "/nonexistent/Corefile"},
 		{"stray argument", []string{"run", "--upstream", "10.0.0.10", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
 		{"bad steering", []string{"run", "--upstream", "10.0.0.10", "--steering", "full"}, nil, exitUsage, "--steering"},
+		{"bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "dnstap:"}, nil, exitUsage, "--mirror"},
 		{"hold with a bad duration", []string{"hold", "--for", "soon"}, nil, exitUsage, "invalid value"},
 		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
@@ -204,7 +205,7 @@ func TestRunServesAndStops(t *testing.T) {
 	o, err := parseRunFlags([]string{
 		"--listen", listen.String(), "--upstream", up.String(), "--metrics-addr", metrics.String(), "--udp-readers", "2",
 		// On the host's loopback: no anchor link in the host's namespace.
-		"--anchor-link", "", "--admin-socket", adminSock, "--state-dir", stateDir,
+		"--anchor-link", "", "--admin-socket", adminSock, "--state-dir", stateDir, "--mirror", "none",
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,312 @@
+// Package dnstap mirrors LocalDNS's replies into the cache through dnstap:
+// LocalDNS's CoreDNS, configured with `dnstap PATH full`, connects to a
+// unix socket the Receiver listens on and streams a CLIENT_RESPONSE message,
+// carrying the wire-format reply, for every reply it wrote. The Receiver
+// speaks the Frame Streams protocol (bidirectional handshake), takes only
+// those replies, and hands each to a Sink, usually (*cache.Cache).Insert.
+//
+// Every input is bounded: frame sizes, connections, the handshake's
+// duration. A bad stream closes its own connection and nothing else.
+package dnstap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+)
+
+// Defaults for Config's zero values.
+const (
+	// DefaultMode lets only root connect: LocalDNS's CoreDNS runs as root
+	// (localdns.service has no User=).
+	DefaultMode os.FileMode = 0o600
+	// DefaultMaxConns bounds concurrent connections. CoreDNS opens one per
+	// dnstap directive (one per server block that has it: one for the .11
+	// block), and briefly a second during a reload; 8 is ample.
+	DefaultMaxConns = 8
+	// DefaultMaxFrameSize bounds a data frame. CoreDNS's CLIENT_RESPONSE
+	// carries one packed reply (at most 65,535 bytes) plus addresses,
+	// times, identity and version (a few hundred bytes); 128 KiB leaves
+	// room for a sender that also includes the query.
+	DefaultMaxFrameSize = 128 << 10
+	// DefaultHandshakeTimeout bounds READY through START. CoreDNS sends
+	// READY as soon as it connects and START as soon as ACCEPT arrives,
+	// and gives up itself after 4 s (its tcpTimeout), so a sender still
+	// silent after 5 s never will be.
+	DefaultHandshakeTimeout = 5 * time.Second
+)
+
+// There is no read deadline once a stream has started, on purpose. CoreDNS
+// 1.13.1 (plugin/dnstap/io.go) sends nothing while it has nothing to tap
+// (its 1 s flush of an empty buffer writes no bytes), and it learns that we
+// closed a connection only when a later write fails: the replies buffered
+// in its 4 KiB framestream writer meanwhile are lost, and a failure while
+// it has no connection at all is retried only after a second with no
+// reply to tap. An idle timeout would therefore drop the first replies
+// after every quiet spell. A stream that stays silent after its handshake
+// costs one goroutine and one connection slot; when the slots run out, the
+// longest-idle connection is evicted to admit the new one (see admit),
+// which also reclaims the connections CoreDNS abandons without closing when
+// it redials.
+
+const (
+	// finishTimeout bounds writing FINISH after STOP. CoreDNS waits 4 s
+	// for it; the write goes into an empty socket buffer and is immediate.
+	finishTimeout = time.Second
+	// probeTimeout bounds the connect that tells a live socket from a
+	// stale one: a listener on the same host accepts at once.
+	probeTimeout = time.Second
+	// acceptBackoffMax caps the pause after a failed accept (EMFILE and the
+	// like), as net/http does, so that a file-descriptor shortage is not a
+	// busy loop.
+	acceptBackoffMax = time.Second
+)
+
+// Config says where and how to listen. The zero values of all fields but
+// Path mean their defaults.
+type Config struct {
+	Path             string        // unix socket path; created by Listen, removed by Close
+	Mode             os.FileMode   // the socket file's permissions; 0 means DefaultMode
+	Logger           *slog.Logger  // or nil: no logs
+	MaxConns         int           // concurrent connections; 0 means DefaultMaxConns
+	MaxFrameSize     int           // data frame limit in bytes; 0 means DefaultMaxFrameSize
+	HandshakeTimeout time.Duration // READY to START; 0 means DefaultHandshakeTimeout
+}
+
+// maxSocketPath is the longest path a unix socket address holds
+// (sun_path is 108 bytes with its terminating NUL).
+const maxSocketPath = 107
+
+func (c *Config) setDefaults() error {
+	if c.Path == "" {
+		return errors.New("dnstap: Config.Path is empty")
+	}
+	if len(c.Path) > maxSocketPath {
+		return fmt.Errorf("dnstap: socket path %q is %d bytes, longer than a unix socket address holds (%d)", c.Path, len(c.Path), maxSocketPath)
+	}
+	if c.Mode == 0 {
+		c.Mode = DefaultMode
+	}
+	if c.Mode&^os.ModePerm != 0 {
+		return fmt.Errorf("dnstap: Config.Mode %v has bits other than permissions", c.Mode)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxConns < 0 || c.MaxFrameSize < 0 || c.HandshakeTimeout < 0 {
+		return fmt.Errorf("dnstap: negative limit in Config (MaxConns %d, MaxFrameSize %d, HandshakeTimeout %v)", c.MaxConns, c.MaxFrameSize, c.HandshakeTimeout)
+	}
+	return nil
+}
+
+// Sink takes one wire-format reply. resp is valid only during the call
+// (it is the connection's read buffer). A *cache.RejectError anywhere in
+// the returned error's tree counts the record as rejected with the
+// cache's reason. The sink is called from the connections' goroutines,
+// concurrently; it must not call Close.
+type Sink func(resp []byte) error
+
+// Receiver accepts Frame Streams connections on a unix socket and mirrors
+// the CLIENT_RESPONSE replies they carry into a Sink.
+type Receiver struct {
+	cfg  Config            // defaults applied
+	sink Sink              // always non-nil
+	log  *slog.Logger      // always non-nil
+	ln   *net.UnixListener // always non-nil
+	sock os.FileInfo       // the socket file Listen made; Close removes only this one
+
+	done  chan struct{}  // closed when Close begins
+	wg    sync.WaitGroup // the accept loop and every connection's goroutine
+	stats stats
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu      sync.Mutex  // guards following
+	stopCtx func() bool // unregisters the context.AfterFunc that closes us
+	closed  bool
+	conns   map[*conn]struct{}
+	nextID  uint64
+}
+
+// Listen creates the socket at cfg.Path and accepts connections on it
+// until ctx ends or Close is called. A socket file left by a dead process
+// is removed; a socket another process still listens on, and a file that
+// is no socket, are refused (ErrInUse, ErrNotSocket). A missing parent
+// directory is created with mode 0750.
+func Listen(ctx context.Context, cfg Config, sink Sink) (*Receiver, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, errors.New("dnstap: nil sink")
+	}
+	ln, sock, err := listenUnix(cfg.Path, cfg.Mode)
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{
+		cfg:   cfg,
+		sink:  sink,
+		log:   cfg.Logger.With("mirror", "dnstap", "socket", cfg.Path),
+		ln:    ln,
+		sock:  sock,
+		done:  make(chan struct{}),
+		conns: make(map[*conn]struct{}),
+	}
+	r.wg.Go(r.acceptLoop)
+	// Under mu: if ctx has already ended, the Close this schedules waits
+	// for stopCtx to be set.
+	r.mu.Lock()
+	r.stopCtx = context.AfterFunc(ctx, func() { r.Close() })
+	r.mu.Unlock()
+	r.log.Info("dnstap receiver listening", "mode", cfg.Mode, "max_conns", cfg.MaxConns, "max_frame", cfg.MaxFrameSize)
+	return r, nil
+}
+
+// Addr is the socket's path.
+func (r *Receiver) Addr() string { return r.cfg.Path }
+
+// Close stops accepting, closes every connection, waits for their
+// goroutines, and removes the socket file (if it is still the one Listen
+// made). It is safe to call more than once and concurrently; later calls
+// return nil once the first has finished.
+func (r *Receiver) Close() error {
+	first := false
+	r.closeOnce.Do(func() {
+		first = true
+		r.closeErr = r.shutdown()
+	})
+	if !first {
+		return nil
+	}
+	return r.closeErr
+}
+
+// shutdown is Close's work, done once.
+func (r *Receiver) shutdown() error {
+	close(r.done)
+	r.mu.Lock()
+	r.stopCtx()
+	r.closed = true
+	err := r.ln.Close()
+	for c := range r.conns {
+		c.shut(causeShutdown)
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+	err = errors.Join(err, removeSocket(r.cfg.Path, r.sock))
+	r.log.Info("dnstap receiver closed", "error", err)
+	return err
+}
+
+// acceptLoop runs until the listener is closed.
+func (r *Receiver) acceptLoop() {
+	var backoff time.Duration
+	for {
+		nc, err := r.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), acceptBackoffMax)
+			r.log.Warn("dnstap accept failed; retrying", "error", err, "retry_in", backoff)
+			select {
+			case <-r.done:
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		r.admit(nc)
+	}
+}
+
+// admit starts serving nc on a goroutine of its own. At MaxConns it first
+// evicts the connection that has gone longest without a frame: a new
+// connection is most likely CoreDNS redialing, and the idle ones are most
+// likely the connections CoreDNS 1.13.1 abandoned, unclosed, when it
+// redialed after a failed write (it replaces its encoder without closing
+// the old connection).
+func (r *Receiver) admit(nc *net.UnixConn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		nc.Close()
+		return
+	}
+	if len(r.conns) >= r.cfg.MaxConns {
+		var victim *conn
+		for c := range r.conns {
+			if victim == nil || c.lastFrame.Load() < victim.lastFrame.Load() {
+				victim = c
+			}
+		}
+		// It leaves the map now, so the bound holds for the new one; its
+		// goroutine ends as soon as its blocked read fails (until then the
+		// open-connections gauge counts it too).
+		delete(r.conns, victim)
+		victim.shut(causeEvicted)
+		r.log.Warn("dnstap connection limit reached; evicted the longest idle connection",
+			"max_conns", r.cfg.MaxConns, "evicted", victim.id, "idle", time.Since(time.Unix(0, victim.lastFrame.Load())).Round(time.Millisecond))
+	}
+	r.nextID++
+	c := newConn(r, nc, r.nextID)
+	r.conns[c] = struct{}{}
+	r.stats.conns.Add(1)
+	r.stats.open.Add(1)
+	r.wg.Go(c.serve)
+}
+
+// forget drops c from the open connections (if eviction has not already).
+func (r *Receiver) forget(c *conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	r.stats.open.Add(-1)
+}
+
+// record handles one data frame: it extracts the reply and hands it to the
+// sink, and counts the outcome.
+func (r *Receiver) record(frame []byte) {
+	resp, v := extract(frame)
+	switch v {
+	case verdictNotClientResponse:
+		r.stats.notClient.Add(1)
+		return
+	case verdictNoResponseMessage:
+		r.stats.noResponse.Add(1)
+		return
+	case verdictBadProtobuf:
+		r.stats.badProtobuf.Add(1)
+		return
+	}
+	err := r.sink(resp)
+	if err == nil {
+		r.stats.accepted.Add(1)
+		return
+	}
+	if re, ok := errors.AsType[*cache.RejectError](err); ok {
+		r.stats.cacheRejects[re.Reason].Add(1)
+		return
+	}
+	r.stats.sinkErrors.Add(1)
+	r.log.Debug("dnstap sink failed", "error", err)
+}

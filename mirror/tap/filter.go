@@ -1,0 +1,312 @@
+package tap
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"golang.org/x/net/bpf"
+)
+
+// The kernel's values the filter compares with.
+const (
+	packetOutgoing = 4      // PACKET_OUTGOING, skb->pkt_type of a packet this host sends
+	etherTypeIPv4  = 0x0800 // ETH_P_IP
+	etherTypeIPv6  = 0x86dd // ETH_P_IPV6
+	protoUDP       = 17
+	// ipv4FragMask covers the IPv4 header's MF flag and fragment offset:
+	// any bit set means the datagram is a fragment, and only the first
+	// fragment would even hold the UDP header.
+	ipv4FragMask = 0x3fff
+)
+
+// snapLen is what the filter returns for a packet it passes: the most of
+// it the kernel may queue. It is larger than any IP packet (an IPv6 packet
+// without jumbo payload is at most 40+65535 bytes), so nothing is cut in
+// the kernel; a packet larger than the read slot shows as MSG_TRUNC.
+const snapLen = 1 << 18
+
+// maxFilterAddrs bounds Config.Addrs: a jump in classic BPF skips at most
+// 255 instructions, and an IPv6 address costs eight. LocalDNS listens on
+// two addresses.
+const maxFilterAddrs = 16
+
+// filterSpec is what the filter matches.
+type filterSpec struct {
+	v4, v6      []netip.Addr // source addresses taken, by family
+	port        uint16       // source port taken
+	excludeMark uint32       // skb mark of packets to leave out; 0 = none
+}
+
+func newFilterSpec(addrs []netip.Addr, port uint16, excludeMark uint32) (filterSpec, error) {
+	s := filterSpec{port: port, excludeMark: excludeMark}
+	if len(addrs) == 0 {
+		return s, errors.New("no source addresses")
+	}
+	if len(addrs) > maxFilterAddrs {
+		return s, fmt.Errorf("%d source addresses, at most %d", len(addrs), maxFilterAddrs)
+	}
+	if port == 0 {
+		return s, errors.New("source port 0")
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		switch {
+		case !a.IsValid():
+			return s, errors.New("invalid source address")
+		case a.Zone() != "":
+			return s, fmt.Errorf("source address %s: zones are not supported", a)
+		case a.Is4():
+			s.v4 = append(s.v4, a)
+		default:
+			s.v6 = append(s.v6, a)
+		}
+	}
+	return s, nil
+}
+
+// matches says whether a packet from src passes the filter's address and
+// port test (the user-space check behind the kernel's).
+func (s *filterSpec) matches(src netip.AddrPort) bool {
+	if src.Port() != s.port {
+		return false
+	}
+	addrs := s.v6
+	if src.Addr().Is4() {
+		addrs = s.v4
+	}
+	for _, a := range addrs {
+		if a == src.Addr() {
+			return true
+		}
+	}
+	return false
+}
+
+// The filter reads three values the kernel keeps beside the packet data:
+// the packet type, the skb mark and the link-layer protocol. In the kernel
+// they are ancillary loads (SKF_AD_PKTTYPE, SKF_AD_MARK, SKF_AD_PROTOCOL).
+// golang.org/x/net/bpf's VM has none of them, so for tests the same program
+// is built with them read from a pseudo-header of vmHeaderLen bytes in
+// front of the packet, every packet offset moved by that much: the VM then
+// runs every branch the kernel runs.
+const (
+	vmTypeOff   = 0 // uint32: pkt_type
+	vmMarkOff   = 4 // uint32: mark
+	vmProtoOff  = 8 // uint32: protocol (ethertype)
+	vmHeaderLen = 12
+)
+
+// loads says where the program finds the packet's metadata and data.
+type loads struct {
+	pktType, mark, proto bpf.Instruction
+	off                  uint32 // where the IP header starts
+}
+
+var kernelLoads = loads{
+	pktType: bpf.LoadExtension{Num: bpf.ExtType},
+	mark:    bpf.LoadExtension{Num: bpf.ExtMark},
+	proto:   bpf.LoadExtension{Num: bpf.ExtProto},
+}
+
+var vmLoads = loads{
+	pktType: bpf.LoadAbsolute{Off: vmTypeOff, Size: 4},
+	mark:    bpf.LoadAbsolute{Off: vmMarkOff, Size: 4},
+	proto:   bpf.LoadAbsolute{Off: vmProtoOff, Size: 4},
+	off:     vmHeaderLen,
+}
+
+// program returns the classic BPF filter for s; it is a pure function of
+// its arguments. It passes a packet (returning snapLen) only if it is
+// outgoing, not marked with s.excludeMark, IPv4 or IPv6 (by ethertype and
+// by version nibble), carries UDP directly (no IPv6 extension header), is
+// not an IPv4 fragment, and comes from one of s's addresses and s.port.
+// Everything else returns 0: the kernel drops it before queueing.
+func (s *filterSpec) program(l loads) ([]bpf.Instruction, error) {
+	a, err := s.assemble(l)
+	if err != nil {
+		return nil, err
+	}
+	return a.ins, nil
+}
+
+// listing returns the program for l with one instruction a line, its
+// index, labels and comment: for test failures and debugging.
+func (s *filterSpec) listing(l loads) string {
+	a, err := s.assemble(l)
+	if err != nil {
+		return err.Error()
+	}
+	at := map[int][]string{}
+	for name, i := range a.labels {
+		at[i] = append(at[i], name)
+	}
+	var b strings.Builder
+	for i, in := range a.ins {
+		for _, name := range slices.Sorted(slices.Values(at[i])) {
+			fmt.Fprintf(&b, "%s:\n", name)
+		}
+		fmt.Fprintf(&b, "%3d  %-40v // %s\n", i, in, a.comments[i])
+	}
+	return b.String()
+}
+
+func (s *filterSpec) assemble(l loads) (*asm, error) {
+	a := new(asm)
+	o := l.off
+	a.op(l.pktType, "A = pkt_type")
+	a.jump(bpf.JumpNotEqual, packetOutgoing, "drop", "", "only what this host sends: on lo each packet also comes back in")
+	if s.excludeMark != 0 {
+		a.op(l.mark, "A = skb mark")
+		a.jump(bpf.JumpEqual, s.excludeMark, "drop", "", "our own replies, marked with SO_MARK")
+	}
+	a.op(l.proto, "A = ethertype")
+	if len(s.v4) > 0 {
+		a.jump(bpf.JumpEqual, etherTypeIPv4, "ipv4", "", "IPv4")
+	}
+	if len(s.v6) > 0 {
+		a.jump(bpf.JumpEqual, etherTypeIPv6, "ipv6", "", "IPv6")
+	}
+	a.jumpTo("drop", "neither")
+
+	if len(s.v4) > 0 {
+		a.label("ipv4")
+		a.op(bpf.LoadAbsolute{Off: o + 0, Size: 1}, "A = version, IHL")
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf0}, "A = version << 4")
+		a.jump(bpf.JumpNotEqual, 0x40, "drop", "", "version 4")
+		a.op(bpf.LoadAbsolute{Off: o + 9, Size: 1}, "A = protocol")
+		a.jump(bpf.JumpNotEqual, protoUDP, "drop", "", "UDP")
+		a.op(bpf.LoadAbsolute{Off: o + 6, Size: 2}, "A = flags, fragment offset")
+		a.jump(bpf.JumpBitsSet, ipv4FragMask, "drop", "", "not a fragment")
+		a.op(bpf.LoadAbsolute{Off: o + 12, Size: 4}, "A = source address")
+		for _, addr := range s.v4 {
+			b := addr.As4()
+			a.jump(bpf.JumpEqual, be32(b[:]), "ipv4port", "", addr.String())
+		}
+		a.jumpTo("drop", "no address matched")
+		a.label("ipv4port")
+		a.op(bpf.LoadMemShift{Off: o + 0}, "X = IHL*4")
+		a.op(bpf.LoadIndirect{Off: o + 0, Size: 2}, "A = UDP source port")
+		a.jump(bpf.JumpEqual, uint32(s.port), "accept", "drop", "source port")
+	}
+
+	if len(s.v6) > 0 {
+		a.label("ipv6")
+		a.op(bpf.LoadAbsolute{Off: o + 0, Size: 1}, "A = version, traffic class")
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf0}, "A = version << 4")
+		a.jump(bpf.JumpNotEqual, 0x60, "drop", "", "version 6")
+		a.op(bpf.LoadAbsolute{Off: o + 6, Size: 1}, "A = next header")
+		a.jump(bpf.JumpNotEqual, protoUDP, "drop", "", "UDP right after the fixed header")
+		for i, addr := range s.v6 {
+			b := addr.As16()
+			next := fmt.Sprintf("ipv6addr%d", i+1)
+			for w := range 4 {
+				a.op(bpf.LoadAbsolute{Off: o + 8 + 4*uint32(w), Size: 4}, fmt.Sprintf("A = source address word %d", w))
+				if w < 3 {
+					a.jump(bpf.JumpNotEqual, be32(b[4*w:]), next, "", addr.String())
+				} else {
+					a.jump(bpf.JumpEqual, be32(b[4*w:]), "ipv6port", next, addr.String())
+				}
+			}
+			a.label(next)
+		}
+		a.jumpTo("drop", "no address matched")
+		a.label("ipv6port")
+		a.op(bpf.LoadAbsolute{Off: o + 40, Size: 2}, "A = UDP source port")
+		a.jump(bpf.JumpEqual, uint32(s.port), "accept", "drop", "source port")
+	}
+
+	a.label("accept")
+	a.op(bpf.RetConstant{Val: snapLen}, "pass")
+	a.label("drop")
+	a.op(bpf.RetConstant{Val: 0}, "drop")
+	if err := a.resolve(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// asm collects instructions whose jumps name labels, and resolves them
+// into the relative skips classic BPF uses.
+type asm struct {
+	ins      []bpf.Instruction
+	comments []string // one per instruction
+	jumps    []pendingJump
+	labels   map[string]int
+}
+
+// pendingJump is a jump at ins[at] whose targets are labels ("" = the next
+// instruction).
+type pendingJump struct {
+	at              int
+	cond            bpf.JumpTest
+	val             uint32
+	ifTrue, ifFalse string
+	always          bool // an unconditional jump to ifTrue
+}
+
+// op appends an instruction; comment says what it does (listing shows it).
+func (a *asm) op(in bpf.Instruction, comment string) {
+	a.ins = append(a.ins, in)
+	a.comments = append(a.comments, comment)
+}
+
+// jump appends "if A cond val goto ifTrue else goto ifFalse".
+func (a *asm) jump(cond bpf.JumpTest, val uint32, ifTrue, ifFalse, comment string) {
+	a.jumps = append(a.jumps, pendingJump{at: len(a.ins), cond: cond, val: val, ifTrue: ifTrue, ifFalse: ifFalse})
+	a.op(nil, comment)
+}
+
+// jumpTo appends "goto label".
+func (a *asm) jumpTo(label, comment string) {
+	a.jumps = append(a.jumps, pendingJump{at: len(a.ins), ifTrue: label, always: true})
+	a.op(nil, comment)
+}
+
+func (a *asm) label(name string) {
+	if a.labels == nil {
+		a.labels = map[string]int{}
+	}
+	a.labels[name] = len(a.ins)
+}
+
+func (a *asm) resolve() error {
+	skip := func(j pendingJump, label string) (uint32, error) {
+		if label == "" {
+			return 0, nil
+		}
+		to, ok := a.labels[label]
+		if !ok {
+			return 0, fmt.Errorf("bpf: undefined label %q", label)
+		}
+		if to <= j.at {
+			return 0, fmt.Errorf("bpf: backward jump to %q", label)
+		}
+		return uint32(to - j.at - 1), nil
+	}
+	for _, j := range a.jumps {
+		t, err := skip(j, j.ifTrue)
+		if err != nil {
+			return err
+		}
+		if j.always {
+			a.ins[j.at] = bpf.Jump{Skip: t}
+			continue
+		}
+		f, err := skip(j, j.ifFalse)
+		if err != nil {
+			return err
+		}
+		if t > 255 || f > 255 {
+			return fmt.Errorf("bpf: jump at %d too long (%d, %d)", j.at, t, f)
+		}
+		a.ins[j.at] = bpf.JumpIf{Cond: j.cond, Val: j.val, SkipTrue: uint8(t), SkipFalse: uint8(f)}
+	}
+	return nil
+}

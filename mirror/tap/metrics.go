@@ -1,0 +1,167 @@
+package tap
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+)
+
+// counters are the tap's numbers. The reader is their only writer; the
+// atomics let Stats and Collect read them from any goroutine.
+type counters struct {
+	seen, accepted atomic.Uint64
+	tapRejects     [numReasons]atomic.Uint64
+	cacheRejects   [256]atomic.Uint64 // by cache.Reason
+	readErrors     atomic.Uint64
+	reads          atomic.Uint64 // recvmmsg calls that returned packets
+
+	// From the kernel's PACKET_STATISTICS, which resets on each read, so
+	// they are summed here.
+	kernelPackets, kernelDrops atomic.Uint64
+}
+
+func (c *counters) reject(r reason) { c.tapRejects[r].Add(1) }
+
+// sinkResult counts what the sink said about one response.
+func (c *counters) sinkResult(err error) {
+	if err == nil {
+		c.accepted.Add(1)
+		return
+	}
+	// The type assertion first: cache.Insert returns the *RejectError
+	// itself, and errors.As's target escapes (one allocation per reject).
+	if re, ok := err.(*cache.RejectError); ok {
+		c.cacheRejects[re.Reason].Add(1)
+		return
+	}
+	c.wrappedSinkError(err)
+}
+
+func (c *counters) wrappedSinkError(err error) {
+	var re *cache.RejectError
+	if errors.As(err, &re) {
+		c.cacheRejects[re.Reason].Add(1)
+		return
+	}
+	c.tapRejects[reasonSinkError].Add(1)
+}
+
+// Stats is a snapshot of the tap's counters. Seen = Accepted + the sum of
+// Rejected.
+type Stats struct {
+	Seen     uint64            // packets read from the socket (the kernel filter passed them)
+	Accepted uint64            // responses the sink took (returned nil)
+	Rejected map[string]uint64 // the rest by reason: the tap's own, and the cache's passed through
+	// Reads counts the recvmmsg calls that returned packets: Seen/Reads is
+	// the mean batch.
+	Reads uint64
+	// ReadErrors counts failed reads other than those of stopping.
+	ReadErrors uint64
+	// KernelPackets and KernelDrops are PACKET_STATISTICS: packets the
+	// filter passed, and of those the ones dropped for a full receive
+	// buffer (never read, so not in Seen).
+	KernelPackets, KernelDrops uint64
+	Enabled                    bool
+}
+
+// pollKernelStats adds the kernel's counters since the last poll. It fails
+// quietly once the socket is closed: the reader polls a last time before.
+func (t *Tap) pollKernelStats() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.fd < 0 {
+		return // closed, or a tap without a socket in tests
+	}
+	packets, drops, err := kernelStats(t.fd)
+	if err != nil {
+		return
+	}
+	t.stats.kernelPackets.Add(uint64(packets))
+	t.stats.kernelDrops.Add(uint64(drops))
+}
+
+// Stats returns the tap's counters, the kernel's read just now.
+func (t *Tap) Stats() Stats {
+	t.pollKernelStats()
+	c := &t.stats
+	s := Stats{
+		Seen:          c.seen.Load(),
+		Accepted:      c.accepted.Load(),
+		Rejected:      map[string]uint64{},
+		Reads:         c.reads.Load(),
+		ReadErrors:    c.readErrors.Load(),
+		KernelPackets: c.kernelPackets.Load(),
+		KernelDrops:   c.kernelDrops.Load(),
+		Enabled:       t.enabled.Load(),
+	}
+	c.eachReject(func(name string, v uint64) { s.Rejected[name] += v })
+	return s
+}
+
+// eachReject calls fn for every reject reason counted at least once.
+func (c *counters) eachReject(fn func(reason string, v uint64)) {
+	for r := reason(1); r < numReasons; r++ {
+		if v := c.tapRejects[r].Load(); v > 0 {
+			fn(r.String(), v)
+		}
+	}
+	for r := range c.cacheRejects {
+		if v := c.cacheRejects[r].Load(); v > 0 {
+			fn(cache.Reason(r).String(), v)
+		}
+	}
+}
+
+// recordsHelp is the help text of dnsstandby_mirror_records_total. Every
+// mirror source (this tap, mirror/dnstap) exports that metric with its own
+// constant source label, and a Prometheus registry accepts one metric name
+// from several collectors only with identical help text and label names:
+// keep it the same as mirror/dnstap's.
+const recordsHelp = "Mirrored LocalDNS replies handed to the cache, by source, result (accepted, rejected) and reason."
+
+var (
+	// descRecords counts every packet read: accepted ones (inserted) with
+	// reason "", rejected ones by reason.
+	descRecords = prometheus.NewDesc("dnsstandby_mirror_records_total", recordsHelp,
+		[]string{"result", "reason"}, prometheus.Labels{"source": "tap"})
+	// descDrops counts packets the kernel passed through the filter but
+	// dropped because the tap's receive buffer was full.
+	descDrops = prometheus.NewDesc("dnsstandby_mirror_tap_drops_total",
+		"Replies the kernel dropped because the packet tap's receive buffer was full (PACKET_STATISTICS tp_drops).", nil, nil)
+	// descReadErrors counts failed reads of the tap's socket.
+	descReadErrors = prometheus.NewDesc("dnsstandby_mirror_tap_read_errors_total",
+		"Failed reads of the packet tap's socket.", nil, nil)
+	// descEnabled is 1 while the tap inserts, 0 while paused because
+	// dnsstandby answers itself.
+	descEnabled = prometheus.NewDesc("dnsstandby_mirror_tap_enabled",
+		"1 while the packet tap inserts what it reads into the cache, 0 while paused.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRecords, descDrops, descReadErrors, descEnabled} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (t *Tap) Collect(ch chan<- prometheus.Metric) {
+	s := t.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descRecords, s.Accepted, "accepted", "")
+	for r, v := range s.Rejected {
+		counter(descRecords, v, "rejected", r)
+	}
+	counter(descDrops, s.KernelDrops)
+	counter(descReadErrors, s.ReadErrors)
+	enabled := 0.0
+	if s.Enabled {
+		enabled = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descEnabled, prometheus.GaugeValue, enabled)
+}

@@ -1,0 +1,176 @@
+package tap
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// htons turns a 16-bit value into network byte order, as the protocol
+// fields of AF_PACKET's socket(2) and sockaddr_ll want it.
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// openSocket returns a non-blocking cooked AF_PACKET socket of the calling
+// thread's network namespace with prog attached. It is created with
+// protocol 0, which hooks it to no traffic, and bound to every protocol
+// (ETH_P_ALL, the only hook that sees outgoing packets) only once the
+// filter is in place, so not one unfiltered packet is ever queued. The
+// filter is locked (SO_LOCK_FILTER).
+//
+// The descriptor is deliberately not handed to Go's poller (os.NewFile,
+// net.FilePacketConn): the poller registers it edge-triggered with epoll,
+// and every packet that arrives then wakes the runtime's netpoll thread,
+// even while the reader is not waiting. The reader waits with ppoll on its
+// own thread instead (see waiter).
+func openSocket(prog []bpf.Instruction, rcvbuf int) (int, error) {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return -1, fmt.Errorf("assemble filter: %w", err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return -1, fmt.Errorf("packet socket: %w (needs CAP_NET_RAW in the network namespace)", err)
+		}
+		return -1, fmt.Errorf("packet socket: %w", err)
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(fd)
+		return -1, err
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
+		return fail(fmt.Errorf("attach filter: %w", err))
+	}
+	runtime.KeepAlive(filter)
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_LOCK_FILTER, 1); err != nil {
+		return fail(fmt.Errorf("lock filter: %w", err))
+	}
+	if rcvbuf > 0 {
+		// Past net.core.rmem_max when privileged; a smaller buffer only
+		// means drops sooner under a burst (counted), so failing is no error.
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvbuf) != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, rcvbuf)
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL)}); err != nil {
+		return fail(fmt.Errorf("bind packet socket: %w", err))
+	}
+	return fd, nil
+}
+
+// kernelStats reads and resets the socket's PACKET_STATISTICS: packets
+// that passed the filter and were offered to the queue, and of those the
+// ones dropped because the receive buffer was full.
+func kernelStats(fd int) (packets, drops uint32, err error) {
+	st, err := unix.GetsockoptTpacketStats(fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Packets, st.Drops, nil
+}
+
+// waiter blocks the reader's thread until the socket has packets, a
+// while passes, or Close writes to the eventfd. Waiting in ppoll rather
+// than in Go's poller costs one system call per wait and no wake-up per
+// packet; the goroutine keeps its thread while it waits (a goroutine in a
+// system call does not hold a P, so nothing else is held up).
+type waiter struct {
+	fds     [2]unix.PollFd // [0] the packet socket, [1] the wake eventfd
+	pauseTS unix.Timespec
+	timeout unix.Timespec // the system call writes the time left into it
+}
+
+func newWaiter(sock, wake int, pause time.Duration) *waiter {
+	w := &waiter{pauseTS: unix.NsecToTimespec(int64(pause))}
+	w.fds[0] = unix.PollFd{Fd: int32(sock), Events: unix.POLLIN}
+	w.fds[1] = unix.PollFd{Fd: int32(wake), Events: unix.POLLIN}
+	return w
+}
+
+// forPackets waits until the socket is readable or the tap is woken, and
+// reports whether it was woken (to stop).
+func (w *waiter) forPackets() (woken bool, err error) {
+	w.fds[0].Revents, w.fds[1].Revents = 0, 0
+	if _, err := unix.Ppoll(w.fds[:], nil, nil); err != nil && err != unix.EINTR {
+		return false, err
+	}
+	return w.fds[1].Revents != 0, nil
+}
+
+// pause sleeps for the batch pause, or until woken, and reports whether
+// it was woken (to stop).
+func (w *waiter) pause() (woken bool) {
+	w.fds[1].Revents = 0
+	w.timeout = w.pauseTS
+	_, _ = unix.Ppoll(w.fds[1:], &w.timeout, nil) // EINTR only shortens the pause
+	return w.fds[1].Revents != 0
+}
+
+// mmsghdr is struct mmsghdr from recvmmsg(2).
+type mmsghdr struct {
+	hdr unix.Msghdr
+	len uint32
+	_   [4]byte
+}
+
+// batch is the reader's datagram slots for recvmmsg, allocated once, so
+// that one system call takes up to len(hdrs) packets and nothing is
+// allocated per packet (as responder's batch, without the sender's
+// address: the IP header says all the tap needs).
+type batch struct {
+	hdrs []mmsghdr
+	iovs []unix.Iovec
+	bufs [][]byte
+}
+
+func newBatch(slots, size int) *batch {
+	b := &batch{
+		hdrs: make([]mmsghdr, slots),
+		iovs: make([]unix.Iovec, slots),
+		bufs: make([][]byte, slots),
+	}
+	// One backing array: the slots sit next to each other in memory.
+	mem := make([]byte, slots*size)
+	for i := range slots {
+		b.bufs[i] = mem[i*size : (i+1)*size : (i+1)*size]
+		b.iovs[i].Base = &b.bufs[i][0]
+		b.hdrs[i].hdr.Iov = &b.iovs[i]
+		b.hdrs[i].hdr.SetIovlen(1)
+	}
+	return b
+}
+
+// recv takes the packets queued on fd, up to len(hdrs), without waiting:
+// 0 and no error when there are none.
+func (b *batch) recv(fd int) (int, error) {
+	for i := range b.hdrs {
+		b.hdrs[i].hdr.Flags = 0
+		b.hdrs[i].len = 0
+		b.iovs[i].SetLen(len(b.bufs[i]))
+	}
+	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&b.hdrs[0])), uintptr(len(b.hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	runtime.KeepAlive(b)
+	switch e {
+	case 0:
+		return int(r), nil
+	case unix.EAGAIN, unix.EINTR:
+		return 0, nil
+	}
+	return 0, e
+}
+
+// packet returns the i-th received packet and whether it was longer than
+// its slot (cut short).
+func (b *batch) packet(i int) ([]byte, bool) {
+	return b.bufs[i][:b.hdrs[i].len], b.hdrs[i].hdr.Flags&unix.MSG_TRUNC != 0
+}

@@ -1,0 +1,463 @@
+package tap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// The test bed: a node namespace holding LocalDNS's addresses on an anchor
+// link, a real CoreDNS bound there (as LocalDNS: nsid localdns-pod,
+// answers made up by template, no upstream), and a pod namespace behind a
+// veth. With bridged, the node's end of the veth is a port of a bridge
+// holding the pod's gateway address, as kubenet's cbr0 is.
+const (
+	bedAddr4     = "169.254.10.11"
+	bedAddr6     = "fd00:10::11"
+	bedOtherAddr = "169.254.10.12" // CoreDNS answers here too; not the tap's
+	bedOtherPort = 5353            // and on bedAddr4 at this port
+	bedZone      = "tap.test."
+)
+
+var bedCorefile = fmt.Sprintf(`.:53 {
+	bind %[1]s %[2]s %[3]s
+	nsid localdns-pod
+	template IN A %[4]s {
+		answer "{{ .Name }} 60 IN A 192.0.2.1"
+	}
+	template IN AAAA %[4]s {
+		answer "{{ .Name }} 60 IN AAAA 2001:db8::1"
+	}
+}
+.:%[5]d {
+	bind %[1]s
+	template IN A %[4]s {
+		answer "{{ .Name }} 60 IN A 192.0.2.2"
+	}
+}
+`, bedAddr4, bedAddr6, bedOtherAddr, bedZone, bedOtherPort)
+
+type bed struct {
+	node, pod *nstest.Namespace
+	coredns   *nstest.CoreDNS
+}
+
+func newBed(t *testing.T, bridged bool) *bed {
+	t.Helper()
+	nstest.RequireRoot(t)
+	bin := nstest.CoreDNSBinary(t)
+	b := &bed{node: nstest.New(t, "node"), pod: nstest.New(t, "pod")}
+	must(t, b.node.AddLink("localdns", "", bedAddr4+"/32", bedOtherAddr+"/32", bedAddr6+"/128"))
+	gw4, gw6 := "10.211.0.1", "fd00:211::1"
+	podEnd := nstest.End{NS: b.pod, Name: "eth0", Addrs: []string{"10.211.0.2/24", "fd00:211::2/64"}}
+	if bridged {
+		must(t, b.node.AddLink("cbr0", "bridge", gw4+"/24", gw6+"/64"))
+		must(t, nstest.AddVeth(nstest.End{NS: b.node, Name: "veth-pod"}, podEnd))
+		nstest.Run(t, b.node, "ip", "link", "set", "veth-pod", "master", "cbr0")
+		waitUp(t, b.node, "cbr0")
+	} else {
+		must(t, nstest.AddVeth(nstest.End{NS: b.node, Name: "veth-pod", Addrs: []string{gw4 + "/24", gw6 + "/64"}}, podEnd))
+	}
+	must(t, b.pod.AddRoute(nstest.Route{Dst: "169.254.10.0/24", Via: gw4}))
+	must(t, b.pod.AddRoute(nstest.Route{Dst: "fd00:10::/64", Via: gw6}))
+	b.coredns = nstest.StartCoreDNS(t, b.node, nstest.CoreDNSConfig{
+		Binary: bin, Corefile: bedCorefile, Probe: bedAddr4 + ":53",
+	})
+	return b
+}
+
+// waitUp waits until a bridge forwards (its port left the listening and
+// learning states, which take no time with STP off, but carrier comes
+// from the link watch).
+func waitUp(t *testing.T, ns *nstest.Namespace, link string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out := nstest.Run(t, ns, "ip", "-o", "link", "show", link)
+		if !containsAny(out, "NO-CARRIER", "state DOWN") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not up: %s", link, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		for i := 0; i+len(sub) <= len(s); i++ {
+			if s[i:i+len(sub)] == sub {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recorder is a Sink into a real cache that also counts, per question
+// name, how often it was called.
+type recorder struct {
+	cache *cache.Cache
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func newRecorder(t testing.TB) *recorder {
+	return &recorder{cache: newCache(t), calls: map[string]int{}}
+}
+
+func (r *recorder) sink(resp []byte) error {
+	var m dns.Msg
+	if err := m.Unpack(resp); err == nil && len(m.Question) == 1 {
+		r.mu.Lock()
+		r.calls[m.Question[0].Name]++
+		r.mu.Unlock()
+	}
+	return r.cache.Insert(resp)
+}
+
+func (r *recorder) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[name]
+}
+
+// startTap starts a tap in the node namespace.
+func startTap(t *testing.T, ns *nstest.Namespace, cfg Config, sink Sink) *Tap {
+	t.Helper()
+	if cfg.Addrs == nil {
+		cfg.Addrs = []netip.Addr{netip.MustParseAddr(bedAddr4), netip.MustParseAddr(bedAddr6)}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	var tp *Tap
+	must(t, ns.Do(func() error {
+		var err error
+		tp, err = Start(context.Background(), cfg, sink)
+		return err
+	}))
+	t.Cleanup(func() { tp.Close() })
+	return tp
+}
+
+// testLogger logs into the test's output (shown with -v or on failure).
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), nil))
+}
+
+// ask sends one query from ns to server and checks that an answer came.
+func ask(t testing.TB, ns *nstest.Namespace, server, name string, qtype uint16) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(name, qtype)
+	r, err := ns.Exchange("udp", "", server, q, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+		t.Fatalf("%s %s at %s: %v", name, dns.TypeToString[qtype], server, r)
+	}
+}
+
+// settle waits until the tap has read want packets, then a little longer
+// to catch any that should not come, and returns its counters.
+func settle(t testing.TB, tp *Tap, want uint64) Stats {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for tp.Stats().Seen < want && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	return tp.Stats()
+}
+
+func checkStats(t testing.TB, st Stats, seen, accepted uint64, rejected map[string]uint64) {
+	t.Helper()
+	if st.Seen != seen || st.Accepted != accepted || fmt.Sprint(st.Rejected) != fmt.Sprint(rejected) || st.KernelDrops != 0 {
+		t.Errorf("seen %d, accepted %d, rejected %v, drops %d; want %d, %d, %v, 0",
+			st.Seen, st.Accepted, st.Rejected, st.KernelDrops, seen, accepted, rejected)
+	}
+}
+
+// TestTapMirrors is the tap against a real CoreDNS: every reply to a pod
+// (IPv4 and IPv6) and to a client on the node itself (over lo, where the
+// kernel shows each packet twice) is inserted exactly once; replies from
+// another address or port never reach user space; pausing stops inserts.
+func TestTapMirrors(t *testing.T) {
+	b := newBed(t, false)
+	rec := newRecorder(t)
+	tp := startTap(t, b.node, Config{}, rec.sink)
+	server4, server6 := bedAddr4+":53", "["+bedAddr6+"]:53"
+
+	const pods, pods6, locals = 200, 50, 50
+	var names []string
+	for i := range pods {
+		name := fmt.Sprintf("pod-%d.%s", i, bedZone)
+		ask(t, b.pod, server4, name, dns.TypeA)
+		names = append(names, name)
+	}
+	for i := range pods6 {
+		name := fmt.Sprintf("pod6-%d.%s", i, bedZone)
+		ask(t, b.pod, server6, name, dns.TypeAAAA)
+		names = append(names, name)
+	}
+	for i := range locals {
+		name := fmt.Sprintf("local-%d.%s", i, bedZone)
+		ask(t, b.node, server4, name, dns.TypeA) // over lo
+		names = append(names, name)
+	}
+	n := uint64(len(names))
+	st := settle(t, tp, n)
+	checkStats(t, st, n, n, map[string]uint64{})
+	for _, name := range names {
+		if c := rec.count(name); c != 1 {
+			t.Errorf("%s handed to the cache %d times", name, c)
+		}
+	}
+	cs := rec.cache.Stats()
+	if cs.Inserts != n || cs.Entries != int(n) {
+		t.Errorf("cache: %d inserts, %d entries, want %d", cs.Inserts, cs.Entries, n)
+	}
+	t.Logf("%d pod replies (%d IPv4, %d IPv6) and %d over lo: seen %d, accepted %d, kernel passed %d",
+		pods+pods6, pods, pods6, locals, st.Seen, st.Accepted, st.KernelPackets)
+
+	// Replies from another address, or from LocalDNS's address but another
+	// port, are dropped in the kernel: user space never sees them.
+	before := st
+	for i := range 50 {
+		ask(t, b.pod, bedOtherAddr+":53", fmt.Sprintf("other-addr-%d.%s", i, bedZone), dns.TypeA)
+		ask(t, b.pod, fmt.Sprintf("%s:%d", bedAddr4, bedOtherPort), fmt.Sprintf("other-port-%d.%s", i, bedZone), dns.TypeA)
+		ask(t, b.node, fmt.Sprintf("%s:%d", bedAddr4, bedOtherPort), fmt.Sprintf("other-port-lo-%d.%s", i, bedZone), dns.TypeA)
+	}
+	st = settle(t, tp, before.Seen)
+	if st.Seen != before.Seen || st.KernelPackets != before.KernelPackets {
+		t.Errorf("replies from elsewhere reached the tap: seen %d -> %d, kernel passed %d -> %d",
+			before.Seen, st.Seen, before.KernelPackets, st.KernelPackets)
+	}
+
+	// Paused, the tap reads on but inserts nothing.
+	tp.SetEnabled(false)
+	for i := range 20 {
+		ask(t, b.pod, server4, fmt.Sprintf("paused-%d.%s", i, bedZone), dns.TypeA)
+	}
+	st = settle(t, tp, n+20)
+	checkStats(t, st, n+20, n, map[string]uint64{"disabled": 20})
+	if got := rec.cache.Stats().Inserts; got != n {
+		t.Errorf("paused tap inserted: %d inserts, want %d", got, n)
+	}
+	tp.SetEnabled(true)
+	ask(t, b.pod, server4, "resumed."+bedZone, dns.TypeA)
+	st = settle(t, tp, n+21)
+	checkStats(t, st, n+21, n+1, map[string]uint64{"disabled": 20})
+	if rec.count("resumed."+bedZone) != 1 || rec.count("paused-0."+bedZone) != 0 {
+		t.Error("resume: wrong names inserted")
+	}
+}
+
+// TestTapBridge is kubenet's layout: the pod's gateway is a bridge, so a
+// reply leaves twice, on the bridge and then on its port (the veth). The
+// tap reads both copies and inserts one.
+func TestTapBridge(t *testing.T) {
+	b := newBed(t, true)
+	rec := newRecorder(t)
+	tp := startTap(t, b.node, Config{}, rec.sink)
+	const n = 100
+	for i := range n {
+		ask(t, b.pod, bedAddr4+":53", fmt.Sprintf("bridged-%d.%s", i, bedZone), dns.TypeA)
+	}
+	st := settle(t, tp, 2*n)
+	checkStats(t, st, 2*n, n, map[string]uint64{"duplicate": n})
+	for i := range n {
+		if c := rec.count(fmt.Sprintf("bridged-%d.%s", i, bedZone)); c != 1 {
+			t.Errorf("bridged-%d handed to the cache %d times", i, c)
+		}
+	}
+	t.Logf("bridged pod: %d replies, seen %d, accepted %d, duplicates %d", n, st.Seen, st.Accepted, st.Rejected["duplicate"])
+}
+
+// TestTapClose checks that Close stops a tap blocked in its read at once
+// and can be repeated, and that a cancelled context stops it too.
+func TestTapClose(t *testing.T) {
+	nstest.RequireRoot(t)
+	node := nstest.New(t, "node")
+	cfg := Config{Addrs: []netip.Addr{netip.MustParseAddr(bedAddr4)}, Logger: testLogger(t)}
+	var tp *Tap
+	must(t, node.Do(func() (err error) {
+		tp, err = Start(context.Background(), cfg, func([]byte) error { return nil })
+		return err
+	}))
+	time.Sleep(20 * time.Millisecond) // let it block in its read
+	start := time.Now()
+	must(t, tp.Close())
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	must(t, tp.Close())
+	select {
+	case <-tp.Done():
+	default:
+		t.Error("Done not closed after Close")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	must(t, node.Do(func() (err error) { tp, err = Start(ctx, cfg, func([]byte) error { return nil }); return err }))
+	cancel()
+	select {
+	case <-tp.Done():
+	case <-time.After(time.Second):
+		t.Fatal("tap still running a second after its context ended")
+	}
+	must(t, tp.Close())
+}
+
+// The load helper: run as a separate process (so its CPU is not the
+// tap's), it sends queries for distinct names to a server as fast as a
+// window of outstanding queries allows, and prints how many were answered.
+const loadEnv = "DNSSTANDBY_TAP_LOAD" // "SERVER COUNT PREFIX"
+
+func TestTapLoadHelper(t *testing.T) {
+	spec := os.Getenv(loadEnv)
+	if spec == "" {
+		t.Skip("helper process for the tap's load tests")
+	}
+	var server, prefix string
+	var count int
+	if _, err := fmt.Sscan(spec, &server, &count, &prefix); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got, err := blast(server, count, prefix)
+	fmt.Printf("answered %d of %d in %d µs\n", got, count, time.Since(start).Microseconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFilterLoopbackKernel shows, in the kernel, what the packet-type test
+// is for: a socket with the tap's filter less its first two instructions
+// (load pkt_type; drop unless PACKET_OUTGOING) gets every reply over lo
+// twice, the tap's filter once.
+func TestFilterLoopbackKernel(t *testing.T) {
+	b := newBed(t, false)
+	spec, err := newFilterSpec([]netip.Addr{netip.MustParseAddr(bedAddr4)}, 53, 0)
+	must(t, err)
+	prog, err := spec.program(kernelLoads)
+	must(t, err)
+	if _, ok := prog[0].(bpf.LoadExtension); !ok || prog[0].(bpf.LoadExtension).Num != bpf.ExtType {
+		t.Fatalf("program does not start with the packet type:\n%s", spec.listing(kernelLoads))
+	}
+	var full, anyDir int
+	must(t, b.node.Do(func() (err error) {
+		if full, err = openSocket(prog, 0); err != nil {
+			return err
+		}
+		anyDir, err = openSocket(prog[2:], 0) // jumps are relative: the rest stands alone
+		return err
+	}))
+	defer unix.Close(full)
+	defer unix.Close(anyDir)
+	const n = 20
+	for i := range n {
+		ask(t, b.node, bedAddr4+":53", fmt.Sprintf("lo-%d.%s", i, bedZone), dns.TypeA)
+	}
+	count := func(fd int) int {
+		bt := newBatch(64, slotSize)
+		total := 0
+		for {
+			k, err := bt.recv(fd)
+			must(t, err)
+			if k == 0 {
+				return total
+			}
+			total += k
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := count(full); got != n {
+		t.Errorf("tap's filter: %d packets for %d replies over lo, want %d", got, n, n)
+	}
+	if got := count(anyDir); got != 2*n {
+		t.Errorf("filter without the direction test: %d packets for %d replies over lo, want %d", got, n, 2*n)
+	}
+}
+
+// TestTapExcludeMark answers from a responder whose socket marks its
+// packets (SO_MARK), as dnsstandby's own could: a tap with ExcludeMark
+// never sees them, one without takes them all.
+func TestTapExcludeMark(t *testing.T) {
+	nstest.RequireRoot(t)
+	node, pod := nstest.New(t, "node"), nstest.New(t, "pod")
+	must(t, node.AddLink("localdns", "", bedAddr4+"/32"))
+	must(t, nstest.AddVeth(
+		nstest.End{NS: node, Name: "veth-pod", Addrs: []string{"10.211.0.1/24"}},
+		nstest.End{NS: pod, Name: "eth0", Addrs: []string{"10.211.0.2/24"}}))
+	must(t, pod.AddRoute(nstest.Route{Dst: "169.254.10.0/24", Via: "10.211.0.1"}))
+	const mark = 0x5d5
+	var conn net.PacketConn
+	must(t, node.Do(func() (err error) {
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, mark) })
+			return errors.Join(err, serr)
+		}}
+		conn, err = lc.ListenPacket(context.Background(), "udp4", bedAddr4+":53")
+		return err
+	}))
+	defer conn.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var q dns.Msg
+			if q.Unpack(buf[:n]) != nil {
+				continue
+			}
+			r := new(dns.Msg)
+			r.SetReply(&q)
+			rr, _ := dns.NewRR(q.Question[0].Name + " 60 IN A 192.0.2.9")
+			r.Answer = []dns.RR{rr}
+			out, _ := r.Pack()
+			conn.WriteTo(out, from)
+		}
+	}()
+	addrs := []netip.Addr{netip.MustParseAddr(bedAddr4)}
+	excluding := startTap(t, node, Config{Addrs: addrs, ExcludeMark: mark}, func([]byte) error { return nil })
+	other := startTap(t, node, Config{Addrs: addrs, ExcludeMark: mark + 1}, func([]byte) error { return nil })
+	const n = 30
+	for i := range n {
+		ask(t, pod, bedAddr4+":53", fmt.Sprintf("marked-%d.%s", i, bedZone), dns.TypeA)
+	}
+	if st := settle(t, other, n); st.Accepted != n {
+		t.Errorf("tap excluding another mark took %d of %d replies", st.Accepted, n)
+	}
+	if st := excluding.Stats(); st.Seen != 0 || st.KernelPackets != 0 {
+		t.Errorf("tap excluding the responder's mark saw %d (kernel passed %d)", st.Seen, st.KernelPackets)
+	}
+}
