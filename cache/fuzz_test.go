@@ -76,6 +76,53 @@ func FuzzInsert(f *testing.F) {
 	})
 }
 
+// FuzzInsertMirror feeds arbitrary replies to InsertMirror: nothing may
+// panic, and the DO bit it files an accepted reply under must be exactly
+// "has an RRSIG, NSEC or NSEC3 in answer or authority" as miekg/dns reads it.
+func FuzzInsertMirror(f *testing.F) {
+	signed := reply(f, "s.example.", dns.TypeA, 0, []string{
+		"s.example. 60 IN A 192.0.2.1",
+		"s.example. 60 IN RRSIG A 13 2 60 20261231000000 20261201000000 1 example. AAAA",
+	}, nil)
+	signed.SetEdns0(1232, true)
+	f.Add(pack(f, signed))
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, resp []byte) {
+		c, _ := newTestCache(t, nil)
+		if err := c.InsertMirror(resp); err != nil {
+			return
+		}
+		var m dns.Msg
+		if err := m.Unpack(resp); err != nil {
+			t.Fatalf("accepted a reply miekg/dns cannot unpack: %v", err)
+		}
+		want := false
+		for _, rr := range append(append([]dns.RR{}, m.Answer...), m.Ns...) {
+			switch rr.Header().Rrtype {
+			case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
+				want = true
+			}
+		}
+		q := new(dns.Msg)
+		q.Question = []dns.Question{m.Question[0]}
+		q.CheckingDisabled = m.CheckingDisabled
+		q.SetEdns0(4096, want)
+		raw, err := q.Pack()
+		if err != nil {
+			return
+		}
+		var wq wire.Query
+		if err := wire.ParseQuery(raw, &wq); err != nil {
+			return
+		}
+		if st := c.Status(&wq); st != Fresh {
+			t.Fatalf("accepted reply (DNSSEC records: %v) not fresh under DO=%v: %s", want, want, st)
+		}
+	})
+}
+
 // FuzzServe sends arbitrary queries to a populated cache. Nothing may
 // panic; every answer must unpack, fit the limit and echo the client's ID
 // and question bytes.

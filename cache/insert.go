@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -83,24 +84,70 @@ func (c *Cache) Insert(resp []byte) error {
 	return c.InsertMsg(&m)
 }
 
-// InsertMirror is Insert for a feed of every reply LocalDNS sends: most of
-// them repeat an answer the cache already holds fresh, and checking that
-// from the wire (question, CD, the OPT's DO bit) costs a fraction of a
-// full validation. Those are skipped with ReasonHaveFresh; an entry in
-// the last tenth of its life, stale or missing is replaced. LocalDNS's
-// cache keeps the same TTLs, so a skipped reply carries nothing new.
+// InsertMirror is Insert for a feed of every reply LocalDNS sends.
+//
+// Such a reply comes without its query, and its DO bit cannot be trusted
+// to be the query's: CoreDNS 1.13.1 with the nsid plugin (LocalDNS has
+// it) sets DO in its reply to any EDNS query that asks for NSID, DO or
+// not. The DNSSEC records in a reply do tell: one with RRSIG, NSEC or
+// NSEC3 records answered a DO query and is filed under DO=1; any other
+// reply is what a client without DO got, and is filed under DO=0.
+//
+// Most replies repeat an answer the cache already holds fresh; checking
+// that from the wire costs a fraction of a full validation. Those are
+// skipped with ReasonHaveFresh; an entry in the last tenth of its life,
+// stale or missing is replaced. LocalDNS's cache keeps the same TTLs, so a
+// skipped reply carries nothing new.
 func (c *Cache) InsertMirror(resp []byte) error {
 	var q wire.Query
-	if wire.ParseQuery(resp, &q) == nil && q.Flags&wire.FlagQR != 0 && q.Flags&wire.FlagTC == 0 &&
-		c.Status(&q) == Fresh {
-		c.rejects[ReasonHaveFresh].Add(1)
-		return errHaveFresh // shared: this path runs for almost every mirrored reply
+	if wire.ParseQuery(resp, &q) == nil && q.Flags&wire.FlagQR != 0 && q.Flags&wire.FlagTC == 0 {
+		q.DO = hasDNSSEC(resp, q.QEnd)
+		if c.Status(&q) == Fresh {
+			c.rejects[ReasonHaveFresh].Add(1)
+			return errHaveFresh // shared: this path runs for almost every mirrored reply
+		}
 	}
-	return c.Insert(resp)
+	if len(resp) > math.MaxUint16 {
+		return c.reject(ReasonTooLarge, nil)
+	}
+	var m dns.Msg
+	if err := m.Unpack(resp); err != nil {
+		return c.reject(ReasonMalformed, err)
+	}
+	return c.insertMsg(&m, doFromRecords)
 }
 
+// hasDNSSEC reports whether the answer or authority section of msg, whose
+// question ends at qend, holds an RRSIG, NSEC or NSEC3 record.
+func hasDNSSEC(msg []byte, qend int) bool {
+	rrs := int(binary.BigEndian.Uint16(msg[6:])) + int(binary.BigEndian.Uint16(msg[8:]))
+	off := qend
+	for range rrs {
+		next, ttlOff, err := wire.SkipRR(msg, off)
+		if err != nil {
+			return false
+		}
+		switch binary.BigEndian.Uint16(msg[ttlOff-4:]) {
+		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
+			return true
+		}
+		off = next
+	}
+	return false
+}
+
+// doSource says where a response's key takes its DO bit from.
+type doSource uint8
+
+const (
+	doFromOPT     doSource = iota // the OPT record (a reply to our own query)
+	doFromRecords                 // DNSSEC records present (a mirrored reply)
+)
+
 // InsertMsg caches an already parsed response; it does not modify m.
-func (c *Cache) InsertMsg(m *dns.Msg) error {
+func (c *Cache) InsertMsg(m *dns.Msg) error { return c.insertMsg(m, doFromOPT) }
+
+func (c *Cache) insertMsg(m *dns.Msg, doFrom doSource) error {
 	switch {
 	case !m.Response:
 		return c.reject(ReasonNotResponse, nil)
@@ -145,9 +192,13 @@ func (c *Cache) InsertMsg(m *dns.Msg) error {
 	if err != nil || qend+4 > len(msg) {
 		return c.reject(ReasonMalformed, errors.New("repacked question unreadable"))
 	}
+	do := opt != nil && opt.Do()
+	if doFrom == doFromRecords {
+		do = hasDNSSEC(msg, qend+4)
+	}
 	var kb [maxKeyLen]byte
 	kn := putKey(&kb, msg[wire.HeaderLen:qend], m.Question[0].Qtype, m.Question[0].Qclass,
-		opt != nil && opt.Do(), m.CheckingDisabled)
+		do, m.CheckingDisabled)
 	e, err := buildEntry(kb[:kn], msg)
 	if err != nil {
 		return c.reject(ReasonMalformed, err)

@@ -274,11 +274,38 @@ func TestInsertMirror(t *testing.T) {
 	if a.Answer[0].(*dns.A).A.String() != "192.0.2.3" {
 		t.Fatalf("answer %v after replacement", a.Answer)
 	}
-	// A DO=1 reply is another key: inserted although DO=0 is fresh.
+	// CoreDNS sets DO in every reply; without DNSSEC records the reply is
+	// what a DO=0 client got, so it is that key, fresh already.
 	m := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.4"}, nil)
 	m.SetEdns0(1232, true)
+	if err := c.InsertMirror(pack(t, m)); !errors.As(err, &rej) || rej.Reason != ReasonHaveFresh {
+		t.Fatalf("DO reply without DNSSEC records: %v, want have_fresh", err)
+	}
+	// A miss for a DO=1 reply without RRSIG is served to a DO=0 query.
+	const other = "other.example."
+	m = reply(t, other, dns.TypeA, 0, []string{other + " 60 IN A 192.0.2.5"}, nil)
+	m.SetEdns0(1232, true)
 	if err := c.InsertMirror(pack(t, m)); err != nil {
-		t.Fatalf("DO reply: %v", err)
+		t.Fatalf("DO reply, new name: %v", err)
+	}
+	if _, st := serve(t, c, query(t, other, dns.TypeA, -1, false), 0, false); st != Fresh {
+		t.Fatalf("DO=0 query after a DO=1 reply without RRSIG: %s, want fresh", st)
+	}
+	// A reply carrying an RRSIG answered a DO query: DO=1 key only.
+	m = reply(t, name, dns.TypeA, 0, []string{
+		name + " 60 IN A 192.0.2.6",
+		name + " 60 IN RRSIG A 13 2 60 20261231000000 20261201000000 12345 example. AAAA",
+	}, nil)
+	m.SetEdns0(1232, true)
+	if err := c.InsertMirror(pack(t, m)); err != nil {
+		t.Fatalf("signed reply: %v", err)
+	}
+	a, _ = serve(t, c, query(t, name, dns.TypeA, -1, false), 0, false)
+	if a.Answer[0].(*dns.A).A.String() != "192.0.2.3" {
+		t.Fatalf("DO=0 answer %v: the signed reply replaced it", a.Answer)
+	}
+	if _, st := serve(t, c, query(t, name, dns.TypeA, 1232, true), 0, false); st != Fresh {
+		t.Fatalf("DO=1 query after a signed reply: %s, want fresh", st)
 	}
 	// Garbage still goes through full validation and is rejected there.
 	if err := c.InsertMirror([]byte{1, 2, 3}); !errors.As(err, &rej) || rej.Reason != ReasonMalformed {

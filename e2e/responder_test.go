@@ -467,3 +467,54 @@ func TestSIGTERMFinishesInflight(t *testing.T) {
 		t.Errorf("no stop line in its log:\n%s", s.Output())
 	}
 }
+
+// TestMirrorFeed: with full steering LocalDNS answers everything, and
+// the packet tap copies its answers into dnsstandby's cache; with LocalDNS
+// and kube-dns both gone, dnsstandby answers those names from the cache.
+func TestMirrorFeed(t *testing.T) {
+	l := newLab(t)
+	ref := l.startReference(t, standbyIP)
+	s := l.startStandby(t, "--steering", "adopt", "--mirror", "tap")
+	deadline := time.Now().Add(5 * time.Second)
+	for l.metric(t, s, "dnsstandby_mirror_tap_enabled") != 1 {
+		if time.Now().After(deadline) {
+			_, body, _ := l.get(s, "/metrics")
+			t.Fatalf("tap never enabled:\n%s", grepLines(body, "dnsstandby_mode\\|dnsstandby_steer\\|mirror\\|peer_sockets"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Half the names are asked with EDNS and NSID but no DO: CoreDNS 1.13.1
+	// sets DO in those replies anyway, which must not hide them from the
+	// same DO=0 queries later.
+	names := l.zones.Services[:40]
+	ednsQuery := func(i int, name string) *dns.Msg {
+		m := svcQuery(name)
+		if i%2 == 1 {
+			m.SetEdns0(1232, false)
+			m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+		}
+		return m
+	}
+	for i, svc := range names {
+		if r := l.ask(t, "udp", standbyAddr, ednsQuery(i, svc.FQDN)); len(r.Answer) != 1 {
+			t.Fatalf("%s: %v", svc.FQDN, r)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := l.metric(t, s, `dnsstandby_cache_entries`); got < float64(len(names)) {
+		_, body, _ := l.get(s, "/metrics")
+		t.Fatalf("cache holds %v entries after %d answers by LocalDNS:\n%s", got, len(names), grepLines(body, "mirror"))
+	}
+	if got := l.metric(t, s, `dnsstandby_queries_total{source="upstream"}`); got != 0 {
+		t.Fatalf("dnsstandby answered %v queries itself: steering is not full", got)
+	}
+	// Double fault: kube-dns unreachable, LocalDNS gone.
+	nstest.Run(t, l.node, "ip", "link", "set", "to-kubedns", "down")
+	must(t, ref.Stop())
+	for i, svc := range names {
+		r := l.ask(t, "udp", standbyAddr, ednsQuery(i, svc.FQDN))
+		if len(r.Answer) != 1 || r.Rcode != dns.RcodeSuccess {
+			t.Errorf("%s from the mirrored cache: %v", svc.FQDN, r)
+		}
+	}
+}
