@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test fmt-check vet fuzz bench bench-peers lab
+.PHONY: test fmt-check vet fuzz bench bench-peers bench-mirror lab
 
 ## test: gofmt check, go vet, and every test with the race detector
 ## (integration tests run CoreDNS from bin/coredns, so it is built first)
@@ -30,6 +30,7 @@ vet:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzInsert$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzServe$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run '^$$' -fuzz '^FuzzInsertMirror$$' -fuzztime $(FUZZTIME) ./cache/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseQuery$$' -fuzztime $(FUZZTIME) ./wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzQueryPath$$' -fuzztime $(FUZZTIME) ./pipeline/
 	$(GO) test -run '^$$' -fuzz '^FuzzAccept$$' -fuzztime $(FUZZTIME) ./upstream/
@@ -54,6 +55,18 @@ bench-peers: bin/coredns
 	cd bench && $(GO) build -o out/bin/peers ./cmd/peers && $(GO) build -o out/bin/reflector ./cmd/reflector
 	$(PEERS_BIN)/peers -out bench/out/peers.json -coredns bin/coredns \
 		-dnsstandby $(PEERS_BIN)/dnsstandby -reflector $(PEERS_BIN)/reflector $(PEERS_FLAGS)
+
+## bench-mirror (root): what dnsstandby's mirror feed costs beside LocalDNS:
+## LocalDNS (CoreDNS 1.13.1, AKS pod block) and dnsstandby (--steering adopt)
+## on 169.254.10.11:53, both on CPU 0, dnsperf on CPU 1 at 20,000 qps for
+## 20 s, once per feed (tap, dnstap, none), in a network namespace of its own.
+## About 3 minutes. Writes bench/out/mirror.json; see bench/README.md.
+bench-mirror: bin/coredns
+	@[ "$$(id -u)" = 0 ] || { echo "bench-mirror needs root (network namespace, CPU pinning, eBPF steering)"; exit 1; }
+	$(GO) build -o $(PEERS_BIN)/dnsstandby ./cmd/dnsstandby
+	cd bench && $(GO) build -o out/bin/mirrorcost ./cmd/mirrorcost
+	$(PEERS_BIN)/mirrorcost -out bench/out/mirror.json -coredns bin/coredns \
+		-dnsstandby $(PEERS_BIN)/dnsstandby $(MIRROR_FLAGS)
 
 ## lab (root): the crash-storm lab — for each scenario, one node per setup
 ## (LocalDNS under a real systemd in namespaces, a pod, kube-dns), the same

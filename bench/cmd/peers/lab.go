@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -127,7 +127,7 @@ func (l *lab) startUpstream(coredns string, zones *nstest.Zones, cpu int) error 
 	}
 	l.upstream = c
 	// The upstream only works during warm-up; keep it off the server's CPU.
-	if err := pinProcess(c.Pid(), cpu); err != nil {
+	if err := procstat.Pin(c.Pid(), cpu); err != nil {
 		return fmt.Errorf("upstream: %w", err)
 	}
 	return nil
@@ -205,13 +205,4 @@ func (l *lab) waitAnswering(ctx context.Context, addr string, done <-chan struct
 		time.Sleep(probeTimeout / 4) // a refused port fails at once: do not spin
 	}
 	return fmt.Errorf("not answering NOERROR on %s after %v: %v", addr, startTimeout, last)
-}
-
-// parseAddrPort parses "ADDR:PORT" with a useful error.
-func parseAddrPort(s string) (netip.AddrPort, error) {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("address %q: %w", s, err)
-	}
-	return ap, nil
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"golang.org/x/sys/unix"
 )
@@ -102,7 +103,7 @@ func run(ctx context.Context, o *options) (err error) {
 		return err
 	}
 	// This program, and the upstream it starts, stay off the server's CPU.
-	if err := pinProcess(os.Getpid(), o.clientCPU); err != nil {
+	if err := procstat.Pin(os.Getpid(), o.clientCPU); err != nil {
 		return err
 	}
 	st := settings{

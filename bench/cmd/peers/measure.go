@@ -10,6 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
+	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 )
 
 // mode is one way of driving dnsperf at a server.
@@ -101,7 +104,7 @@ func warm(ctx context.Context, l *lab, s server, st settings) error {
 		if err != nil {
 			return err
 		}
-		res, err := l.runDnsperf(ctx, dnsperfRun{Server: s.addr, QueryFile: l.queryFile,
+		res, err := dnsperf.Exec(ctx, l.ns, l.scratch, dnsperf.Run{Server: s.addr, QueryFile: l.queryFile,
 			Outstanding: 20, CPU: st.clientCPU})
 		if err != nil {
 			return fmt.Errorf("warm-up: %w", err)
@@ -132,13 +135,13 @@ type counters struct {
 
 func sample(ctx context.Context, l *lab, s server, pid int) (c counters, err error) {
 	c.at = time.Now()
-	if c.server, err = processCPUTicks(pid); err != nil {
+	if c.server, err = procstat.CPUTicks(pid); err != nil {
 		return c, err
 	}
-	if c.drops, err = udpDrops(pid, s.addr); err != nil {
+	if c.drops, err = procstat.UDPDrops(pid, s.addr); err != nil {
 		return c, err
 	}
-	if c.nsDrops, err = udpRcvbufErrors(pid); err != nil {
+	if c.nsDrops, err = procstat.UDPRcvbufErrors(pid); err != nil {
 		return c, err
 	}
 	c.upstream, err = l.upstreamQueries(ctx)
@@ -148,7 +151,7 @@ func sample(ctx context.Context, l *lab, s server, pid int) (c counters, err err
 // measure runs dnsperf at s in mode m for st.duration and turns the
 // counters' differences into a point.
 func measure(ctx context.Context, l *lab, s server, inst instance, m mode, st settings) (point, error) {
-	run := dnsperfRun{Server: s.addr, QueryFile: l.queryFile, Duration: st.duration,
+	run := dnsperf.Run{Server: s.addr, QueryFile: l.queryFile, Duration: st.duration,
 		Outstanding: m.outstanding, MaxQPS: m.maxQPS, Verbose: st.latency, CPU: st.clientCPU}
 	var perf *exec.Cmd
 	if st.perfDir != "" && m.maxQPS == 0 {
@@ -162,7 +165,7 @@ func measure(ctx context.Context, l *lab, s server, inst instance, m mode, st se
 	if err != nil {
 		return point{}, err
 	}
-	res, err := l.runDnsperf(ctx, run)
+	res, err := dnsperf.Exec(ctx, l.ns, l.scratch, run)
 	if err != nil {
 		return point{}, err
 	}
@@ -170,17 +173,17 @@ func measure(ctx context.Context, l *lab, s server, inst instance, m mode, st se
 	if err != nil {
 		return point{}, err
 	}
-	if err := checkPinned(inst.Pid(), st.serverCPU); err != nil {
+	if err := procstat.CheckPinned(inst.Pid(), st.serverCPU); err != nil {
 		return point{}, err
 	}
 	p := newPoint(s.name, m.name, res, before, after)
-	p.Dnsperf = strings.Join(run.args(), " ")
+	p.Dnsperf = strings.Join(run.Args(), " ")
 	p.Profiled = perf != nil
 	return p, nil
 }
 
 // newPoint computes a point from dnsperf's result and the counters around it.
-func newPoint(name, mode string, res *dnsperfResult, before, after counters) point {
+func newPoint(name, mode string, res *dnsperf.Result, before, after counters) point {
 	p := point{
 		Name: name, Mode: mode, QPS: res.QPS, Lost: res.Lost,
 		Sent: res.Sent, Answered: res.Completed,
@@ -199,15 +202,15 @@ func newPoint(name, mode string, res *dnsperfResult, before, after counters) poi
 	}
 	p.OtherRcodes = strings.Join(other, ", ")
 	if res.Completed > 0 {
-		p.CPUUs = float64(after.server-before.server) * usPerTick / float64(res.Completed)
+		p.CPUUs = float64(after.server-before.server) * procstat.UsPerTick / float64(res.Completed)
 	}
 	if window := after.at.Sub(before.at); window > 0 {
-		p.ServerCPUPct = 100 * float64(after.server-before.server) * usPerTick / float64(window.Microseconds())
+		p.ServerCPUPct = 100 * float64(after.server-before.server) * procstat.UsPerTick / float64(window.Microseconds())
 	}
 	if res.ClientWall > 0 {
 		p.ClientCPUPct = 100 * res.ClientCPU.Seconds() / res.ClientWall.Seconds()
 	}
-	p.P50Us, p.P99Us = latencyPercentiles(res.Latencies)
+	p.P50Us, p.P99Us = dnsperf.LatencyPercentiles(res.Latencies)
 	return p
 }
 

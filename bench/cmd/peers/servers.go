@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -160,7 +161,7 @@ func launch(ctx context.Context, l *lab, b binaries, s server, cpu int) (instanc
 	if err := l.waitAnswering(ctx, s.addr, inst.Done()); err != nil {
 		return fail(err)
 	}
-	if err := pinProcess(inst.Pid(), cpu); err != nil {
+	if err := procstat.Pin(inst.Pid(), cpu); err != nil {
 		return fail(err)
 	}
 	return inst, nil

@@ -1,4 +1,6 @@
-package main
+// Package dnsperf runs dnsperf (DNS-OARC's, 2.10) pinned to a CPU inside a
+// network namespace and parses what it reports.
+package dnsperf
 
 import (
 	"bufio"
@@ -13,10 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
-// dnsperfRun is one dnsperf invocation.
-type dnsperfRun struct {
+// Run is one dnsperf invocation.
+type Run struct {
 	Server      string        // ADDR:PORT
 	QueryFile   string        // "NAME TYPE" lines
 	Duration    time.Duration // -l; 0 means one pass through the file (-n 1)
@@ -26,26 +30,26 @@ type dnsperfRun struct {
 	CPU         int           // taskset -c
 }
 
-// dnsperfTimeout is -t: an answer later than this counts as lost. Every
+// timeout is -t: an answer later than this counts as lost. Every
 // server here answers from memory in microseconds, and even at full rate
 // with Outstanding queries queued the wait is milliseconds; the default 5 s
 // would only make each run wait longer for answers that never come.
-const dnsperfTimeout = "1"
+const timeout = "1"
 
-// dnsperfBufferKB is -b, dnsperf's socket buffer size. Without it dnsperf
+// bufferKB is -b, dnsperf's socket buffer size. Without it dnsperf
 // keeps the system default (208 KiB here), and replies that arrive in a burst
 // (sendmmsg batches, or 500 outstanding at full rate) overflow it: dnsperf
 // would count its own drops as the server's lost queries. The kernel caps the
 // size at net.core.rmem_max (4 MiB here).
-const dnsperfBufferKB = "2048"
+const bufferKB = "2048"
 
-// args is dnsperf's command line, taskset in front.
-func (r dnsperfRun) args() []string {
+// Args is dnsperf's command line, taskset in front.
+func (r Run) Args() []string {
 	host, port, _ := strings.Cut(r.Server, ":")
 	a := []string{"taskset", "-c", strconv.Itoa(r.CPU), "dnsperf",
 		"-s", host, "-p", port, "-d", r.QueryFile,
 		"-c", "1", "-T", "1", // one socket, one send and one receive thread
-		"-b", dnsperfBufferKB, "-t", dnsperfTimeout, "-q", strconv.Itoa(r.Outstanding)}
+		"-b", bufferKB, "-t", timeout, "-q", strconv.Itoa(r.Outstanding)}
 	if r.Duration > 0 {
 		a = append(a, "-l", strconv.Itoa(int(r.Duration/time.Second)))
 	} else {
@@ -60,8 +64,8 @@ func (r dnsperfRun) args() []string {
 	return a
 }
 
-// dnsperfResult is what one run reported.
-type dnsperfResult struct {
+// Result is what one run reported.
+type Result struct {
 	Sent, Completed, Lost uint64
 	RunTime               time.Duration
 	QPS                   float64
@@ -71,20 +75,21 @@ type dnsperfResult struct {
 	ClientWall            time.Duration     // dnsperf's whole life, its wait for late answers included
 }
 
-// runDnsperf runs dnsperf in the lab's namespace to completion. Its output
+// Exec runs dnsperf in ns to completion; its output goes to a temporary
+// file in scratch (best a tmpfs), removed afterwards. Its output
 // goes to a file, not a pipe: with -v it is a line per answer, and parsing
 // it while dnsperf runs would take CPU from dnsperf's own core.
-func (l *lab) runDnsperf(ctx context.Context, r dnsperfRun) (*dnsperfResult, error) {
-	out, err := os.CreateTemp(l.scratch, "dnsperf-*.out")
+func Exec(ctx context.Context, ns *nstest.Namespace, scratch string, r Run) (*Result, error) {
+	out, err := os.CreateTemp(scratch, "dnsperf-*.out")
 	if err != nil {
 		return nil, fmt.Errorf("dnsperf: %w", err)
 	}
 	defer os.Remove(out.Name())
 	defer out.Close()
 
-	args := r.args()
+	args := r.Args()
 	var stderr bytes.Buffer
-	cmd := l.ns.Command(ctx, args[0], args[1:]...)
+	cmd := ns.Command(ctx, args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = out, &stderr
 	start := time.Now()
 	err = cmd.Run()
@@ -98,7 +103,7 @@ func (l *lab) runDnsperf(ctx context.Context, r dnsperfRun) (*dnsperfResult, err
 	if _, err := out.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("dnsperf output: %w", err)
 	}
-	res, err := parseDnsperf(out)
+	res, err := Parse(out)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
@@ -109,11 +114,11 @@ func (l *lab) runDnsperf(ctx context.Context, r dnsperfRun) (*dnsperfResult, err
 	return res, nil
 }
 
-// parseDnsperf reads dnsperf's output: the "> RCODE NAME TYPE SECONDS" lines
+// Parse reads dnsperf's output: the "> RCODE NAME TYPE SECONDS" lines
 // of -v ("> T NAME TYPE" for a query that timed out) and the statistics
 // block at the end.
-func parseDnsperf(r io.Reader) (*dnsperfResult, error) {
-	res := &dnsperfResult{Rcodes: map[string]uint64{}}
+func Parse(r io.Reader) (*Result, error) {
+	res := &Result{Rcodes: map[string]uint64{}}
 	seen := map[string]bool{}
 	s := bufio.NewScanner(r)
 	for s.Scan() {
@@ -226,8 +231,8 @@ func percentile(sorted []uint32, p float64) uint32 {
 	return sorted[max(rank, 1)-1]
 }
 
-// latencyPercentiles sorts lat in place and returns its p50 and p99.
-func latencyPercentiles(lat []uint32) (p50, p99 uint32) {
+// LatencyPercentiles sorts lat in place and returns its p50 and p99.
+func LatencyPercentiles(lat []uint32) (p50, p99 uint32) {
 	slices.Sort(lat)
 	return percentile(lat, 50), percentile(lat, 99)
 }

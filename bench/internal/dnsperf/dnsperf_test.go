@@ -1,7 +1,6 @@
-package main
+package dnsperf
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +37,7 @@ Statistics:
 `
 
 func TestParseDnsperf(t *testing.T) {
-	res, err := parseDnsperf(strings.NewReader(dnsperfOutput))
+	res, err := Parse(strings.NewReader(dnsperfOutput))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +57,7 @@ func TestParseDnsperf(t *testing.T) {
 
 func TestParseDnsperfIncomplete(t *testing.T) {
 	cut := dnsperfOutput[:strings.Index(dnsperfOutput, "  Run time")]
-	if _, err := parseDnsperf(strings.NewReader(cut)); err == nil {
+	if _, err := Parse(strings.NewReader(cut)); err == nil {
 		t.Error("output without the run time parsed without error")
 	}
 }
@@ -73,7 +72,7 @@ func TestParseVerboseLatencyErrors(t *testing.T) {
 
 func TestPercentile(t *testing.T) {
 	lat := []uint32{5, 1, 4, 2, 3, 6, 7, 8, 9, 100}
-	p50, p99 := latencyPercentiles(lat)
+	p50, p99 := LatencyPercentiles(lat)
 	if p50 != 5 || p99 != 100 {
 		t.Errorf("p50 %d p99 %d, want 5 and 100", p50, p99)
 	}
@@ -86,39 +85,14 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestDnsperfArgs(t *testing.T) {
-	r := dnsperfRun{Server: "127.0.0.11:53", QueryFile: "q.txt", Duration: 10 * time.Second,
+	r := Run{Server: "127.0.0.11:53", QueryFile: "q.txt", Duration: 10 * time.Second,
 		Outstanding: 100, MaxQPS: 100000, Verbose: true, CPU: 1}
 	want := "taskset -c 1 dnsperf -s 127.0.0.11 -p 53 -d q.txt -c 1 -T 1 -b 2048 -t 1 -q 100 -l 10 -Q 100000 -v"
-	if got := strings.Join(r.args(), " "); got != want {
+	if got := strings.Join(r.Args(), " "); got != want {
 		t.Errorf("args\n got %s\nwant %s", got, want)
 	}
-	r = dnsperfRun{Server: "127.0.0.11:53", QueryFile: "q.txt", Outstanding: 20, CPU: 1}
-	if got := strings.Join(r.args(), " "); !strings.HasSuffix(got, "-q 20 -n 1") {
+	r = Run{Server: "127.0.0.11:53", QueryFile: "q.txt", Outstanding: 20, CPU: 1}
+	if got := strings.Join(r.Args(), " "); !strings.HasSuffix(got, "-q 20 -n 1") {
 		t.Errorf("one pass: %s", got)
-	}
-}
-
-func TestRatios(t *testing.T) {
-	modes := []mode{{name: "fixed", maxQPS: 100000}, {name: "full"}}
-	points := []point{
-		{Name: "dnsstandby", Mode: "fixed", CPUUs: 3, QPS: 100000},
-		{Name: "coredns", Mode: "fixed", CPUUs: 10, QPS: 60000},
-		{Name: "reflector", Mode: "fixed", CPUUs: 2, QPS: 100000},
-		{Name: "dnsstandby", Mode: "full", CPUUs: 2, QPS: 260000},
-		{Name: "coredns", Mode: "full", CPUUs: 10, QPS: 100000},
-	}
-	var got []string
-	for _, r := range ratios(points, modes) {
-		got = append(got, fmt.Sprintf("%s %.2f %v", r.what, r.value, r.met))
-	}
-	// No reflector at full rate: that comparison is skipped.
-	want := []string{
-		"CPU/query dnsstandby ÷ CoreDNS, fixed rate 0.30 true",
-		"CPU/query dnsstandby ÷ reflector, fixed rate 1.50 false",
-		"CPU/query dnsstandby ÷ CoreDNS, full rate 0.20 true",
-		"qps dnsstandby ÷ CoreDNS, full rate 2.60 true",
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("ratios\n got %q\nwant %q", got, want)
 	}
 }

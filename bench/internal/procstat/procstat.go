@@ -1,8 +1,12 @@
-package main
+// Package procstat reads what the benchmarks measure about a process from
+// /proc (its CPU time, its sockets' drop counters) and pins processes to
+// CPUs.
+package procstat
 
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,17 +15,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// userHZ is the unit of the CPU times in /proc/PID/stat and /proc/stat
+// UserHZ is the unit of the CPU times in /proc/PID/stat and /proc/stat
 // (USER_HZ): 100 on every Linux architecture Go supports, whatever the
 // kernel's own tick rate.
-const userHZ = 100
+const UserHZ = 100
 
-// usPerTick converts USER_HZ ticks to microseconds.
-const usPerTick = 1e6 / userHZ
+// UsPerTick converts USER_HZ ticks to microseconds.
+const UsPerTick = 1e6 / UserHZ
 
-// processCPUTicks returns utime+stime of process pid, all its threads
+// CPUTicks returns utime+stime of process pid, all its threads
 // together (fields 14 and 15 of /proc/PID/stat).
-func processCPUTicks(pid int) (uint64, error) {
+func CPUTicks(pid int) (uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, fmt.Errorf("cpu time of %d: %w", pid, err)
@@ -53,10 +57,10 @@ func parseStatCPU(stat string) (uint64, error) {
 	return utime + stime, nil
 }
 
-// udpRcvbufErrors returns the namespace-wide count of UDP datagrams
+// UDPRcvbufErrors returns the namespace-wide count of UDP datagrams
 // dropped because a socket's receive buffer was full (Udp RcvbufErrors in
 // /proc/PID/net/snmp, for process pid's network namespace).
-func udpRcvbufErrors(pid int) (uint64, error) {
+func UDPRcvbufErrors(pid int) (uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/snmp", pid))
 	if err != nil {
 		return 0, fmt.Errorf("udp receive buffer errors: %w", err)
@@ -87,12 +91,12 @@ func parseSNMP(snmp, proto, name string) (uint64, error) {
 	return 0, fmt.Errorf("parse /proc/net/snmp: no %s %s", proto, name)
 }
 
-// udpDrops sums the receive-queue drop counters of the UDP sockets bound to
+// UDPDrops sums the receive-queue drop counters of the UDP sockets bound to
 // local (e.g. 127.0.0.11:53) in process pid's network namespace: queries the
 // kernel discarded because the server did not read fast enough. dnsperf
 // counts those as lost too, together with the queries still in flight when
 // its time limit ends; this separates the two.
-func udpDrops(pid int, local string) (uint64, error) {
+func UDPDrops(pid int, local string) (uint64, error) {
 	want, err := procNetAddr(local)
 	if err != nil {
 		return 0, err
@@ -130,9 +134,9 @@ func parseUDPDrops(procNetUDP, want string) (uint64, error) {
 // as a little-endian hex word (on the little-endian machines this runs on),
 // the port in big-endian hex.
 func procNetAddr(hostport string) (string, error) {
-	ap, err := parseAddrPort(hostport)
+	ap, err := netip.ParseAddrPort(hostport)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("address %q: %w", hostport, err)
 	}
 	if !ap.Addr().Is4() {
 		return "", fmt.Errorf("%s: only IPv4 listen addresses are supported", hostport)
@@ -141,11 +145,11 @@ func procNetAddr(hostport string) (string, error) {
 	return fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], ap.Port()), nil
 }
 
-// pinProcess binds every thread of process pid to cpu. A thread inherits
+// Pin binds every thread of process pid to cpu. A thread inherits
 // its creator's affinity, so once all threads are pinned new ones are too;
 // the loop repeats until a pass finds no thread it has not pinned, which
 // catches threads created while it ran.
-func pinProcess(pid, cpu int) error {
+func Pin(pid, cpu int) error {
 	var set unix.CPUSet
 	set.Set(cpu)
 	pinned := map[int]bool{}
@@ -174,9 +178,9 @@ func pinProcess(pid, cpu int) error {
 	}
 }
 
-// checkPinned verifies that every thread of pid may run on cpu only: a
+// CheckPinned verifies that every thread of pid may run on cpu only: a
 // measurement where the server spread over both CPUs would be worthless.
-func checkPinned(pid, cpu int) error {
+func CheckPinned(pid, cpu int) error {
 	tids, err := threads(pid)
 	if err != nil {
 		return fmt.Errorf("check affinity of %d: %w", pid, err)

@@ -1,4 +1,4 @@
-package main
+package procstat
 
 import (
 	"os"
@@ -18,7 +18,7 @@ func TestParseStatCPU(t *testing.T) {
 }
 
 func TestProcessCPUTicksSelf(t *testing.T) {
-	if _, err := processCPUTicks(os.Getpid()); err != nil {
+	if _, err := CPUTicks(os.Getpid()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,497 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
+	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
+	"github.com/dnsstandby/dnsstandby/bench/internal/promtext"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// localDNSCorefile is LocalDNS's pod-facing side as AgentBaker generates it
+// (bench/lab/localdns.go has the whole file): the whoami health-check block
+// dnsstandby probes, and the KubeDNS root block bound to 169.254.10.11 with
+// AKS's forward, cache, nsid, prometheus and template settings. The
+// upstream stands in for the kube-dns ClusterIP. %[4]s is the dnstap line
+// for the dnstap feed (mirror/dnstap/README.md), empty otherwise.
+const localDNSCorefile = `health-check.localdns.local:53 {
+    bind 169.254.10.11
+    whoami
+}
+.:53 {
+    errors
+    bind 169.254.10.11
+    forward . %[1]s {
+        prefer_udp
+        policy sequential
+        max_concurrent 2000
+    }
+    ready %[2]s
+    cache 3600 {
+        success 9984
+        denial 9984
+        serve_stale 72000s verify
+        servfail 0
+    }
+    loop
+    nsid localdns-pod
+    prometheus %[3]s
+    template ANY ANY internal.cloudapp.net {
+        match "^(?:[^.]+\.){4,}internal\.cloudapp\.net\.$"
+        rcode NXDOMAIN
+        fallthrough
+    }
+    template ANY ANY reddog.microsoft.com {
+        rcode NXDOMAIN
+    }%[4]s
+}
+`
+
+// Timeouts of the set-up steps.
+const (
+	standbyUpTimeout = 15 * time.Second
+	// mirrorTimeout covers dnsstandby's hold-down of a LocalDNS it saw
+	// bind (5 probes over 4 s by default) and the adoption of its sockets.
+	mirrorTimeout = 30 * time.Second
+	// fillTimeout is how long dnsstandby's cache may take, after the last
+	// warm-up pass, to show the names mirrored.
+	fillTimeout = 10 * time.Second
+	// stopTimeout bounds dnsstandby's clean exit on SIGTERM (its
+	// --shutdown-timeout is 5 s) before it is killed.
+	stopTimeout = 10 * time.Second
+)
+
+// warmPasses bounds the passes over the names before measuring: the first
+// fills LocalDNS's cache, the next must reach the upstream zero times.
+const warmPasses = 3
+
+// nsidChecks is how many queries, each from a new socket (a new source
+// port, so a new spot in the reuseport hash), must come back with
+// LocalDNS's NSID before the warm-up: the proof that adopt steering sends
+// LocalDNS everything.
+const nsidChecks = 32
+
+// nsidCheckName is asked by the NSID check: a name outside the load's
+// names, so the check adds nothing to the warm-up's counts.
+const nsidCheckName = "kubernetes.default.svc.cluster.local."
+
+// measureFeed starts dnsstandby with the feed and LocalDNS beside it, waits
+// until dnsstandby mirrors with LocalDNS's sockets adopted, warms up,
+// measures, and stops both.
+func (n *node) measureFeed(ctx context.Context, feed string) (res result, err error) {
+	mirrorArg, dnstapPath := feed, ""
+	if feed == "dnstap" {
+		dnstapPath = filepath.Join(n.scratch, "dnstap.sock")
+		mirrorArg = "dnstap:" + dnstapPath
+	}
+	args := []string{"run", "--listen", listenAddr, "--upstream", upstreamAddr,
+		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "",
+		"--steering", "adopt", "--mirror", mirrorArg}
+
+	// dnsstandby first, for every feed: CoreDNS 1.13.1 connects to its
+	// dnstap socket only at start-up (mirror/dnstap/README.md), and the
+	// other feeds start the same way so that the runs differ only in the feed.
+	sb, err := n.ns.Start(n.o.dnsstandby, args...)
+	if err != nil {
+		return res, fmt.Errorf("start dnsstandby: %w", err)
+	}
+	defer func() { err = errors.Join(err, stopStandby(sb)) }()
+	var ld *nstest.CoreDNS
+	withOutput := func(err error) error {
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		err = fmt.Errorf("%w\ndnsstandby output:\n%s", err, tail(sb.Output(), 40))
+		if ld != nil {
+			err = fmt.Errorf("%w\nLocalDNS output:\n%s", err, tail(ld.Output(), 20))
+		}
+		return err
+	}
+	if err := procstat.Pin(sb.Pid(), n.o.serverCPU); err != nil {
+		return res, withOutput(err)
+	}
+	if err := n.waitStandbyUp(ctx, sb, dnstapPath); err != nil {
+		return res, withOutput(err)
+	}
+
+	dnstapLine := ""
+	if dnstapPath != "" {
+		dnstapLine = "\n    dnstap unix://" + dnstapPath + " full"
+	}
+	// The probe may be answered by dnsstandby, which holds the traffic
+	// until LocalDNS passed its hold-down; waitMirror waits for that.
+	ld, err = nstest.LaunchCoreDNS(n.ns, nstest.CoreDNSConfig{
+		Binary:   n.o.coredns,
+		Corefile: fmt.Sprintf(localDNSCorefile, upstreamAddr, localDNSReady, ":9253", dnstapLine),
+		Probe:    listenAddr,
+	})
+	if err != nil {
+		return res, withOutput(fmt.Errorf("LocalDNS: %w", err))
+	}
+	defer func() { err = errors.Join(err, ld.Close()) }()
+	if err := procstat.Pin(ld.Pid(), n.o.serverCPU); err != nil {
+		return res, withOutput(err)
+	}
+	if err := n.waitMirror(ctx, feed, sb, ld); err != nil {
+		return res, withOutput(err)
+	}
+	if err := n.checkNSID(); err != nil {
+		return res, withOutput(err)
+	}
+	// Threads created since the first pin inherited it; this catches any
+	// that raced with it.
+	for _, pid := range []int{sb.Pid(), ld.Pid()} {
+		if err := procstat.Pin(pid, n.o.serverCPU); err != nil {
+			return res, withOutput(err)
+		}
+	}
+	// What dnsstandby answers is counted from here: before LocalDNS passed
+	// the hold-down it rightly answered (LaunchCoreDNS's probe).
+	start, err := n.snapshot(ctx, sb.Pid(), ld.Pid())
+	if err != nil {
+		return res, withOutput(err)
+	}
+	w, err := n.warm(ctx, feed, sb)
+	if err != nil {
+		return res, withOutput(err)
+	}
+	res, err = n.measure(ctx, feed, sb, ld, start, w)
+	if err != nil {
+		return res, withOutput(err)
+	}
+	res.StandbyCommand = "dnsstandby " + strings.Join(quoteEmpty(args), " ")
+	return res, nil
+}
+
+// stopStandby asks dnsstandby to exit cleanly (it detaches its steering
+// program from LocalDNS's reuseport group) and kills it if it does not.
+func stopStandby(p *nstest.Process) error {
+	if err := p.Signal(syscall.SIGTERM); err == nil {
+		select {
+		case <-p.Done():
+		case <-time.After(stopTimeout):
+		}
+	}
+	return p.Stop()
+}
+
+// waitStandbyUp waits for dnsstandby's metrics endpoint and, for the dnstap
+// feed, its socket: LocalDNS must find it when it starts.
+func (n *node) waitStandbyUp(ctx context.Context, sb *nstest.Process, dnstapPath string) error {
+	return poll(ctx, "dnsstandby up", standbyUpTimeout, 50*time.Millisecond, sb.Done(), func() (bool, string) {
+		s, err := n.metrics(ctx, standbyMetrics)
+		if err != nil {
+			return false, err.Error()
+		}
+		if !s.Has("dnsstandby_mode") {
+			return false, "no dnsstandby_mode metric"
+		}
+		if dnstapPath != "" {
+			fi, err := os.Stat(dnstapPath)
+			if err != nil {
+				return false, err.Error()
+			}
+			if fi.Mode()&os.ModeSocket == 0 {
+				return false, dnstapPath + " is not a socket"
+			}
+		}
+		return true, ""
+	})
+}
+
+// waitMirror waits until LocalDNS is ready and dnsstandby mirrors it: mode
+// mirror, steering level adopt with LocalDNS's sockets adopted, and the
+// feed running (the tap enabled, or a dnstap connection from LocalDNS).
+func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, ld *nstest.CoreDNS) error {
+	err := poll(ctx, "LocalDNS ready", mirrorTimeout, 50*time.Millisecond, ld.Done(), func() (bool, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+localDNSReady+"/ready", nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp, err := n.http.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	if err != nil {
+		return err
+	}
+	return poll(ctx, "dnsstandby mirroring LocalDNS", mirrorTimeout, 100*time.Millisecond, sb.Done(), func() (bool, string) {
+		s, err := n.metrics(ctx, standbyMetrics)
+		if err != nil {
+			return false, err.Error()
+		}
+		switch {
+		case s.Sum("dnsstandby_mode", map[string]string{"mode": "mirror"}) != 1:
+			return false, fmt.Sprintf("mode %v", s.By("dnsstandby_mode", "mode", nil))
+		case s.Sum("dnsstandby_steer_level", map[string]string{"level": "adopt"}) != 1:
+			return false, fmt.Sprintf("steering level %v", s.By("dnsstandby_steer_level", "level", nil))
+		case s.Sum("dnsstandby_peer_sockets_adopted", nil) < 1:
+			return false, "no LocalDNS socket adopted"
+		case feed == "tap" && s.Sum("dnsstandby_mirror_tap_enabled", nil) != 1:
+			return false, "tap not enabled"
+		case feed == "dnstap" && s.Sum("dnsstandby_mirror_dnstap_connections", nil) < 1:
+			return false, "no dnstap connection from LocalDNS"
+		}
+		return true, ""
+	})
+}
+
+// checkNSID asks nsidChecks times, each from a new socket, with the EDNS
+// NSID option: every reply must come from LocalDNS.
+func (n *node) checkNSID() error {
+	got := map[string]int{}
+	for range nsidChecks {
+		m := new(dns.Msg)
+		m.SetQuestion(nsidCheckName, dns.TypeA)
+		m.SetEdns0(1232, false)
+		opt := m.IsEdns0()
+		opt.Option = append(opt.Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
+		r, err := n.ns.Exchange("udp", "", listenAddr, m, time.Second)
+		if err != nil {
+			got["error: "+err.Error()]++
+			continue
+		}
+		got[replyNSID(r)]++
+	}
+	if got["localdns-pod"] != nsidChecks {
+		return fmt.Errorf("NSID check: %d queries, answered by %v; want all by localdns-pod", nsidChecks, got)
+	}
+	return nil
+}
+
+// replyNSID is the NSID of r as text ("" without one).
+func replyNSID(r *dns.Msg) string {
+	opt := r.IsEdns0()
+	if opt == nil {
+		return ""
+	}
+	for _, o := range opt.Option {
+		if n, ok := o.(*dns.EDNS0_NSID); ok {
+			b, err := hex.DecodeString(n.Nsid)
+			if err != nil {
+				return "bad hex " + n.Nsid
+			}
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// warm sends every name once, and again until a pass reaches the upstream
+// no more (LocalDNS's cache holds them all), then waits until dnsstandby's
+// cache shows them mirrored: at least 99% of the names (with the feed
+// none, it must show less than 1%: nothing fills it).
+func (n *node) warm(ctx context.Context, feed string, sb *nstest.Process) (w warmup, err error) {
+	before, err := n.metrics(ctx, standbyMetrics)
+	if err != nil {
+		return w, err
+	}
+	for w.Passes = 1; w.Passes <= warmPasses; w.Passes++ {
+		up0, err := n.upstreamQueries(ctx)
+		if err != nil {
+			return w, err
+		}
+		r, err := dnsperf.Exec(ctx, n.ns, n.scratch, dnsperf.Run{Server: listenAddr, QueryFile: n.queryFile,
+			Outstanding: 20, CPU: n.o.clientCPU})
+		if err != nil {
+			return w, fmt.Errorf("warm-up: %w", err)
+		}
+		if r.Completed != uint64(len(n.names)) || r.Rcodes["NOERROR"] != r.Completed {
+			return w, fmt.Errorf("warm-up pass %d: %d of %d answered, rcodes %v", w.Passes, r.Completed, len(n.names), r.Rcodes)
+		}
+		up1, err := n.upstreamQueries(ctx)
+		if err != nil {
+			return w, err
+		}
+		w.UpstreamLastPass = up1 - up0
+		if w.Passes > 1 && w.UpstreamLastPass == 0 {
+			break
+		}
+	}
+	w.Passes = min(w.Passes, warmPasses)
+	if w.UpstreamLastPass != 0 {
+		fmt.Fprintf(os.Stderr, "warning: LocalDNS still sent %d queries upstream in warm-up pass %d\n", w.UpstreamLastPass, w.Passes)
+	}
+	ldm, err := n.metrics(ctx, localDNSMetrics)
+	if err != nil {
+		return w, fmt.Errorf("LocalDNS %w", err)
+	}
+	w.LocalDNSCacheEntries = uint64(ldm.Sum("coredns_cache_entries", map[string]string{"type": "success"}))
+
+	want := uint64(len(n.names)) * 99 / 100
+	var after promtext.Samples
+	fill := func() (bool, string) {
+		s, err := n.metrics(ctx, standbyMetrics)
+		if err != nil {
+			return false, err.Error()
+		}
+		after = s
+		w.StandbyCacheEntries = uint64(s.Sum("dnsstandby_cache_entries", nil))
+		return w.StandbyCacheEntries >= want, fmt.Sprintf("%d cache entries, want %d", w.StandbyCacheEntries, want)
+	}
+	if feed == "none" {
+		time.Sleep(time.Second) // what would arrive, would have
+		if _, why := fill(); after == nil {
+			return w, errors.New(why)
+		}
+		w.Filled = w.StandbyCacheEntries < uint64(len(n.names))/100
+	} else {
+		err := poll(ctx, "dnsstandby's cache filling from the mirror", fillTimeout, 100*time.Millisecond, sb.Done(), fill)
+		if err != nil && after == nil {
+			return w, err
+		}
+		w.Filled = err == nil
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "warning: %v\n", err)
+		}
+	}
+	w.RecordsAccepted = uint64(after.Sum(recordsMetric, acceptedLabels) - before.Sum(recordsMetric, acceptedLabels))
+	return w, nil
+}
+
+// Metric names and labels read from dnsstandby.
+const (
+	recordsMetric = "dnsstandby_mirror_records_total"
+	queriesMetric = "dnsstandby_queries_total"
+	tapDropMetric = "dnsstandby_mirror_tap_drops_total"
+)
+
+var (
+	acceptedLabels = map[string]string{"result": "accepted"}
+	rejectedLabels = map[string]string{"result": "rejected"}
+)
+
+// snapshot samples everything a measurement compares before and after.
+func (n *node) snapshot(ctx context.Context, standbyPid, localDNSPid int) (s snapshot, err error) {
+	s.at = time.Now()
+	if s.localDNSTicks, err = procstat.CPUTicks(localDNSPid); err != nil {
+		return s, err
+	}
+	if s.standbyTicks, err = procstat.CPUTicks(standbyPid); err != nil {
+		return s, err
+	}
+	if s.listenDrops, err = procstat.UDPDrops(localDNSPid, listenAddr); err != nil {
+		return s, err
+	}
+	if s.upstream, err = n.upstreamQueries(ctx); err != nil {
+		return s, err
+	}
+	m, err := n.metrics(ctx, standbyMetrics)
+	if err != nil {
+		return s, fmt.Errorf("dnsstandby %w", err)
+	}
+	s.answered = uint64(m.Sum(queriesMetric, nil))
+	s.accepted = uint64(m.Sum(recordsMetric, acceptedLabels))
+	s.rejected = map[string]uint64{}
+	for reason, v := range m.By(recordsMetric, "reason", rejectedLabels) {
+		s.rejected[reason] = uint64(v)
+	}
+	s.tapDrops = uint64(m.Sum(tapDropMetric, nil))
+	return s, nil
+}
+
+// measure runs dnsperf at the fixed rate for the duration against
+// LocalDNS's address and turns the differences into a result.
+func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld *nstest.CoreDNS, start snapshot, w warmup) (result, error) {
+	run := dnsperf.Run{Server: listenAddr, QueryFile: n.queryFile, Duration: n.o.duration,
+		Outstanding: n.o.outstanding, MaxQPS: n.o.qps, CPU: n.o.clientCPU}
+	var perf *exec.Cmd
+	if n.o.perfDir != "" {
+		var err error
+		if perf, err = startPerf(n.o.perfDir, feed, n.o.clientCPU, sb.Pid(), ld.Pid()); err != nil {
+			return result{}, err
+		}
+		defer stopPerf(perf)
+	}
+	before, err := n.snapshot(ctx, sb.Pid(), ld.Pid())
+	if err != nil {
+		return result{}, err
+	}
+	r, err := dnsperf.Exec(ctx, n.ns, n.scratch, run)
+	if err != nil {
+		return result{}, err
+	}
+	after, err := n.snapshot(ctx, sb.Pid(), ld.Pid())
+	if err != nil {
+		return result{}, err
+	}
+	for _, pid := range []int{sb.Pid(), ld.Pid()} {
+		if err := procstat.CheckPinned(pid, n.o.serverCPU); err != nil {
+			return result{}, err
+		}
+	}
+	res := newResult(feed, r, start, before, after)
+	res.TargetQPS, res.Target = n.o.qps, n.o.target
+	res.Met = feed != "none" && res.Ratio <= n.o.target
+	res.RateShort = res.QPS < 0.98*float64(n.o.qps)
+	res.Warmup = w
+	res.Dnsperf = strings.Join(run.Args(), " ")
+	res.Profiled = perf != nil
+	return res, nil
+}
+
+// startPerf samples the stacks of pids (dnsstandby and LocalDNS: `perf
+// report --sort comm,dso,sym` tells them apart) into DIR/NAME.perf.data;
+// perf runs on the client's CPU so as not to take the servers'.
+func startPerf(dir, name string, cpu int, pids ...int) (*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	out := filepath.Join(dir, name+".perf.data")
+	list := make([]string, len(pids))
+	for i, pid := range pids {
+		list[i] = strconv.Itoa(pid)
+	}
+	cmd := exec.Command("taskset", "-c", strconv.Itoa(cpu), "perf", "record", "-q", "-g",
+		"-F", "999", "-p", strings.Join(list, ","), "-o", out)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	return cmd, nil
+}
+
+// stopPerf ends perf record with SIGINT, which makes it write its file.
+func stopPerf(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// quoteEmpty spells an empty argument as two single quotes, so that the
+// command line can be copied into a shell.
+func quoteEmpty(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" {
+			a = "''"
+		}
+		out[i] = a
+	}
+	return out
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
+	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
+)
+
+// result is one mirror feed measured: an object of mirror.json.
+type result struct {
+	Mirror          string            `json:"mirror"`                    // tap, dnstap or none
+	QPS             float64           `json:"qps"`                       // answers per second (dnsperf's "Queries per second")
+	LocalDNSCPUUs   float64           `json:"localdns_cpu_us_per_query"` // LocalDNS utime+stime over the window ÷ answers
+	StandbyCPUUs    float64           `json:"standby_cpu_us_per_query"`  // dnsstandby's, ÷ the same answers
+	Ratio           float64           `json:"ratio"`                     // StandbyCPUUs ÷ LocalDNSCPUUs
+	RecordsAccepted uint64            `json:"records_accepted"`          // mirror records taken into the cache in the window
+	RecordsRejected map[string]uint64 `json:"records_rejected"`          // the rest, by reason (have_fresh: already held fresh)
+	StandbyAnswered uint64            `json:"standby_answered"`          // queries dnsstandby answered from mirror mode on (warm-up and window)
+
+	Target                float64 `json:"target"`           // the most Ratio may be
+	Met                   bool    `json:"target_met"`       // Ratio ≤ Target (never for none, the baseline)
+	TargetQPS             int     `json:"target_qps"`       // dnsperf -Q
+	RateShort             bool    `json:"rate_not_reached"` // QPS < 98% of TargetQPS: see the CPU % for why
+	Sent                  uint64  `json:"sent"`
+	Answered              uint64  `json:"answered"`
+	Lost                  uint64  `json:"lost"`
+	NotNoerror            uint64  `json:"answers_not_noerror"`
+	Seconds               float64 `json:"seconds"`                 // dnsperf's run time
+	LocalDNSCPUPct        float64 `json:"localdns_cpu_pct"`        // LocalDNS's CPU over the window, % of one core
+	StandbyCPUPct         float64 `json:"standby_cpu_pct"`         // dnsstandby's
+	StandbyAnsweredWindow uint64  `json:"standby_answered_window"` // queries dnsstandby answered in the window alone
+	UpstreamQueries       uint64  `json:"upstream_queries"`        // A queries that reached the upstream in the window (LocalDNS misses)
+	ListenDrops           uint64  `json:"listen_socket_drops"`     // queries dropped at full sockets on 169.254.10.11:53
+	TapDrops              uint64  `json:"tap_kernel_drops"`        // replies the kernel dropped at the tap's full buffer
+	Warmup                warmup  `json:"warmup"`
+	Profiled              bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
+	Dnsperf               string  `json:"dnsperf"`            // the measurement's command line
+	StandbyCommand        string  `json:"dnsstandby"`         // dnsstandby's command line
+}
+
+// warmup is what the warm-up showed.
+type warmup struct {
+	Passes               int    `json:"passes"`                     // dnsperf passes over every name
+	UpstreamLastPass     uint64 `json:"upstream_queries_last_pass"` // 0: LocalDNS's cache held every name
+	LocalDNSCacheEntries uint64 `json:"localdns_cache_entries"`     // coredns_cache_entries{type="success"}
+	StandbyCacheEntries  uint64 `json:"standby_cache_entries"`      // dnsstandby_cache_entries
+	RecordsAccepted      uint64 `json:"records_accepted"`           // mirror records taken during the warm-up
+	// Filled: dnsstandby's cache held at least 99% of the names after the
+	// warm-up (for the feed none: less than 1%, since nothing fills it).
+	Filled bool `json:"standby_filled"`
+}
+
+// snapshot is what is sampled before and after the measurement.
+type snapshot struct {
+	at            time.Time
+	localDNSTicks uint64 // LocalDNS utime+stime, USER_HZ ticks
+	standbyTicks  uint64 // dnsstandby's
+	listenDrops   uint64
+	upstream      uint64
+	answered      uint64            // dnsstandby_queries_total
+	accepted      uint64            // dnsstandby_mirror_records_total{result="accepted"}
+	rejected      map[string]uint64 // ... {result="rejected"} by reason
+	tapDrops      uint64
+}
+
+// newResult computes a feed's result from dnsperf's report and the
+// snapshots: start (mirror mode reached), before and after the window.
+func newResult(feed string, r *dnsperf.Result, start, before, after snapshot) result {
+	res := result{
+		Mirror:                feed,
+		QPS:                   r.QPS,
+		Sent:                  r.Sent,
+		Answered:              r.Completed,
+		Lost:                  r.Lost,
+		NotNoerror:            r.Completed - r.Rcodes["NOERROR"],
+		Seconds:               r.RunTime.Seconds(),
+		RecordsAccepted:       after.accepted - before.accepted,
+		RecordsRejected:       map[string]uint64{},
+		StandbyAnswered:       after.answered - start.answered,
+		StandbyAnsweredWindow: after.answered - before.answered,
+		UpstreamQueries:       after.upstream - before.upstream,
+		ListenDrops:           after.listenDrops - before.listenDrops,
+		TapDrops:              after.tapDrops - before.tapDrops,
+	}
+	for reason, v := range after.rejected {
+		if d := v - before.rejected[reason]; d > 0 {
+			res.RecordsRejected[reason] = d
+		}
+	}
+	ld := float64(after.localDNSTicks-before.localDNSTicks) * procstat.UsPerTick
+	sb := float64(after.standbyTicks-before.standbyTicks) * procstat.UsPerTick
+	if r.Completed > 0 {
+		res.LocalDNSCPUUs = ld / float64(r.Completed)
+		res.StandbyCPUUs = sb / float64(r.Completed)
+	}
+	if res.LocalDNSCPUUs > 0 {
+		res.Ratio = res.StandbyCPUUs / res.LocalDNSCPUUs
+	}
+	if window := after.at.Sub(before.at); window > 0 {
+		res.LocalDNSCPUPct = 100 * ld / float64(window.Microseconds())
+		res.StandbyCPUPct = 100 * sb / float64(window.Microseconds())
+	}
+	return res
+}
+
+// writeJSON writes the results to path, creating its directory.
+func writeJSON(path string, results []result) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// printTable writes the results as a Markdown table, then the verdicts and,
+// with the baseline measured, what each feed costs in all.
+func printTable(w io.Writer, results []result, target float64) {
+	fmt.Fprintln(w, "| mirror | qps | LocalDNS µs/query | dnsstandby µs/query | ratio | target | LocalDNS CPU % | dnsstandby CPU % | records accepted | records rejected | dnsstandby answered | warm-up: LocalDNS / dnsstandby cache entries |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|---|--:|--:|--:|---|--:|--:|")
+	for _, r := range results {
+		verdict := fmt.Sprintf("≤ %.0f%%: ", 100*target)
+		switch {
+		case r.Mirror == "none":
+			verdict = "baseline (no feed)"
+		case r.Met:
+			verdict += "met"
+		default:
+			verdict += "**MISSED**"
+		}
+		fill := ""
+		if !r.Warmup.Filled {
+			fill = " (not filled)"
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.2f | %.2f | %.1f%% | %s | %.1f | %.1f | %d | %s | %d | %d / %d%s |\n",
+			r.Mirror, r.QPS, r.LocalDNSCPUUs, r.StandbyCPUUs, 100*r.Ratio, verdict,
+			r.LocalDNSCPUPct, r.StandbyCPUPct, r.RecordsAccepted, reasons(r.RecordsRejected), r.StandbyAnswered,
+			r.Warmup.LocalDNSCacheEntries, r.Warmup.StandbyCacheEntries, fill)
+	}
+	for _, r := range results {
+		if r.RateShort {
+			fmt.Fprintf(w, "\n%s: only %.0f of %d qps answered; the servers' shared CPU was %.0f%% busy (LocalDNS %.0f%%, dnsstandby %.0f%%)",
+				r.Mirror, r.QPS, r.TargetQPS, r.LocalDNSCPUPct+r.StandbyCPUPct, r.LocalDNSCPUPct, r.StandbyCPUPct)
+			if r.LocalDNSCPUPct+r.StandbyCPUPct >= 95 {
+				fmt.Fprint(w, ": that core was the limit, so this row is not at the target rate")
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	var base *result
+	for i := range results {
+		if results[i].Mirror == "none" {
+			base = &results[i]
+		}
+	}
+	if base == nil || base.LocalDNSCPUUs <= 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Against the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query):\n",
+		base.StandbyCPUUs, base.LocalDNSCPUUs)
+	for _, r := range results {
+		if r.Mirror == "none" {
+			continue
+		}
+		feedCost := r.StandbyCPUUs - base.StandbyCPUUs
+		ldExtra := r.LocalDNSCPUUs - base.LocalDNSCPUUs
+		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU\n",
+			r.Mirror, feedCost, 100*feedCost/base.LocalDNSCPUUs, ldExtra, 100*(r.StandbyCPUUs+ldExtra)/base.LocalDNSCPUUs)
+	}
+}
+
+// reasons spells rejected records as "have_fresh 399000, duplicate 3",
+// largest first.
+func reasons(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "–"
+	}
+	keys := slices.SortedFunc(maps.Keys(m), func(a, b string) int {
+		if m[a] != m[b] {
+			if m[a] > m[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}

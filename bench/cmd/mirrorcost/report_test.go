@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
+)
+
+func TestNewResult(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	start := snapshot{answered: 3}
+	before := snapshot{at: t0, localDNSTicks: 100, standbyTicks: 10, answered: 5, accepted: 5000,
+		rejected: map[string]uint64{"have_fresh": 10, "duplicate": 1}, upstream: 7, tapDrops: 2}
+	after := snapshot{at: t0.Add(20 * time.Second), localDNSTicks: 1100, standbyTicks: 110, answered: 5, accepted: 5004,
+		rejected: map[string]uint64{"have_fresh": 399_010, "duplicate": 1, "malformed": 2}, upstream: 7, tapDrops: 2}
+	r := &dnsperf.Result{Sent: 400_000, Completed: 400_000, QPS: 19_999.5, RunTime: 20 * time.Second,
+		Rcodes: map[string]uint64{"NOERROR": 400_000}}
+	res := newResult("tap", r, start, before, after)
+	// 1000 ticks = 10 s over 400,000 answers = 25 µs; 100 ticks = 2.5 µs.
+	if math.Abs(res.LocalDNSCPUUs-25) > 1e-9 || math.Abs(res.StandbyCPUUs-2.5) > 1e-9 || math.Abs(res.Ratio-0.1) > 1e-9 {
+		t.Errorf("cpu %v / %v ratio %v", res.LocalDNSCPUUs, res.StandbyCPUUs, res.Ratio)
+	}
+	if math.Abs(res.LocalDNSCPUPct-50) > 1e-9 || math.Abs(res.StandbyCPUPct-5) > 1e-9 {
+		t.Errorf("cpu %% %v / %v", res.LocalDNSCPUPct, res.StandbyCPUPct)
+	}
+	if res.RecordsAccepted != 4 || len(res.RecordsRejected) != 2 || res.RecordsRejected["have_fresh"] != 399_000 || res.RecordsRejected["malformed"] != 2 {
+		t.Errorf("records %d %v", res.RecordsAccepted, res.RecordsRejected)
+	}
+	if res.StandbyAnswered != 2 || res.StandbyAnsweredWindow != 0 || res.UpstreamQueries != 0 {
+		t.Errorf("answered %d/%d upstream %d", res.StandbyAnswered, res.StandbyAnsweredWindow, res.UpstreamQueries)
+	}
+	if got := reasons(res.RecordsRejected); got != "have_fresh 399000, malformed 2" {
+		t.Errorf("reasons %q", got)
+	}
+}
+
+func TestPrintTable(t *testing.T) {
+	results := []result{
+		{Mirror: "tap", LocalDNSCPUUs: 25, StandbyCPUUs: 2.5, Ratio: 0.1, Met: true, Warmup: warmup{Filled: true}},
+		{Mirror: "dnstap", LocalDNSCPUUs: 30, StandbyCPUUs: 6, Ratio: 0.2, Warmup: warmup{Filled: true},
+			QPS: 17000, TargetQPS: 20000, RateShort: true, LocalDNSCPUPct: 91, StandbyCPUPct: 8},
+		{Mirror: "none", LocalDNSCPUUs: 24, StandbyCPUUs: 0.5, Ratio: 0.5 / 24, Warmup: warmup{Filled: true}},
+	}
+	var b bytes.Buffer
+	printTable(&b, results, 0.15)
+	out := b.String()
+	for _, want := range []string{
+		"| tap | 0 | 25.00 | 2.50 | 10.0% | ≤ 15%: met |",
+		"| dnstap | 17000 | 30.00 | 6.00 | 20.0% | ≤ 15%: **MISSED** |",
+		"dnstap: only 17000 of 20000 qps answered; the servers' shared CPU was 99% busy (LocalDNS 91%, dnsstandby 8%): that core was the limit",
+		"| none | 0 | 24.00 | 0.50 | 2.1% | baseline (no feed) |",
+		"- tap: the feed adds 2.00 µs/query to dnsstandby (8.3% of LocalDNS's baseline) and +1.00 µs/query to LocalDNS; all in, 14.6% of LocalDNS's baseline CPU",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestParseMirrors(t *testing.T) {
+	if f, err := parseMirrors("tap, dnstap,none"); err != nil || strings.Join(f, ",") != "tap,dnstap,none" {
+		t.Errorf("%v %v", f, err)
+	}
+	for _, bad := range []string{"tap,tap", "pcap", ""} {
+		if _, err := parseMirrors(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestReplyNSID(t *testing.T) {
+	m := new(dns.Msg)
+	if replyNSID(m) != "" {
+		t.Error("NSID without EDNS")
+	}
+	m.SetEdns0(1232, false)
+	opt := m.IsEdns0()
+	opt.Option = append(opt.Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID, Nsid: "6c6f63616c646e732d706f64"})
+	if got := replyNSID(m); got != "localdns-pod" {
+		t.Errorf("NSID %q", got)
+	}
+}
+
+func TestCorefileShape(t *testing.T) {
+	c := strings.ReplaceAll(localDNSCorefile, "%[4]s", "\n    dnstap unix:///x full")
+	for _, want := range []string{"bind 169.254.10.11", "prefer_udp", "success 9984", "denial 9984",
+		"serve_stale 72000s verify", "servfail 0", "nsid localdns-pod", "dnstap unix:///x full"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("Corefile lacks %q", want)
+		}
+	}
+}
