@@ -466,6 +466,11 @@ func TestSIGTERMFinishesInflight(t *testing.T) {
 	if !strings.Contains(s.Output(), "msg=stopped") {
 		t.Errorf("no stop line in its log:\n%s", s.Output())
 	}
+	// Both groups' steering programs came off cleanly: each socket was
+	// still a member when its group was detached.
+	if strings.Contains(s.Output(), "takeover stop") {
+		t.Errorf("the steering program was not detached cleanly:\n%s", s.Output())
+	}
 }
 
 // TestMirrorFeed: with full steering LocalDNS answers everything, and

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,7 @@ func (t *tcpServer) acceptLoop() {
 	for {
 		c, err := t.ln.AcceptTCP()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) && t.stopped() {
 				return
 			}
 			// EMFILE and friends: wait, do not spin.
@@ -200,13 +201,20 @@ func (t *tcpServer) write(tc *tcpConn, answer []byte, framed *[]byte) {
 	tc.lastActive.Store(time.Now().UnixNano())
 }
 
-// stopAccepting closes the listener; connections stay open until
-// closeConns.
+// stopAccepting stops the accept loop but leaves the listener open: it
+// stays a member of the reuseport group until Close, so that the steering
+// program can still be detached through it.
 func (t *tcpServer) stopAccepting() {
 	t.mu.Lock()
 	t.closed = true
 	t.mu.Unlock()
-	_ = t.ln.Close()
+	_ = t.ln.SetDeadline(time.Now())
+}
+
+func (t *tcpServer) stopped() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
 }
 
 // closeConns closes every connection and waits for their handlers.

@@ -580,9 +580,11 @@ func (c *Controller) Mode() Mode {
 	return m
 }
 
-// Close stops the controller: goroutines first, then the steering program
-// is detached (leaving LocalDNS's group as it was found), then the peer
-// watch and the anchor (kept unless configured to clean up). Safe twice.
+// Close stops the controller: goroutines first, then steering ends with
+// the programs left attached in their last mode (steer.Leave: in mirror,
+// LocalDNS keeps every query while our sockets close, and a successor
+// replaces the program), then the peer watch and the anchor (kept unless
+// configured to clean up). Safe twice.
 func (c *Controller) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -601,7 +603,7 @@ func (c *Controller) shutdown() error {
 	c.wg.Wait()
 	var errs []error
 	if c.steer != nil {
-		errs = append(errs, c.steer.Close())
+		errs = append(errs, c.steer.Leave())
 	}
 	if c.watch != nil {
 		errs = append(errs, c.watch.Close())

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,18 +151,15 @@ func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
 // openNetns returns a handle on the namespace at path, or on the calling
 // thread's namespace for "".
 func openNetns(path string) (netns.NsHandle, error) {
-	if path != "" {
-		h, err := netns.GetFromPath(path)
-		if err != nil {
-			return netns.None(), fmt.Errorf("open network namespace %s: %w", path, err)
-		}
-		return h, nil
+	if path == "" {
+		// Our own namespace: no handle. With one, the netlink library
+		// would setns(2) into it for every socket, which needs
+		// CAP_SYS_ADMIN and is refused under RestrictNamespaces=.
+		return netns.None(), nil
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	h, err := netns.Get()
+	h, err := netns.GetFromPath(path)
 	if err != nil {
-		return netns.None(), fmt.Errorf("open own network namespace: %w", err)
+		return netns.None(), fmt.Errorf("open network namespace %s: %w", path, err)
 	}
 	return h, nil
 }
@@ -205,8 +201,10 @@ func (a *Anchor) Close() error {
 		}
 		a.ready.Store(false)
 		a.nl.Close()
-		if err := a.ns.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close network namespace handle: %w", err))
+		if a.ns.IsOpen() {
+			if err := a.ns.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close network namespace handle: %w", err))
+			}
 		}
 		a.closeErr = errors.Join(errs...)
 	})

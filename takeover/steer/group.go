@@ -103,7 +103,9 @@ func (g *group) closeObjects() error {
 // group (SO_ATTACH_REUSEPORT_EBPF, which replaces any program the group
 // had). Call it after our socket is bound; udp says whether it is a UDP
 // socket or a TCP listener. Adding a name again moves the group to a new
-// socket of ours (after the old one was closed). At Off it does nothing.
+// socket of ours (after the old one was closed). At Off it only detaches
+// a program a predecessor left on the group (see Leave), so that the group
+// shares by the kernel's hash as Off promises.
 //
 // The group starts in the Steerer's mode, with its heartbeat as last
 // written: until the first Heartbeat the program treats us as stalled and
@@ -111,7 +113,7 @@ func (g *group) closeObjects() error {
 // (plain SO_REUSEPORT); the daemon should log it and serve on.
 func (s *Steerer) AddGroup(name string, our syscall.RawConn, udp bool) error {
 	if s.level == Off {
-		return nil
+		return detachLeftover(our)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -362,6 +364,22 @@ func (g *group) peers() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// detachLeftover detaches whatever program the group of our socket has;
+// none (ENOENT) is the usual case, and a socket without SO_REUSEPORT
+// (EINVAL) is in no group.
+func detachLeftover(our syscall.RawConn) error {
+	var serr error
+	if err := our.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DETACH_REUSEPORT_BPF, 0)
+	}); err != nil {
+		return fmt.Errorf("detach a leftover program: %w", err)
+	}
+	if serr != nil && !errors.Is(serr, unix.ENOENT) && !errors.Is(serr, unix.EINVAL) {
+		return fmt.Errorf("detach a leftover program (SO_DETACH_REUSEPORT_BPF): %w", serr)
+	}
+	return nil
 }
 
 // close detaches the group's program (through our socket) and closes it

@@ -3,6 +3,7 @@ package steer
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 )
@@ -124,7 +125,16 @@ func TestOff(t *testing.T) {
 	if s.Level() != Off || !strings.Contains(s.Why(), "requested") {
 		t.Fatalf("level %v, why %q", s.Level(), s.Why())
 	}
-	for _, err := range []error{s.AddGroup("udp", nil, true), s.SetMode(ToUs), s.SetProbePort(1), s.Heartbeat(), s.ClearPeers("udp")} {
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{s.AddGroup("udp", rc, true), s.SetMode(ToUs), s.SetProbePort(1), s.Heartbeat(), s.ClearPeers("udp")} {
 		if err != nil {
 			t.Errorf("at Off: %v", err)
 		}

@@ -588,18 +588,7 @@ func TestAdoptChecks(t *testing.T) {
 	}
 }
 
-// abandon drops every handle on the maps and programs without detaching:
-// what the kernel sees when dnsstandby is SIGKILLed.
-func (s *Steerer) abandon() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, g := range s.groups {
-		g.closeObjects()
-	}
-	s.groups, s.order, s.closed = map[string]*group{}, nil, true
-}
-
-// A dnsstandby that dies without detaching leaves its program on the group;
+// A dnsstandby that dies or stops (Leave) leaves its program on the group;
 // traffic must still flow (to the peer), and a successor must take over the
 // group and adopt the peer although the dead one's map still held it.
 func TestDeathWithoutDetach(t *testing.T) {
@@ -619,9 +608,10 @@ func TestDeathWithoutDetach(t *testing.T) {
 	res.add("first instance, to-us", got)
 	check(t, "first instance, to-us", got, n, 0)
 
-	// SIGKILL: our socket closes, our handles go, the program stays.
+	// Leave, or SIGKILL: our handles go, our socket closes, the program
+	// stays.
 	l.paused.Store(true)
-	l.s.abandon()
+	l.must(l.s.Leave())
 	our.close()
 	got = l.measure(n, send, peer)
 	res.add("first instance dead (program left attached)", got)
@@ -889,4 +879,30 @@ func TestReAddGroup(t *testing.T) {
 	}
 	l.must(l.s.Close())
 	assertDetached(t, our2.conn)
+}
+
+// A successor at level Off finds the program its predecessor left (Leave)
+// and detaches it: Off shares by the kernel's hash, as it says.
+func TestOffDetachesLeftover(t *testing.T) {
+	l := newLab(t)
+	peer := l.listenUDP()
+	our := l.listenUDP()
+	l.must(l.s.AddGroup("udp", rawConn(t, our.conn), true))
+	l.adopt("udp", peer.conn)
+	l.must(l.s.Heartbeat())
+	l.must(l.s.SetMode(ToPeer))
+	l.must(l.s.Leave())
+	our.close()
+
+	off, err := New(Config{Want: "off", Logger: testLogger(t)})
+	l.must(err)
+	defer off.Close()
+	our2 := l.listenUDP()
+	l.must(off.AddGroup("udp", rawConn(t, our2.conn), true))
+	assertDetached(t, our2.conn)
+	const n = 1000
+	got := l.measure(n, func() { l.sendUDP(n, 30000) }, our2, peer)
+	if got[0] < n/5 || got[1] < n/5 {
+		t.Errorf("after the leftover was detached: %v to us and the peer, want both a share of %d (the hash)", got, n)
+	}
 }

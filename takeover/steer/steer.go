@@ -251,6 +251,35 @@ func (s *Steerer) writeGroupLocked(g *group) error {
 	return nil
 }
 
+// Leave ends steering the way a stop without a gap needs it: the programs
+// stay attached in their current mode, and only our handles on them and
+// their maps are closed. In mode ToPeer (mirror) every query keeps going
+// to LocalDNS while our sockets are closed, so none is hashed to a socket
+// that no longer reads, as Close's detach would allow for a moment. The
+// kernel drops our sockets from the maps as they close; a successor's
+// AddGroup replaces the program (and adopts LocalDNS's sockets once the
+// old map is freed); with no successor the program ends with the group.
+// It is exactly what a dnsstandby that dies leaves behind, which the
+// program is built for: a stale heartbeat and empty slots fall back to
+// the kernel's hash. Safe to call twice, and after Close.
+func (s *Steerer) Leave() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for _, name := range s.order {
+		if err := s.groups[name].closeObjects(); err != nil {
+			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
+		}
+	}
+	s.groups = map[string]*group{}
+	s.order = nil
+	return errors.Join(errs...)
+}
+
 // Close sets the mode to Hash, detaches the program from every group
 // (SO_DETACH_REUSEPORT_BPF through our socket, so LocalDNS's group is left
 // as it was found) and closes the maps and programs. Call it before closing
