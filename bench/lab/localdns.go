@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
+
+	"github.com/dnsstandby/dnsstandby/deploy"
 )
 
 // LocalDNS as it runs on an AKS node, for a guest: its Corefile, its
@@ -234,45 +236,21 @@ ExecStart=@SCRIPT@
 WantedBy=multi-user.target
 `
 
-// DnsstandbyUnit returns a plain unit for the dnsstandby binary with args,
-// for a guest beside localdns.service (deploy/ will have the real one):
-// restarted at once, always, without a start limit, so that the standby
-// itself is never the one left failed.
-func DnsstandbyUnit(binary string, args ...string) string {
-	var cmd strings.Builder
-	cmd.WriteString(localdnsUnitQuote(binary))
+// DnsstandbyUnit is the unit operators install (deploy/systemd): the lab
+// runs dnsstandby exactly as a node would.
+func DnsstandbyUnit() string { return deploy.SystemdUnit }
+
+// DnsstandbyDefaultsPath is where the unit reads its options from.
+const DnsstandbyDefaultsPath = "/etc/default/dnsstandby"
+
+// DnsstandbyDefaults returns /etc/default/dnsstandby running
+// `dnsstandby run` with args. systemd splits $DNSSTANDBY_OPTS on white
+// space and takes quotes literally, so no arg may hold either.
+func DnsstandbyDefaults(args ...string) (GuestFile, error) {
 	for _, a := range args {
-		cmd.WriteByte(' ')
-		cmd.WriteString(localdnsUnitQuote(a))
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$%") {
+			return GuestFile{}, fmt.Errorf("dnsstandby option %q: /etc/default/dnsstandby cannot carry it (empty, white space, quotes, $ or %%)", a)
+		}
 	}
-	return `# dnsstandby.service for the dnsstandby lab (a stand-in for deploy/'s unit).
-[Unit]
-Description=dnsstandby, standby DNS responder beside LocalDNS
-# No start limit: a standby must come back however often it dies.
-StartLimitIntervalSec=0
-
-[Service]
-Type=simple
-ExecStart=` + cmd.String() + `
-Restart=always
-RestartSec=100ms
-# --admin-socket and --state-dir defaults: /run/dnsstandby, /var/lib/dnsstandby.
-RuntimeDirectory=dnsstandby
-RuntimeDirectoryPreserve=restart
-StateDirectory=dnsstandby
-
-[Install]
-WantedBy=multi-user.target
-`
-}
-
-// localdnsUnitQuote quotes a word for a unit file's command line when it
-// needs it (systemd.syntax(7): double quotes, backslash escapes; '%' is a
-// specifier and '$' an environment reference, both doubled).
-func localdnsUnitQuote(s string) string {
-	s = strings.NewReplacer("%", "%%", "$", "$$").Replace(s)
-	if s != "" && !strings.ContainsAny(s, " \t\n\"'\\;") {
-		return s
-	}
-	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\t", `\t`).Replace(s) + `"`
+	return GuestFile{Data: "# dnsstandby lab node\nDNSSTANDBY_OPTS=\"" + strings.Join(args, " ") + "\"\n"}, nil
 }

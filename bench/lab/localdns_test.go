@@ -509,21 +509,26 @@ func TestLocalDNSUnit(t *testing.T) {
 	}()
 }
 
-// TestDnsstandbyUnit checks the command line's quoting and the restart
-// policy.
+// TestDnsstandbyUnit: the lab runs deploy/'s unit, and its options file
+// refuses what systemd's word splitting would mangle.
 func TestDnsstandbyUnit(t *testing.T) {
-	got := localdnsTestSettings(lab.DnsstandbyUnit("/opt/dnsstandby/bin/dnsstandby",
-		"run", "--listen", "169.254.10.11:53", "--label", `a "b" 100%`, "$HOME"))
-	want := map[string]string{
-		"Service.ExecStart":          `/opt/dnsstandby/bin/dnsstandby run --listen 169.254.10.11:53 --label "a \"b\" 100%%" $$HOME`,
-		"Service.Type":               "simple",
-		"Service.Restart":            "always",
-		"Service.RestartSec":         "100ms",
-		"Unit.StartLimitIntervalSec": "0",
-	}
-	for k, v := range want {
+	got := localdnsTestSettings(lab.DnsstandbyUnit())
+	for k, v := range map[string]string{
+		"Service.ExecStart":       "/usr/local/bin/dnsstandby run $DNSSTANDBY_OPTS",
+		"Service.EnvironmentFile": "-" + lab.DnsstandbyDefaultsPath,
+		"Service.Type":            "notify",
+	} {
 		if len(got[k]) != 1 || got[k][0] != v {
 			t.Errorf("%s = %v, want %q", k, got[k], v)
+		}
+	}
+	f, err := lab.DnsstandbyDefaults("--listen", "169.254.10.11:53", "--steering", "adopt")
+	if err != nil || f.Data != "# dnsstandby lab node\nDNSSTANDBY_OPTS=\"--listen 169.254.10.11:53 --steering adopt\"\n" {
+		t.Errorf("DnsstandbyDefaults: %q, %v", f.Data, err)
+	}
+	for _, bad := range []string{"", "a b", `"x"`, "$HOME", "100%"} {
+		if _, err := lab.DnsstandbyDefaults("--nsid", bad); err == nil {
+			t.Errorf("DnsstandbyDefaults accepted %q", bad)
 		}
 	}
 }

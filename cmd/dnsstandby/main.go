@@ -26,6 +26,7 @@ commands:
   status    show the mode, LocalDNS's state and recent mode changes [--json]
   hold      keep traffic away from LocalDNS, e.g. before restarting it [--for DURATION]
   release   end a hold: LocalDNS gets traffic back once it is trusted
+  check     audit this node, read-only: PASS/WARN/FAIL per check, exit 0/1/2 [--json]
 `
 
 func dispatch(args []string, stdout, stderr io.Writer) int {
@@ -38,6 +39,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return runCommand(args[1:], stdout, stderr)
 	case "status", "hold", "release":
 		return adminCommand(args[0], args[1:], stdout, stderr)
+	case "check":
+		return checkCommand(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

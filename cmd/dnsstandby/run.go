@@ -358,7 +358,7 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 	reg.MustRegister(ctrl)
 
 	if o.adminSocket != "" {
-		as, err := admin.Listen(o.adminSocket, ctrl, log)
+		as, err := admin.Listen(o.adminSocket, newStatusHandler(ctrl, o, reg), log)
 		if err != nil {
 			ctrl.Close()
 			srv.Shutdown(context.Background())
@@ -381,18 +381,25 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 		}()
 	}
 	ready.set(true)
-	log.Info("dnsstandby ready", "listen", fmt.Sprint(o.listen), "mode", ctrl.Mode().String(), "stale_mode", pl.pipeline.StaleMode.String(),
-		"cache_max_entries", pl.cache.MaxEntries, "serve_stale", pl.cache.MaxStale.String())
+	st := ctrl.Status().(takeover.Status)
+	log.Info("dnsstandby ready", "listen", fmt.Sprint(o.listen), "mode", st.Mode, "steering", st.Steering.Level,
+		"stale_mode", pl.pipeline.StaleMode.String(), "cache_max_entries", pl.cache.MaxEntries, "serve_stale", pl.cache.MaxStale.String())
+	// takeover.Start returned with the anchor, the steering program and
+	// the first mode in place: systemd may now start LocalDNS.
+	sd := notify{log}
+	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(o.listen), st.Mode, st.Steering.Level))
+	wg.Go(func() { sd.watchdog(bg, srv.Healthy) })
 
 	<-ctx.Done()
 	ready.set(false)
+	sd.stopping()
 	log.Info("shutting down", "timeout", o.shutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	start := time.Now()
-	// Stop reading and finish what is in flight; then detach the steering
-	// program while our sockets are still members, so LocalDNS's group is
-	// left as it was found; then close them.
+	// Stop reading and finish what is in flight; then end steering, which
+	// leaves the programs attached in their last mode (in mirror, every
+	// query goes on to LocalDNS while our sockets close); then close them.
 	srv.Drain(sctx)
 	if err := ctrl.Close(); err != nil {
 		log.Warn("takeover stop", "err", err.Error())

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
@@ -13,21 +11,9 @@ import (
 // `make test` drives the lab's real parts: systemd guests running LocalDNS
 // (CoreDNS 1.13.1), kube-dns, pods, the load and the glibc probe.
 func TestLabSmoke(t *testing.T) {
-	nstest.RequireRoot(t)
-	coredns := nstest.CoreDNSBinary(t)
-	dir := t.TempDir() // bound into the guests, so /tmp is fine
-	bin := filepath.Join(dir, "dnsstandby")
-	root, err := nstest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-o", bin, "./cmd/dnsstandby")
-	build.Dir = root // the main module's own go.sum
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build dnsstandby: %v\n%s", err, out)
-	}
+	bins := testBinaries(t)
 	sc, _ := findScenario("healthy")
-	o := &options{qps: 500, scale: 0.1, bins: binaries{coredns: coredns, dnsstandby: bin}}
+	o := &options{qps: 500, scale: 0.1, bins: bins}
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
 	runs, err := runScenario(context.Background(), sc, defaultSetups, o, zones, nameMix(zones))
 	if err != nil {

@@ -34,12 +34,15 @@ const (
 	// level guarantees.
 	setupStandbyOwn = "dnsstandby-own"
 	setupStandbyOff = "dnsstandby-off"
+	// dnsstandby beside LocalDNS with the shipped unit, whose start limit
+	// a crash storm exhausts: dnsstandby then serves for good.
+	setupStandbyShipped = "dnsstandby-shipped"
 )
 
 // defaultSetups run unless -setups says otherwise.
 var defaultSetups = []string{setupShipped, setupPR9439, setupStandby}
 
-var knownSetups = []string{setupShipped, setupPR9439, setupStandby, setupStandbyOwn, setupStandbyOff}
+var knownSetups = []string{setupShipped, setupPR9439, setupStandby, setupStandbyOwn, setupStandbyOff, setupStandbyShipped}
 
 // isStandby reports whether a setup runs dnsstandby.
 func isStandby(setup string) bool { return strings.HasPrefix(setup, setupStandby) }
@@ -88,7 +91,7 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 	}()
 
 	variant := "pr9439"
-	if setup == setupShipped {
+	if setup == setupShipped || setup == setupStandbyShipped {
 		variant = "shipped"
 	}
 	// The binaries are bound into the guest at the paths a node has them:
@@ -101,11 +104,16 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		Binds: map[string]string{lab.LocalDNSCoreDNSPath: bins.coredns},
 	}
 	if isStandby(setup) {
+		// The unit from deploy/systemd, with the lab's options; the anchor
+		// is a bridge: this machine has no dummy driver.
 		cfg.Binds[standbyPath] = bins.dnsstandby
-		// The anchor is a bridge: this machine has no dummy driver.
-		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit(standbyPath,
-			"run", "--listen", localDNS+":53", "--upstream", clusterIP+":53", "--metrics-addr", "127.0.0.1:9355",
-			"--anchor-kind", "bridge", "--steering", steeringOf(setup))
+		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit()
+		opts, err := lab.DnsstandbyDefaults("--listen", localDNS+":53", "--upstream", clusterIP+":53",
+			"--metrics-addr", "127.0.0.1:9355", "--anchor-kind", "bridge", "--steering", steeringOf(setup))
+		if err != nil {
+			return t, err
+		}
+		cfg.Files[lab.DnsstandbyDefaultsPath] = opts
 	}
 	t.guest, err = lab.BootGuest(ctx, cfg)
 	if err != nil {

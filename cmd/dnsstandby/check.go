@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/dnsstandby/dnsstandby/check"
+)
+
+// checkCommand runs `dnsstandby check`: the read-only node audit. Its exit
+// code is the report's: 0 all passed, 1 some warned, 2 any failed (also
+// 2 for a usage error, as for every command).
+func checkCommand(args []string, stdout, stderr io.Writer) int {
+	cfg := check.DefaultConfig()
+	var listen, upstreams addrPorts
+	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.LocalDNSUnit, "localdns-unit", cfg.LocalDNSUnit, "LocalDNS's systemd `UNIT`")
+	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", "", "kubelet's config `FILE` (YAML or JSON) (default: the --config the kubelet flags name, else "+check.DefaultKubeletConfig+")")
+	fs.StringVar(&cfg.KubeletFlags, "kubelet-flags", cfg.KubeletFlags, "the environment `FILE` holding kubelet's flags")
+	fs.Var(&listen, "listen", "`ADDR:PORT` pods ask, repeatable (default: the daemon's --listen, else "+check.DefaultListen.String()+")")
+	fs.Var(&upstreams, "upstream", "`ADDR:PORT` to test besides the daemon's upstreams, repeatable")
+	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "the daemon's control socket")
+	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", "", "domain whose SOA the upstreams are asked for (default: kubelet's, else "+check.DefaultClusterDomain+")")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each DNS query and admin request")
+	fs.DurationVar(&cfg.MirrorWindow, "mirror-window", cfg.MirrorWindow, "how long to watch the mirror feed's counters (0: read once)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parseWithEnv(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintln(stdout, "usage: dnsstandby check [flags]\n\nA read-only audit of this node for dnsstandby. Exit code: 0 all PASS, 1 some WARN, 2 any FAIL.")
+			fs.PrintDefaults()
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "dnsstandby check: %v\n", err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dnsstandby check: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	if cfg.Timeout <= 0 || cfg.MirrorWindow < 0 {
+		fmt.Fprintln(stderr, "dnsstandby check: --timeout must be positive and --mirror-window not negative")
+		return exitUsage
+	}
+	cfg.Listen, cfg.Upstreams = listen, upstreams
+
+	rep, err := check.Run(context.Background(), cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "dnsstandby check: %v\n", err)
+		return int(check.Fail)
+	}
+	if *asJSON {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			fmt.Fprintf(stderr, "dnsstandby check: %v\n", err)
+			return int(check.Fail)
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		printReport(stdout, rep)
+	}
+	return rep.ExitCode()
+}
+
+// parseWithEnv parses args, then takes each flag not given from
+// DNSSTANDBY_<NAME>, as `dnsstandby run` does, so that a shell with the
+// daemon's environment audits what the daemon was given.
+func parseWithEnv(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		key := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(key); ok {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", key, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+// printReport writes the report as a table: status, check, what was
+// found, and under a row that did not pass, its fix.
+func printReport(w io.Writer, rep check.Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATUS\tCHECK\tFOUND")
+	count := map[check.Status]int{}
+	for _, r := range rep.Results {
+		count[r.Status]++
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Status, r.Name, r.Found)
+		if r.Status != check.Pass && r.Fix != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", r.Fix)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%s: %d PASS, %d WARN, %d FAIL\n", rep.Worst(), count[check.Pass], count[check.Warn], count[check.Fail])
+}

@@ -1,0 +1,112 @@
+package deploy
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// unitSettings reads a unit file into "Section.Key" -> values, in order.
+func unitSettings(unit string) map[string][]string {
+	out := map[string][]string{}
+	section := ""
+	sc := bufio.NewScanner(strings.NewReader(unit))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, _ := strings.Cut(line, "=")
+			out[section+"."+strings.TrimSpace(k)] = append(out[section+"."+strings.TrimSpace(k)], strings.TrimSpace(v))
+		}
+	}
+	return out
+}
+
+// TestSystemdUnitVerifies runs systemd-analyze verify on the unit: it must
+// exit 0 and say nothing (it exits 0 on unknown keys and bad values, and
+// only warns).
+func TestSystemdUnitVerifies(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (Debian package systemd; .ci/run installs it)")
+	}
+	// verify wants the ExecStart binary to exist: point it at one that does.
+	stand, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(SystemdUnit, "ExecStart=/usr/local/bin/dnsstandby ") {
+		t.Fatal("ExecStart is not /usr/local/bin/dnsstandby")
+	}
+	dir := t.TempDir()
+	unit := strings.Replace(SystemdUnit, "/usr/local/bin/dnsstandby", stand, 1)
+	for name, data := range map[string]string{
+		"dnsstandby.service": unit,
+		// The broken twin proves a warning fails the test.
+		"broken.service": strings.Replace(unit, "Restart=always", "Restart=sometimes", 1),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verify := func(name string) (string, error) {
+		cmd := exec.Command(analyze, "verify", "--man=no", filepath.Join(dir, name))
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := verify("dnsstandby.service"); err != nil || out != "" {
+		t.Errorf("systemd-analyze verify dnsstandby.service: %v\n%s", err, out)
+	}
+	if out, _ := verify("broken.service"); !strings.Contains(out, "sometimes") {
+		t.Errorf("verify did not flag a bad Restart= (so it would not flag ours either): %q", out)
+	}
+}
+
+// TestSystemdUnitSettings checks the settings the design depends on.
+func TestSystemdUnitSettings(t *testing.T) {
+	got := unitSettings(SystemdUnit)
+	for key, want := range map[string]string{
+		"Unit.StartLimitIntervalSec":    "0", // never left failed by a start limit
+		"Service.Type":                  "notify",
+		"Service.NotifyAccess":          "main",
+		"Service.Restart":               "always",
+		"Service.RestartSec":            "200ms",
+		"Service.WatchdogSec":           "10s",
+		"Service.User":                  "root", // LocalDNS's UID, or no shared reuseport group
+		"Service.ExecStart":             "/usr/local/bin/dnsstandby run $DNSSTANDBY_OPTS",
+		"Service.EnvironmentFile":       "-/etc/default/dnsstandby",
+		"Service.NoNewPrivileges":       "yes",
+		"Service.ProtectSystem":         "strict",
+		"Service.ProtectHome":           "yes",
+		"Service.PrivateTmp":            "yes",
+		"Service.RuntimeDirectory":      "dnsstandby",
+		"Service.StateDirectory":        "dnsstandby",
+		"Service.MemoryMax":             "256M",
+		"Service.CapabilityBoundingSet": "CAP_NET_BIND_SERVICE CAP_NET_ADMIN CAP_BPF CAP_NET_RAW CAP_SYS_PTRACE",
+	} {
+		if v := got[key]; len(v) != 1 || v[0] != want {
+			t.Errorf("%s = %q, want %q", key, v, want)
+		}
+	}
+	if !slices.Contains(strings.Fields(strings.Join(got["Unit.Before"], " ")), "localdns.service") {
+		t.Errorf("Before = %q: must start before localdns.service", got["Unit.Before"])
+	}
+	// Nothing that ties our lifetime to LocalDNS's.
+	for _, dep := range []string{"Requires", "Requisite", "BindsTo", "PartOf", "Upholds", "Conflicts", "Wants", "After"} {
+		for _, v := range got["Unit."+dep] {
+			if strings.Contains(v, "localdns") {
+				t.Errorf("%s=%s: LocalDNS stopping, failing or restarting must not touch dnsstandby", dep, v)
+			}
+		}
+	}
+	if !strings.Contains(SystemdDefaults, `DNSSTANDBY_OPTS="`) {
+		t.Errorf("dnsstandby.default sets no DNSSTANDBY_OPTS:\n%s", SystemdDefaults)
+	}
+}
