@@ -1,0 +1,248 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// localDNSCorefile is a LocalDNS-shaped CoreDNS: the health-check block
+// dnsstandby probes and a root block on 169.254.10.11. Nothing is forwarded.
+const localDNSCorefile = `health-check.localdns.local:53 {
+    bind 169.254.10.10 169.254.10.11
+    whoami
+}
+.:53 {
+    bind 169.254.10.11
+    whoami
+    nsid localdns-pod
+}
+`
+
+// capsRun is what one run of dnsstandby showed: its metrics while it ran,
+// or that it exited and what it said.
+type capsRun struct {
+	metrics map[string]float64 // series as exposed -> value
+	exited  bool
+	output  string
+}
+
+func (r *capsRun) value(series string) (float64, bool) {
+	v, ok := r.metrics[series]
+	return v, ok
+}
+
+// expect returns an error unless each series has its value.
+func (r *capsRun) expect(want map[string]float64) error {
+	if r.exited {
+		return fmt.Errorf("dnsstandby exited:\n%s", r.output)
+	}
+	for s, v := range want {
+		if got, ok := r.value(s); !ok || got != v {
+			return fmt.Errorf("%s = %v (present %v), want %v", s, got, ok, v)
+		}
+	}
+	return nil
+}
+
+// TestDaemonSetCapabilities runs dnsstandby with the DaemonSet's args and
+// with exactly the capabilities its securityContext adds (as root, like the
+// container), beside a real CoreDNS holding 169.254.10.11, and checks that
+// it gets everything the args ask for: steering level adopt with
+// LocalDNS's UDP socket adopted, the address anchor, the packet tap. Then
+// it drops each capability in turn and checks the one thing that needs it
+// breaks, so that none is spare. Needs root, CoreDNS (make bin/coredns) and
+// setpriv (util-linux).
+func TestDaemonSetCapabilities(t *testing.T) {
+	nstest.RequireRoot(t)
+	nstest.CoreDNSBinary(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) not installed: cannot run dnsstandby with the DaemonSet's capabilities")
+	}
+	m := loadManifest(t, readFile(t, daemonSetFile))
+	sc := m.container.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("no capabilities in the DaemonSet")
+	}
+	manifestCaps := sc.Capabilities.Add
+	args, err := m.expandArgs("127.0.0.1") // the metrics listener on the namespace's loopback
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
+			metricsAddr = v
+		}
+	}
+	bin := buildDNSStandby(t)
+
+	ns := nstest.New(t, "caps")
+	if err := ns.AddLink("localdns", "", "169.254.10.10/32", "169.254.10.11/32"); err != nil {
+		t.Fatal(err)
+	}
+	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: localDNSCorefile, Probe: "169.254.10.11:53"})
+
+	full := map[string]float64{
+		`dnsstandby_steer_level{level="adopt"}`:                                    1,
+		`dnsstandby_steer_group_level{group="169.254.10.11:53/udp",level="adopt"}`: 1,
+		`dnsstandby_steer_peers{group="169.254.10.11:53/udp"}`:                     1,
+		`dnsstandby_mode{mode="mirror"}`:                                           1,
+		`dnsstandby_anchor_ready`:                                                  1,
+		`dnsstandby_mirror_tap_enabled`:                                            1,
+	}
+	cases := []struct {
+		name string
+		drop []string
+		want func(r *capsRun) error
+	}{
+		{"the DaemonSet's capabilities", nil, func(r *capsRun) error { return r.expect(full) }},
+		{"without NET_BIND_SERVICE: no bind to port 53", []string{"NET_BIND_SERVICE"}, func(r *capsRun) error {
+			if !r.exited || !strings.Contains(r.output, "bind: permission denied") {
+				return fmt.Errorf("want an exit with bind: permission denied; exited %v:\n%s", r.exited, r.output)
+			}
+			return nil
+		}},
+		{"without NET_ADMIN: no anchor", []string{"NET_ADMIN"}, func(r *capsRun) error {
+			return r.expect(map[string]float64{`dnsstandby_anchor_ready`: 0, `dnsstandby_steer_level{level="adopt"}`: 1})
+		}},
+		{"without NET_RAW: no packet tap", []string{"NET_RAW"}, func(r *capsRun) error {
+			if _, ok := r.value(`dnsstandby_mirror_tap_enabled`); ok {
+				return fmt.Errorf("the tap runs")
+			}
+			return r.expect(map[string]float64{`dnsstandby_anchor_ready`: 1, `dnsstandby_steer_level{level="adopt"}`: 1})
+		}},
+		{"without SYS_PTRACE: no adopt", []string{"SYS_PTRACE"}, func(r *capsRun) error {
+			return r.expect(map[string]float64{`dnsstandby_steer_level{level="own"}`: 1, `dnsstandby_anchor_ready`: 1})
+		}},
+		{"without BPF: no steering program", []string{"BPF"}, func(r *capsRun) error {
+			return r.expect(map[string]float64{`dnsstandby_steer_level{level="off"}`: 1, `dnsstandby_anchor_ready`: 1})
+		}},
+	}
+	// Every capability the DaemonSet adds is one some case shows needed.
+	for _, c := range manifestCaps {
+		if !slices.ContainsFunc(cases, func(tc struct {
+			name string
+			drop []string
+			want func(r *capsRun) error
+		}) bool {
+			return slices.Contains(tc.drop, c)
+		}) {
+			t.Errorf("the DaemonSet adds %s, and no case shows what needs it", c)
+		}
+	}
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var caps []string
+			for _, c := range manifestCaps {
+				if !slices.Contains(tc.drop, c) {
+					caps = append(caps, c)
+				}
+			}
+			for _, c := range tc.drop {
+				if !slices.Contains(manifestCaps, c) {
+					t.Fatalf("%s is not in the DaemonSet's capabilities %q", c, manifestCaps)
+				}
+			}
+			runArgs := caseArgs(args, t.TempDir())
+			set := "-all"
+			for _, c := range caps {
+				set += ",+" + strings.ToLower(c)
+			}
+			p := nstest.Start(t, ns, setpriv, append([]string{"--bounding-set", set, "--inh-caps", set, "--no-new-privs", "--", bin}, runArgs...)...)
+			t.Cleanup(func() {
+				_ = p.Signal(syscall.SIGTERM) // detach the steering program
+				select {
+				case <-p.Done():
+				case <-time.After(10 * time.Second):
+				}
+				_ = p.Stop()
+				_ = ns.DelLink("dnsstandby") // the anchor stays by design: remove it for the next case
+			})
+			var last error
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r := &capsRun{}
+				select {
+				case <-p.Done():
+					r.exited, r.output = true, p.Output()
+				default:
+					r.metrics, last = scrape(ns, metricsAddr)
+				}
+				if r.exited || last == nil {
+					if last = tc.want(r); last == nil {
+						return
+					}
+				}
+				if r.exited || time.Now().After(deadline) {
+					t.Fatalf("with %q: %v\n%s", caps, last, p.Output())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// caseArgs adapts the DaemonSet's args to one run here: the state and the
+// admin socket in dir instead of the node's paths, and a bridge anchor (this
+// project's machines lack the dummy driver; AKS nodes have it).
+func caseArgs(args []string, dir string) []string {
+	out := make([]string, 0, len(args)+1)
+	for _, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--state-dir="):
+			a = "--state-dir=" + filepath.Join(dir, "state")
+		case strings.HasPrefix(a, "--admin-socket="):
+			a = "--admin-socket=" + filepath.Join(dir, "admin.sock")
+		}
+		out = append(out, a)
+	}
+	return append(out, "--anchor-kind=bridge", "--log-format=text")
+}
+
+// scrape reads dnsstandby's /metrics from inside ns.
+func scrape(ns *nstest.Namespace, addr string) (map[string]float64, error) {
+	client := &http.Client{
+		Timeout: 2 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+				return ns.Dial(network, "", a, 2*time.Second)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, nil
+}
