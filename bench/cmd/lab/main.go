@@ -205,8 +205,10 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 			if errs[i] != nil {
 				run.Note += "; fault error: " + errs[i].Error()
 			}
-			if note := restartNote(res, run.Events); note != "" {
-				run.Note += "; " + note
+			for _, note := range []string{warmNote(res, run.Events, down), restartNote(res, run.Events, t)} {
+				if note != "" {
+					run.Note += "; " + note
+				}
 			}
 			runs[i] = run
 		})
@@ -304,47 +306,4 @@ func startDownTracker(ctx context.Context, t *topology, start time.Time) *downTr
 func (d *downTracker) stop() []lab.Interval {
 	d.cancel()
 	return <-d.done
-}
-
-// restartNote measures a dnsstandby restart: the time from the restart
-// order to the first answer after it, and how many of the queries sent
-// once it answered again were answered (from its cache: LocalDNS and
-// kube-dns are gone in that scenario).
-func restartNote(res lab.LoadResult, evs []lab.Event) string {
-	var mark, end time.Duration = -1, 1 << 62
-	for _, e := range evs {
-		switch e.Label {
-		case restartMark:
-			mark = e.At
-		case "both back":
-			end = e.At
-		}
-	}
-	if mark < 0 {
-		return ""
-	}
-	first := time.Duration(-1)
-	for _, r := range res.Records {
-		if r.Outcome == lab.LoadUnanswered {
-			continue
-		}
-		if at := r.Sent + r.Latency; at >= mark && (first < 0 || at < first) {
-			first = at
-		}
-	}
-	if first < 0 {
-		return "restart: no answer after the restart"
-	}
-	sent, answered := 0, 0
-	for _, r := range res.Records {
-		if r.Sent < first || r.Sent >= end {
-			continue // only while dnsstandby answers alone
-		}
-		sent++
-		if r.Outcome != lab.LoadUnanswered {
-			answered++
-		}
-	}
-	return fmt.Sprintf("restart: first answer %d ms after the restart order; %d of %d queries sent after it answered (%.2f%%)",
-		(first - mark).Milliseconds(), answered, sent, 100*float64(answered)/float64(max(sent, 1)))
 }
