@@ -221,14 +221,22 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 // that resolve, and some that do not.
 func nameMix(z *nstest.Zones) []lab.LoadName {
 	var mix []lab.LoadName
-	for _, s := range z.Services {
+	perService := map[string]bool{}
+	for i, s := range z.Services {
 		mix = append(mix, lab.LoadName{FQDN: s.FQDN, Type: dns.TypeA, Rcode: dns.RcodeSuccess})
+		if i%50 == 0 { // some SRV lookups, as pods make them
+			mix = append(mix, lab.LoadName{FQDN: s.SRV, Type: dns.TypeSRV, Rcode: dns.RcodeSuccess})
+		}
+		perService[s.FQDN], perService[s.SRV] = true, true
 	}
+	// Every other case, weighed up a little: external names, NXDOMAIN,
+	// NODATA. The per-service cases are the services above: taking them
+	// all again would make the mix longer than a warm-up covers.
 	for _, c := range z.Cases {
-		if c.Large || c.Rcode == dns.RcodeRefused {
+		if c.Large || c.Rcode == dns.RcodeRefused || perService[c.Name] && (c.Type == dns.TypeA || c.Type == dns.TypeSRV) {
 			continue
 		}
-		for range 5 { // weigh external names and NXDOMAINs up a little
+		for range 5 {
 			mix = append(mix, lab.LoadName{FQDN: c.Name, Type: c.Type, Rcode: c.Rcode})
 		}
 	}

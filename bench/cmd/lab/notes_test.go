@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/dnsstandby/dnsstandby/bench/lab"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
 func TestWarmCoverage(t *testing.T) {
@@ -65,5 +68,28 @@ Nov 29 22:16:50.200000 lab-x dnsstandby[150]: not json
 	// The first process's ready line (before since) is not the new one's.
 	if rt := findRestart(lines, at("2026-11-29T22:16:51Z")); !rt.sigterm.IsZero() {
 		t.Errorf("restart found after the last line: %+v", rt)
+	}
+}
+
+// TestNameMix: the mix holds every service once and is short enough that
+// the warm-ups of double-fault and standby-restart (10 s at 2,000 qps)
+// ask every name at least twice.
+func TestNameMix(t *testing.T) {
+	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 5000})
+	mix := nameMix(zones)
+	seen := map[string]int{}
+	for _, n := range mix {
+		seen[n.FQDN+"/"+dns.TypeToString[n.Type]]++
+	}
+	for _, s := range zones.Services {
+		if seen[s.FQDN+"/A"] != 1 {
+			t.Fatalf("%s A appears %d times, want once", s.FQDN, seen[s.FQDN+"/A"])
+		}
+	}
+	if warmup := 10 * 2000; len(mix) > warmup/2 {
+		t.Errorf("mix of %d names: a 10 s warm-up at 2,000 qps asks each less than twice", len(mix))
+	}
+	if len(seen) < 5000+20 {
+		t.Errorf("only %d distinct questions", len(seen))
 	}
 }
