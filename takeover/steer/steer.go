@@ -268,10 +268,16 @@ func (s *Steerer) Leave() error {
 	if s.closed {
 		return nil
 	}
+	return s.endLocked(nil, (*group).closeObjects)
+}
+
+// endLocked marks s closed and ends every group with end, after first
+// (if any); it joins their errors.
+func (s *Steerer) endLocked(first error, end func(*group) error) error {
 	s.closed = true
-	var errs []error
+	errs := []error{first}
 	for _, name := range s.order {
-		if err := s.groups[name].closeObjects(); err != nil {
+		if err := end(s.groups[name]); err != nil {
 			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
 		}
 	}
@@ -292,21 +298,9 @@ func (s *Steerer) Close() error {
 	if s.closed {
 		return nil
 	}
-	s.closed = true
-	var errs []error
 	// First make the programs inert, in case a detach below fails.
 	s.cfg.Mode = Hash
-	if err := s.writeConfigLocked(); err != nil {
-		errs = append(errs, err)
-	}
-	for _, name := range s.order {
-		if err := s.groups[name].close(); err != nil {
-			errs = append(errs, fmt.Errorf("group %s: %w", name, err))
-		}
-	}
-	s.groups = map[string]*group{}
-	s.order = nil
-	return errors.Join(errs...)
+	return s.endLocked(s.writeConfigLocked(), (*group).close)
 }
 
 // monotonicNow reads CLOCK_MONOTONIC, the clock bpf_ktime_get_ns reads.
