@@ -154,10 +154,22 @@ func parseRunFlags(args []string, stdout io.Writer) (*runOptions, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o.set = make(map[string]bool)
-	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	if err := applyEnv(fs, o.set); err != nil {
+		return nil, err
+	}
+	if len(o.listen) == 0 {
+		o.listen = addrPorts{netip.MustParseAddrPort("169.254.10.11:53")}
+	}
+	return o, o.check()
+}
+
+// applyEnv sets each flag of the parsed fs not given on the command line
+// from DNSSTANDBY_<NAME>, and records in set every flag given either way.
+func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
-		if o.set[f.Name] || envErr != nil {
+		if set[f.Name] || envErr != nil {
 			return
 		}
 		key := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -169,15 +181,9 @@ func parseRunFlags(args []string, stdout io.Writer) (*runOptions, error) {
 			envErr = fmt.Errorf("%s=%q: %w", key, v, err)
 			return
 		}
-		o.set[f.Name] = true
+		set[f.Name] = true
 	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	if len(o.listen) == 0 {
-		o.listen = addrPorts{netip.MustParseAddrPort("169.254.10.11:53")}
-	}
-	return o, o.check()
+	return envErr
 }
 
 // check rejects values no component would accept, with the flag's name.
