@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,14 @@ func TestGuestReapsDeadRun(t *testing.T) {
 	if pid == 0 {
 		t.Fatalf("the child never reported its guest booted: %v", lines.Err())
 	}
+	// Every boot reaps dead guests (under the lock): hold it, so that no
+	// guest booting meanwhile, in this test binary or another, reaps ours
+	// before we have seen what it left.
+	unlock, err := lab.GuestLock()
+	guestTestMust(t, err)
+	var once sync.Once
+	release := func() { once.Do(unlock) }
+	t.Cleanup(release) // also when the test fails below
 	guestTestMust(t, cmd.Process.Kill())
 	cmd.Wait()
 
@@ -83,6 +92,7 @@ func TestGuestReapsDeadRun(t *testing.T) {
 			t.Fatalf("%s is not there: the dead run left nothing to reap?", p)
 		}
 	}
+	release()
 
 	g, err := lab.BootGuest(t.Context(), lab.GuestConfig{Name: name + "2"})
 	guestTestMust(t, err)
