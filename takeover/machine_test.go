@@ -2,6 +2,7 @@ package takeover
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,54 @@ func TestMachineConfigValidate(t *testing.T) {
 	for _, c := range []MachineConfig{{HungAfter: 0, HealthyProbes: 5}, {HungAfter: 3, HealthyProbes: 0}, {HungAfter: 3, HealthyProbes: 1, HealthyFor: -time.Second}} {
 		if _, err := NewMachine(c, time.Now(), true); err == nil {
 			t.Errorf("config %+v accepted", c)
+		}
+	}
+}
+
+// TestPossibleTransitions drives the Machine with random inputs, long
+// enough to reach every mode change many times, and checks that the
+// changes it makes are exactly possibleTransitions, whose counters the
+// metrics start at zero.
+func TestPossibleTransitions(t *testing.T) {
+	key := func(tr Transition) string { return tr.From.String() + ">" + tr.To.String() + ":" + string(tr.Reason) }
+	want := map[string]bool{}
+	for _, tr := range possibleTransitions {
+		want[key(tr)] = true
+	}
+	seen := map[string]bool{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for walk := range 200 {
+		now := time.Unix(0, 0)
+		m, err := NewMachine(DefaultMachineConfig(), now, walk%2 == 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 500 {
+			now = now.Add(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+			var tr *Transition
+			switch r := rng.IntN(20); {
+			case r < 1:
+				tr = m.PeerBound(now, rng.IntN(2) == 0)
+			case r < 2:
+				tr = m.OperatorHold(now, time.Duration(rng.IntN(2))*3*time.Second)
+			case r < 3:
+				tr = m.OperatorRelease(now)
+			case r < 4:
+				tr = m.Tick(now)
+			default: // probes, mostly passing
+				tr = m.ProbeResult(now, rng.IntN(4) != 0)
+			}
+			if tr != nil {
+				if !want[key(*tr)] {
+					t.Fatalf("transition %s is not in possibleTransitions", key(*tr))
+				}
+				seen[key(*tr)] = true
+			}
+		}
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("possibleTransitions lists %s, which the Machine never made", k)
 		}
 	}
 }

@@ -21,9 +21,29 @@ type stats struct {
 	durations *prometheus.HistogramVec // time spent in hold and takeover
 }
 
+// possibleTransitions are every mode change the Machine can make, as
+// (from, to, reason); TestPossibleTransitions holds the list to the
+// Machine. Their counters start at zero, so that increase() over them
+// sees the first change too, not only the ones after it.
+var possibleTransitions = []Transition{
+	{From: Mirror, To: Takeover, Reason: ReasonPeerExit},
+	{From: Mirror, To: Hold, Reason: ReasonPeerHung},
+	{From: Mirror, To: Hold, Reason: ReasonOperator},
+	{From: Hold, To: Takeover, Reason: ReasonPeerExit},
+	{From: Hold, To: Takeover, Reason: ReasonOperatorRelease},
+	{From: Hold, To: Mirror, Reason: ReasonPeerHealthy},
+	{From: Hold, To: Mirror, Reason: ReasonOperatorRelease},
+	{From: Takeover, To: Hold, Reason: ReasonPeerRestarted},
+	{From: Takeover, To: Hold, Reason: ReasonOperator},
+}
+
 func newStats() *stats {
+	transitions := map[[3]string]uint64{}
+	for _, tr := range possibleTransitions {
+		transitions[[3]string{tr.From.String(), tr.To.String(), string(tr.Reason)}] = 0
+	}
 	return &stats{
-		transitions: map[[3]string]uint64{},
+		transitions: transitions,
 		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dnsstandby_mode_duration_seconds",
 			Help:    "How long each stretch of hold or takeover lasted.",
