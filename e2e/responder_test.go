@@ -262,6 +262,14 @@ func TestSteeringAdopt(t *testing.T) {
 	if who := l.askMany(t, 300); who["localdns-pod"] != 300 {
 		t.Fatalf("healthy LocalDNS: answers by NSID %v, want all 300 from localdns-pod", who)
 	}
+	// The probes reach LocalDNS (the program routes their port to it) and
+	// their round trip is recorded.
+	for deadline := time.Now().Add(3 * time.Second); l.metric(t, s, `dnsstandby_peer_probe_duration_seconds_count`) < 1; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_, body, _ := l.get(s, "/metrics")
+			t.Fatalf("no answered probe of LocalDNS recorded:\n%s", grepLines(body, "dnsstandby_peer_probe"))
+		}
+	}
 	must(t, ref.Stop())
 	if who := l.askMany(t, 300); who["dnsstandby"] != 300 {
 		t.Fatalf("LocalDNS killed: answers by NSID %v, want all 300 from dnsstandby", who)

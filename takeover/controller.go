@@ -327,7 +327,7 @@ func (c *Controller) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.stats.probe(res.OK)
+			c.stats.probe(res.OK, res.RTT)
 			c.mu.Lock()
 			c.lastProb = res
 			c.mu.Unlock()

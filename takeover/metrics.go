@@ -3,6 +3,7 @@ package takeover
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,6 +20,7 @@ type stats struct {
 	transitions map[[3]string]uint64
 
 	durations *prometheus.HistogramVec // time spent in hold and takeover
+	probeRTT  prometheus.Histogram     // answered probes of LocalDNS
 }
 
 // possibleTransitions are every mode change the Machine can make, as
@@ -49,14 +51,21 @@ func newStats() *stats {
 			Help:    "How long each stretch of hold or takeover lasted.",
 			Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600},
 		}, []string{"mode"}),
+		probeRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dnsstandby_peer_probe_duration_seconds",
+			Help: "Round-trip time of the probes of LocalDNS it answered: a LocalDNS slowing down shows here before it fails them.",
+			// From a healthy loopback answer to the probe timeout (300 ms).
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3},
+		}),
 	}
 }
 
 func (s *stats) setMode(m Mode) { s.mode.Store(int32(m)) }
 
-func (s *stats) probe(ok bool) {
+func (s *stats) probe(ok bool, rtt time.Duration) {
 	if ok {
 		s.probeOK.Add(1)
+		s.probeRTT.Observe(rtt.Seconds())
 	} else {
 		s.probeFail.Add(1)
 	}
@@ -105,6 +114,7 @@ func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	c.stats.durations.Describe(ch)
+	c.stats.probeRTT.Describe(ch)
 	c.steer.Describe(ch) // dnsstandby_steer_*
 	if c.anchor != nil {
 		c.anchor.Describe(ch) // dnsstandby_anchor_*
@@ -155,6 +165,7 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAdopted, prometheus.GaugeValue, float64(adopted))
 	ch <- prometheus.MustNewConstMetric(descAdoptErrors, prometheus.CounterValue, float64(s.adoptErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descHeartbeatErrors, prometheus.CounterValue, float64(s.heartbeatErrors.Load()))
+	s.probeRTT.Collect(ch)
 	c.steer.Collect(ch)
 	if c.anchor != nil {
 		c.anchor.Collect(ch)
