@@ -183,7 +183,11 @@ func steeringResult(d daemonFacts) (Result, bool) {
 	var adopted, missing []string
 	for _, g := range groups {
 		n := st.Peer.Adopted[g]
-		adopted = append(adopted, fmt.Sprintf("%s %d", g, n))
+		a := fmt.Sprintf("%s %d", g, n)
+		if u := st.Peer.Unadoptable[g]; u > 0 {
+			a += fmt.Sprintf(" (%d more MPTCP, not adoptable: hashed in mirror)", u)
+		}
+		adopted = append(adopted, a)
 		if n == 0 && strings.HasSuffix(g, "/udp") && st.Peer.Bound {
 			missing = append(missing, g)
 		}

@@ -115,7 +115,8 @@ type Controller struct {
 	mu       sync.Mutex // guards following
 	machine  *Machine
 	peer     peer.State
-	adopted  map[string][]uint64 // group -> peer socket inodes in its map
+	adopted  map[string][]uint64 // group -> peer socket inodes handled: in its map, or MPTCP
+	mptcp    map[string]int      // group -> how many of those are MPTCP, so not in the map
 	lastProb peer.ProbeResult
 	closed   bool
 	safe     int8 // last OnMirrorSafe value told: -1 none yet, 0 false, 1 true
@@ -138,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 	if cfg.Healthy == nil {
 		cfg.Healthy = func() error { return nil }
 	}
-	c = &Controller{cfg: cfg, log: cfg.Logger, ops: make(chan operatorCmd), adopted: map[string][]uint64{}, stats: newStats(), safe: -1}
+	c = &Controller{cfg: cfg, log: cfg.Logger, ops: make(chan operatorCmd), adopted: map[string][]uint64{}, mptcp: map[string]int{}, stats: newStats(), safe: -1}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -452,6 +453,7 @@ func (c *Controller) adopt(st peer.State) {
 			c.log.Warn("steering: clear peers", "group", g, "err", err.Error())
 		}
 		var done []uint64
+		mptcp := 0
 		for _, ps := range socks {
 			if ps.PID == 0 {
 				continue
@@ -480,6 +482,7 @@ func (c *Controller) adopt(st peer.State) {
 				// node enables it; such a socket cannot be in a socket map,
 				// now or on the next try: this TCP group hashes in mirror.
 				c.log.Warn("LocalDNS's TCP listener is MPTCP and cannot be steered to; its TCP group shares by hash in mirror", "group", g)
+				mptcp++ // handled: not tried again until the sockets change
 			case err != nil:
 				c.stats.adoptErrors.Add(1)
 				c.log.Warn("cannot adopt LocalDNS socket", "group", g, "err", err.Error())
@@ -488,7 +491,7 @@ func (c *Controller) adopt(st peer.State) {
 			done = append(done, ps.Inode)
 		}
 		c.mu.Lock()
-		c.adopted[g] = done
+		c.adopted[g], c.mptcp[g] = done, mptcp
 		c.mu.Unlock()
 	}
 }
@@ -534,6 +537,9 @@ type Status struct {
 			Error string  `json:"error,omitempty"`
 		} `json:"last_probe"`
 		Adopted map[string]int `json:"adopted"`
+		// Unadoptable counts LocalDNS sockets no socket map takes (MPTCP
+		// listeners): such a group hashes in mirror.
+		Unadoptable map[string]int `json:"unadoptable,omitempty"`
 	} `json:"peer"`
 	AnchorReady *bool   `json:"anchor_ready,omitempty"`
 	Events      []Event `json:"events"`
@@ -556,7 +562,13 @@ func (c *Controller) Status() any {
 	}
 	s.Peer.Adopted = map[string]int{}
 	for g, in := range c.adopted {
-		s.Peer.Adopted[g] = len(in)
+		s.Peer.Adopted[g] = len(in) - c.mptcp[g]
+		if c.mptcp[g] > 0 {
+			if s.Peer.Unadoptable == nil {
+				s.Peer.Unadoptable = map[string]int{}
+			}
+			s.Peer.Unadoptable[g] = c.mptcp[g]
+		}
 	}
 	c.mu.Unlock()
 	s.Mode, s.Reason, s.Since, s.Holding = mode.String(), string(reason), since, holding

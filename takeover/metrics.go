@@ -157,8 +157,8 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	sockets := len(c.peer.Sockets)
 	adopted := 0
-	for _, in := range c.adopted {
-		adopted += len(in)
+	for g, in := range c.adopted {
+		adopted += len(in) - c.mptcp[g]
 	}
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descPeerSockets, prometheus.GaugeValue, float64(sockets))

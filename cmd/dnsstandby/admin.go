@@ -87,7 +87,11 @@ func printStatus(w io.Writer, st *takeover.Status) {
 		fmt.Fprintf(w, "anchor:    ready=%v\n", *st.AnchorReady)
 	}
 	p := st.Peer
-	fmt.Fprintf(w, "localdns:  bound=%v sockets=%d adopted=%v last probe ok=%v", p.Bound, len(p.Sockets), p.Adopted, p.LastProbe.OK)
+	fmt.Fprintf(w, "localdns:  bound=%v sockets=%d adopted=%v", p.Bound, len(p.Sockets), p.Adopted)
+	if len(p.Unadoptable) > 0 {
+		fmt.Fprintf(w, " unadoptable(MPTCP)=%v", p.Unadoptable)
+	}
+	fmt.Fprintf(w, " last probe ok=%v", p.LastProbe.OK)
 	if p.LastProbe.Error != "" {
 		fmt.Fprintf(w, " (%s)", p.LastProbe.Error)
 	}

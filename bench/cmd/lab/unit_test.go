@@ -107,7 +107,8 @@ func TestUnitReadyRestartWatchdog(t *testing.T) {
 				Level string `json:"level"`
 			} `json:"steering"`
 			Peer struct {
-				Adopted map[string]int `json:"adopted"`
+				Adopted     map[string]int `json:"adopted"`
+				Unadoptable map[string]int `json:"unadoptable"`
 			} `json:"peer"`
 			AnchorReady *bool `json:"anchor_ready"`
 		}
@@ -117,6 +118,16 @@ func TestUnitReadyRestartWatchdog(t *testing.T) {
 		if st.Steering.Level != "adopt" || st.AnchorReady == nil || !*st.AnchorReady || st.Peer.Adopted[localDNS+":53/udp"] == 0 {
 			t.Errorf("right after READY: steering %q, anchor ready %v, adopted %v, want adopt, true, LocalDNS's UDP socket",
 				st.Steering.Level, st.AnchorReady, st.Peer.Adopted)
+		}
+		// LocalDNS's TCP listener is handled either way: adopted, or (a
+		// CoreDNS built with Go ≥ 1.24 where the kernel enables MPTCP)
+		// reported as not adoptable rather than as adopted.
+		tcp := localDNS + ":53/tcp"
+		if st.Peer.Adopted[tcp]+st.Peer.Unadoptable[tcp] != 1 {
+			t.Errorf("LocalDNS's TCP listener: adopted %d, unadoptable %d, want one of them 1", st.Peer.Adopted[tcp], st.Peer.Unadoptable[tcp])
+		}
+		if mptcp, _ := g.Exec(ctx, "cat", "/proc/sys/net/mptcp/enabled"); strings.TrimSpace(mptcp) == "1" && st.Peer.Unadoptable[tcp] != 1 {
+			t.Errorf("MPTCP is on, yet LocalDNS's TCP listener is not reported unadoptable: %+v", st.Peer)
 		}
 		if addrs, err := g.Exec(ctx, "ip", "-o", "addr", "show", "dev", "dnsstandby"); err != nil || !strings.Contains(addrs, localDNS+"/32") {
 			t.Errorf("anchor link: %q %v", addrs, err)
