@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -108,5 +109,25 @@ func TestSystemdUnitSettings(t *testing.T) {
 	}
 	if !strings.Contains(SystemdDefaults, `DNSSTANDBY_OPTS="`) {
 		t.Errorf("dnsstandby.default sets no DNSSTANDBY_OPTS:\n%s", SystemdDefaults)
+	}
+}
+
+// TestSystemdDefaultsArgs: the options dnsstandby.default gives are ones
+// `dnsstandby run` accepts, split on white space as systemd splits
+// $DNSSTANDBY_OPTS.
+func TestSystemdDefaultsArgs(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^DNSSTANDBY_OPTS="([^"]*)"$`).FindStringSubmatch(SystemdDefaults)
+	if m == nil {
+		t.Fatalf("no DNSSTANDBY_OPTS=\"...\" line in dnsstandby.default:\n%s", SystemdDefaults)
+	}
+	opts := strings.Fields(m[1])
+	if len(opts) == 0 || !slices.Contains(opts, "--upstream") {
+		t.Fatalf("DNSSTANDBY_OPTS %q: want at least --upstream", m[1])
+	}
+	bin := buildDNSStandby(t)
+	cmd := exec.Command(bin, append(append([]string{"run"}, opts...), "-h")...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("dnsstandby run %s -h: %v\n%s", m[1], err, out)
 	}
 }
