@@ -641,8 +641,8 @@ func (m *manifest) expandArgs(hostIP string) ([]string, error) {
 }
 
 // TestDaemonSetArgs runs the real binary: every flag in the container's
-// args is one `dnsstandby run -h` lists, and `dnsstandby run ARGS -h`
-// accepts their values.
+// args is one `dnsstandby run -h` lists, and `dnsstandby run ARGS
+// --validate` accepts their values.
 func TestDaemonSetArgs(t *testing.T) {
 	m := loadManifest(t, readFile(t, daemonSetFile))
 	bin := buildDNSStandby(t)
@@ -674,15 +674,18 @@ func TestDaemonSetArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append(expanded, "-h")...)
+	cmd := exec.Command(bin, append(expanded, "--validate")...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no DNSSTANDBY_* from the test's environment
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("dnsstandby %s -h: %v\n%s", strings.Join(expanded, " "), err, out)
+		t.Errorf("dnsstandby %s --validate: %v\n%s", strings.Join(expanded, " "), err, out)
 	}
-	// The same check rejects a bad value, so it is not vacuous.
-	bad := append(slices.Clone(expanded), "--probe-interval=often", "-h")
-	if out, err := exec.Command(bin, bad...).CombinedOutput(); err == nil {
-		t.Errorf("a bad --probe-interval was accepted:\n%s", out)
+	// The same check rejects bad values, typed or checked after parsing,
+	// so it is not vacuous.
+	for _, wrong := range []string{"--probe-interval=often", "--mirror=tapz", "--upstream=169.254.10.11:53"} {
+		bad := append(slices.Clone(expanded), wrong, "--validate")
+		if out, err := exec.Command(bin, bad...).CombinedOutput(); err == nil {
+			t.Errorf("%s was accepted:\n%s", wrong, out)
+		}
 	}
 }
 

@@ -125,9 +125,9 @@ func TestSystemdDefaultsArgs(t *testing.T) {
 		t.Fatalf("DNSSTANDBY_OPTS %q: want at least --upstream", m[1])
 	}
 	bin := buildDNSStandby(t)
-	cmd := exec.Command(bin, append(append([]string{"run"}, opts...), "-h")...)
+	cmd := exec.Command(bin, append(append([]string{"run"}, opts...), "--validate")...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("dnsstandby run %s -h: %v\n%s", m[1], err, out)
+		t.Errorf("dnsstandby run %s --validate: %v\n%s", m[1], err, out)
 	}
 }

@@ -29,6 +29,7 @@ type runOptions struct {
 	upstream    addrPorts // where misses go, tried in order
 	corefile    string    // LocalDNS Corefile to take upstreams and cache policy from
 	metricsAddr string    // HTTP: /metrics, /healthz, /readyz
+	validate    bool      // check the options and exit
 
 	cacheEntries int
 	cacheBytes   byteSize
@@ -132,6 +133,7 @@ func newRunFlags() (*flag.FlagSet, *runOptions) {
 	fs.DurationVar(&o.snapshotInterval, "snapshot-interval", time.Minute, "how often the cache snapshot is written")
 
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 5*time.Second, "on SIGTERM, how long queries in flight may take to finish")
+	fs.BoolVar(&o.validate, "validate", false, "check the options (and the Corefile) and exit: 0 if dnsstandby would start with them, 2 if not")
 	fs.StringVar(&o.logFormat, "log-format", "json", "json or text")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	return fs, o

@@ -50,6 +50,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
 		return exitUsage
 	}
+	if o.validate {
+		fmt.Fprintln(stdout, "dnsstandby run: options valid")
+		return exitOK
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, o, pl, log); err != nil {

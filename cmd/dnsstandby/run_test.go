@@ -42,6 +42,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{"stray argument", []string{"run", "--upstream", "10.0.0.10", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
 		{"bad steering", []string{"run", "--upstream", "10.0.0.10", "--steering", "full"}, nil, exitUsage, "--steering"},
 		{"bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "dnstap:"}, nil, exitUsage, "--mirror"},
+		{"validate finds a bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "tapz", "--validate"}, nil, exitUsage, "--mirror"},
+		{"validate finds a loop", []string{"run", "--upstream", "169.254.10.11", "--validate"}, nil, exitUsage, "would loop"},
 		{"hold with a bad duration", []string{"hold", "--for", "soon"}, nil, exitUsage, "invalid value"},
 		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
@@ -63,6 +65,19 @@ func TestCommandLineErrors(t *testing.T) {
 				t.Fatalf("error is not one line: %q", out)
 			}
 		})
+	}
+}
+
+// TestValidate: --validate checks everything that does not touch the
+// node, says so, and exits 0 without serving.
+func TestValidate(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"run", "--listen", "127.0.0.153:53", "--upstream", "10.0.0.10", "--steering", "adopt", "--mirror", "tap", "--validate"}
+	if code := dispatch(args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "options valid") {
+		t.Errorf("stdout %q does not say the options are valid", stdout.String())
 	}
 }
 
