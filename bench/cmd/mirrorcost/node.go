@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
 	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 	"github.com/dnsstandby/dnsstandby/bench/internal/promtext"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
@@ -72,8 +72,8 @@ func newNode(o *options) (n *node, close func() error, err error) {
 	fail := func(err error) (*node, func() error, error) {
 		return nil, nil, errors.Join(err, close())
 	}
-	if n.scratch, err = os.MkdirTemp(scratchParent(), "bench-mirror-"); err != nil {
-		return fail(fmt.Errorf("scratch directory: %w", err))
+	if n.scratch, err = dnsperf.ScratchDir("bench-mirror-"); err != nil {
+		return fail(err)
 	}
 	host, _, _ := strings.Cut(listenAddr, ":")
 	if err := ns.AddLink(anchorLink, "bridge", host+"/32"); err != nil {
@@ -83,33 +83,13 @@ func newNode(o *options) (n *node, close func() error, err error) {
 	for _, s := range zones.Services {
 		n.names = append(n.names, s.FQDN)
 	}
-	if err := n.writeQueryFile(); err != nil {
+	if n.queryFile, err = dnsperf.WriteQueryFile(n.scratch, n.names); err != nil {
 		return fail(err)
 	}
 	if err := n.startUpstream(zones); err != nil {
 		return fail(err)
 	}
 	return n, close, nil
-}
-
-// scratchParent prefers a tmpfs, so that dnsperf's output is no disk I/O.
-func scratchParent() string {
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
-}
-
-func (n *node) writeQueryFile() error {
-	n.queryFile = filepath.Join(n.scratch, "queries.txt")
-	var b strings.Builder
-	for _, name := range n.names {
-		fmt.Fprintf(&b, "%s A\n", name)
-	}
-	if err := os.WriteFile(n.queryFile, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("query file: %w", err)
-	}
-	return nil
 }
 
 // startUpstream runs the authoritative CoreDNS serving cluster.local on the

@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
 	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
@@ -65,8 +65,8 @@ func newLab(coredns string, names, upstreamCPU int) (l *lab, close func() error,
 	fail := func(err error) (*lab, func() error, error) {
 		return nil, nil, errors.Join(err, close())
 	}
-	if l.scratch, err = os.MkdirTemp(scratchParent(), "bench-peers-"); err != nil {
-		return fail(fmt.Errorf("scratch directory: %w", err))
+	if l.scratch, err = dnsperf.ScratchDir("bench-peers-"); err != nil {
+		return fail(err)
 	}
 	l.metrics = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -78,34 +78,13 @@ func newLab(coredns string, names, upstreamCPU int) (l *lab, close func() error,
 	for _, s := range zones.Services {
 		l.names = append(l.names, s.FQDN)
 	}
-	if err := l.writeQueryFile(); err != nil {
+	if l.queryFile, err = dnsperf.WriteQueryFile(l.scratch, l.names); err != nil {
 		return fail(err)
 	}
 	if err := l.startUpstream(coredns, zones, upstreamCPU); err != nil {
 		return fail(err)
 	}
 	return l, close, nil
-}
-
-// scratchParent prefers a tmpfs: a full-rate dnsperf -v run writes about
-// 100 MB of answer lines, which should not become disk I/O mid-measurement.
-func scratchParent() string {
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
-}
-
-func (l *lab) writeQueryFile() error {
-	l.queryFile = filepath.Join(l.scratch, "queries.txt")
-	var b strings.Builder
-	for _, n := range l.names {
-		fmt.Fprintf(&b, "%s A\n", n)
-	}
-	if err := os.WriteFile(l.queryFile, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("query file: %w", err)
-	}
-	return nil
 }
 
 // startUpstream runs the authoritative CoreDNS serving cluster.local, with
