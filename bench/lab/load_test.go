@@ -72,6 +72,21 @@ func newLoadTestBed(t *testing.T) *loadTestBed {
 	return &loadTestBed{pod: pod, responder: cmd}
 }
 
+// waitSilent returns once a query to the responder goes unanswered.
+func (b *loadTestBed) waitSilent(t *testing.T) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion("silent.lab.test.", dns.TypeA)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := b.pod.Exchange("udp", "", loadTestServer.String(), q, 100*time.Millisecond); err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("test responder still answering 5 s after SIGUSR1")
+		}
+	}
+}
+
 func (b *loadTestBed) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	if err := b.responder.Process.Signal(sig); err != nil {
@@ -363,13 +378,17 @@ func testLoadThreeSideBySide(t *testing.T, bed *loadTestBed) {
 // returns at once, marked aborted.
 func testLoadAbort(t *testing.T, bed *loadTestBed) {
 	names, _ := loadTestNames()
+	// Nothing is answered from the load's first query on: every query stays
+	// in flight. The signal is handled asynchronously, so wait for a query
+	// to go unanswered before starting.
+	bed.signal(t, syscall.SIGUSR1)
+	defer bed.signal(t, syscall.SIGUSR2)
+	bed.waitSilent(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	l, err := StartLoad(ctx, LoadConfig{NS: bed.pod, Server: loadTestServer, Names: names})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bed.signal(t, syscall.SIGUSR1) // nothing is answered: every query stays in flight
-	defer bed.signal(t, syscall.SIGUSR2)
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	began := time.Now()
