@@ -78,6 +78,13 @@ func (s Stats) RejectedTotal() uint64 {
 // Stats returns the receiver's counters.
 func (r *Receiver) Stats() Stats {
 	st := &r.stats
+	// Disconnects first: a connection counts everything else before its
+	// disconnect (conn.finish), so a snapshot that sees a disconnect sees
+	// the counts that came with it.
+	disconnects := make(map[string]uint64, numCauses)
+	for c := range numCauses {
+		disconnects[c.String()] = st.disconnects[c].Load()
+	}
 	s := Stats{
 		Accepted: st.accepted.Load(),
 		Rejected: map[string]uint64{
@@ -89,15 +96,12 @@ func (r *Receiver) Stats() Stats {
 		},
 		Connections:      int(st.open.Load()),
 		ConnectionsTotal: st.conns.Load(),
-		Disconnects:      make(map[string]uint64, numCauses),
+		Disconnects:      disconnects,
 	}
 	for i := range st.cacheRejects {
 		if n := st.cacheRejects[i].Load(); n > 0 {
 			s.Rejected[cache.Reason(i).String()] += n
 		}
-	}
-	for c := range numCauses {
-		s.Disconnects[c.String()] = st.disconnects[c].Load()
 	}
 	return s
 }
