@@ -221,7 +221,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 		}
 	}
 
-	must(t, l.kubeDNS.Signal(syscall.SIGSTOP))
+	must(t, l.kubeDNS.Freeze())
 	t.Run("kube-dns hung", func(t *testing.T) { check(t, "hung") })
 	must(t, l.kubeDNS.Signal(syscall.SIGCONT))
 	nstest.Run(t, l.node, "ip", "link", "set", "to-kubedns", "down")
@@ -437,7 +437,7 @@ func rss(t *testing.T, pid int) int64 {
 func TestSIGTERMFinishesInflight(t *testing.T) {
 	l := newLab(t)
 	s := l.startStandby(t, "--shutdown-timeout", "3s")
-	must(t, l.kubeDNS.Signal(syscall.SIGSTOP)) // the query will wait upstream
+	must(t, l.kubeDNS.Freeze()) // the query will wait upstream
 	answered := make(chan *dns.Msg, 1)
 	go func() {
 		r, err := l.node.Exchange("udp", "", standbyAddr, svcQuery(l.zones.Services[7].FQDN), 5*time.Second)

@@ -98,11 +98,33 @@ func TestKubeDNS(t *testing.T) {
 		t.Run("truncation", func(t *testing.T) { testTruncation(t, l) })
 		t.Run("dig", func(t *testing.T) { testDig(t, l) })
 		t.Run("resolv.conf", func(t *testing.T) { testResolvConf(t, l) })
+		t.Run("freeze", func(t *testing.T) { testFreeze(t, l) })
 	})
 	if t.Failed() {
 		return
 	}
 	checkGone(t, names, links, inodes, pid)
+}
+
+// testFreeze: once Freeze returns, every thread of CoreDNS is stopped and
+// a query goes unanswered; after SIGCONT CoreDNS answers again.
+func testFreeze(t *testing.T, l *lab) {
+	q := l.zones.Cases[0].Question()
+	must(t, l.coredns.Freeze())
+	frozen := true
+	defer func() {
+		if frozen {
+			l.coredns.Signal(syscall.SIGCONT)
+		}
+	}()
+	if r, err := l.node.Exchange("udp", "", dnsAddr, q, 300*time.Millisecond); err == nil {
+		t.Errorf("frozen CoreDNS answered: %v", r)
+	}
+	must(t, l.coredns.Signal(syscall.SIGCONT))
+	frozen = false
+	if _, err := l.node.Exchange("udp", "", dnsAddr, q, timeout); err != nil {
+		t.Errorf("after SIGCONT: %v", err)
+	}
 }
 
 // testGoClient asks every case over UDP from the node's address, so both

@@ -29,6 +29,9 @@ const (
 	// tail): enough for a failing CoreDNS's start-up and last errors, bounded
 	// for one that logs every query.
 	outputLimit = 256 << 10
+	// freezeTimeout bounds the wait for a SIGSTOPped process's threads to
+	// stop; they need milliseconds, even on a loaded machine.
+	freezeTimeout = 5 * time.Second
 )
 
 // ipCommand finds the `ip` binary once; root's PATH has it, a sudo'ed test
@@ -141,6 +144,53 @@ func (p *Process) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("signal %s: %w", p, err)
 	}
 	return nil
+}
+
+// Freeze stops the process with SIGSTOP and returns once every thread of
+// it is stopped. kill(2) returns before that: the kernel wakes one thread to
+// start the group stop, and until it has run, another thread woken by a
+// packet can still answer it.
+func (p *Process) Freeze() error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	pid := p.Pid()
+	for deadline := time.Now().Add(freezeTimeout); ; {
+		running, err := runningThreads(pid)
+		if err != nil {
+			return fmt.Errorf("freeze %s: %w", p, err)
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("freeze %s: %d threads not stopped %v after SIGSTOP", p, running, freezeTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of process pid not in the stopped
+// state.
+func runningThreads(pid int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		// The state follows the parenthesised command name, which may
+		// itself hold spaces and parentheses.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) == 0 || (fields[0] != "T" && fields[0] != "t") {
+			running++
+		}
+	}
+	return running, nil
 }
 
 // Done is closed once the process has exited and been reaped.
