@@ -3,7 +3,11 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: test fmt-check vet fuzz bench bench-peers bench-mirror lab
+.PHONY: build test fmt-check vet fuzz bench bench-peers bench-mirror lab
+
+## build: bin/dnsstandby, stamped with its commit (see `dnsstandby version`)
+build:
+	$(GO) build -buildvcs=auto -o bin/dnsstandby ./cmd/dnsstandby
 
 ## test: gofmt check, go vet, and every test with the race detector
 ## (integration tests run CoreDNS from bin/coredns, so it is built first)

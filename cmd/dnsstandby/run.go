@@ -228,6 +228,8 @@ func applyCorefileCache(p *plan, cc *corefile.Cache) {
 // run starts everything, waits for ctx, and shuts down in order: stop
 // reading, finish what is in flight, close.
 func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
+	ver := readBuildVersion()
+	log.Info("dnsstandby starting", "version", ver.Version, "revision", ver.revision(), "go", ver.GoVersion)
 	var wg sync.WaitGroup
 	bg, cancelBG := context.WithCancel(context.Background())
 	defer func() { cancelBG(); wg.Wait() }()
@@ -253,7 +255,7 @@ func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), c)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), ver.collector(), c)
 
 	var groups []*upstream.Group
 	defer func() {

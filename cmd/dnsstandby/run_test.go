@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -294,6 +295,7 @@ func TestRunServesAndStops(t *testing.T) {
 		`dnsstandby_queries_total{source="cache"} 1`,
 		`dnsstandby_cache_entries 1`,
 		`dnsstandby_upstream_requests_total{`,
+		`dnsstandby_build_info{goversion="` + runtime.Version() + `",`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
