@@ -879,13 +879,22 @@ var alertCases = []alertCase{
 	{"DNSStandbyMirrorTapDrops", "drops", []promSeries{{`dnsstandby_mirror_tap_drops_total{` + node + `}`, "0 0 0 5 5 5"}}, "5m",
 		[]map[string]string{instanceOnly()}},
 	{"DNSStandbyMirrorTapDrops", "no drops", []promSeries{{`dnsstandby_mirror_tap_drops_total{` + node + `}`, "0x5"}}, "5m", nil},
-	{"DNSStandbySteeringBelowAdopt", "own", []promSeries{
+	{"DNSStandbySteeringBelowAdopt", "own, adopt wanted", []promSeries{
 		{`dnsstandby_steer_level{` + node + `,level="adopt"}`, "0x10"},
 		{`dnsstandby_steer_level{` + node + `,level="own"}`, "1x10"},
+		{`dnsstandby_steer_level_wanted{` + node + `,level="adopt"}`, "1x10"},
+		{`dnsstandby_steer_level_wanted{` + node + `,level="own"}`, "0x10"},
 	}, "6m", []map[string]string{nodeLabels("level", "adopt")}},
 	{"DNSStandbySteeringBelowAdopt", "adopt", []promSeries{
 		{`dnsstandby_steer_level{` + node + `,level="adopt"}`, "1x10"},
 		{`dnsstandby_steer_level{` + node + `,level="own"}`, "0x10"},
+		{`dnsstandby_steer_level_wanted{` + node + `,level="adopt"}`, "1x10"},
+	}, "6m", nil},
+	{"DNSStandbySteeringBelowAdopt", "own, own wanted", []promSeries{
+		{`dnsstandby_steer_level{` + node + `,level="adopt"}`, "0x10"},
+		{`dnsstandby_steer_level{` + node + `,level="own"}`, "1x10"},
+		{`dnsstandby_steer_level_wanted{` + node + `,level="adopt"}`, "0x10"},
+		{`dnsstandby_steer_level_wanted{` + node + `,level="own"}`, "1x10"},
 	}, "6m", nil},
 	{"DNSStandbyPeerNotAdopted", "no UDP peer", []promSeries{
 		{`dnsstandby_mode{` + node + `,mode="mirror"}`, "1x10"},

@@ -14,6 +14,11 @@ var (
 	// levelDesc is 1 for the steering level in use, 0 for the others.
 	levelDesc = prometheus.NewDesc("dnsstandby_steer_level",
 		"Steering level in use (1) among off, own and adopt.", []string{"level"}, nil)
+	// wantedDesc is 1 for the highest level asked for (--steering; auto
+	// asks for adopt), so that an alert can compare it with the level in
+	// use whatever level a node is deployed with.
+	wantedDesc = prometheus.NewDesc("dnsstandby_steer_level_wanted",
+		"Highest steering level asked for (1) among off, own and adopt; auto asks for adopt.", []string{"level"}, nil)
 	// modeDesc is 1 for the mode the program applies now (after the level
 	// is taken into account), 0 for the others.
 	modeDesc = prometheus.NewDesc("dnsstandby_steer_mode",
@@ -39,7 +44,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (s *Steerer) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{levelDesc, modeDesc, groupLevelDesc, peersDesc, heartbeatAgeDesc, mapErrorsDesc, adoptionsDesc} {
+	for _, d := range []*prometheus.Desc{levelDesc, wantedDesc, modeDesc, groupLevelDesc, peersDesc, heartbeatAgeDesc, mapErrorsDesc, adoptionsDesc} {
 		ch <- d
 	}
 }
@@ -48,6 +53,7 @@ func (s *Steerer) Describe(ch chan<- *prometheus.Desc) {
 func (s *Steerer) Collect(ch chan<- prometheus.Metric) {
 	for _, l := range []Level{Off, Own, Adopt} {
 		ch <- prometheus.MustNewConstMetric(levelDesc, prometheus.GaugeValue, b2f(l == s.level), l.String())
+		ch <- prometheus.MustNewConstMetric(wantedDesc, prometheus.GaugeValue, b2f(l == s.want), l.String())
 	}
 	ch <- prometheus.MustNewConstMetric(mapErrorsDesc, prometheus.CounterValue, float64(s.configErrors.Load()), "config")
 	ch <- prometheus.MustNewConstMetric(mapErrorsDesc, prometheus.CounterValue, float64(s.sockarrayErrors.Load()), "sockarray")

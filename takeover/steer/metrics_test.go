@@ -57,6 +57,8 @@ func TestMetricsAtOff(t *testing.T) {
 	}{
 		{"dnsstandby_steer_level", []string{"level", "off"}, 1},
 		{"dnsstandby_steer_level", []string{"level", "adopt"}, 0},
+		{"dnsstandby_steer_level_wanted", []string{"level", "off"}, 1},
+		{"dnsstandby_steer_level_wanted", []string{"level", "adopt"}, 0},
 		{"dnsstandby_steer_mode", []string{"mode", "hash"}, 1},
 		{"dnsstandby_steer_mode", []string{"mode", "to-us"}, 0},
 		{"dnsstandby_steer_map_update_errors_total", []string{"map", "config"}, 0},

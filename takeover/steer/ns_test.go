@@ -369,6 +369,7 @@ func TestUDPSteering(t *testing.T) {
 		{"dnsstandby_steer_peers", []string{"group", "udp"}, 1},
 		{"dnsstandby_steer_adoptions_total", nil, 1},
 		{"dnsstandby_steer_level", []string{"level", "adopt"}, 1},
+		{"dnsstandby_steer_level_wanted", []string{"level", "adopt"}, 1},
 		{"dnsstandby_steer_group_level", []string{"group", "udp", "level", "adopt"}, 1},
 		{"dnsstandby_steer_mode", []string{"mode", "to-peer"}, 1},
 	} {

@@ -78,6 +78,7 @@ var (
 type Steerer struct {
 	log   *slog.Logger // always non-nil
 	level Level        // fixed by New
+	want  Level        // the highest level asked for (auto asks for adopt); fixed by New
 	why   string       // fixed by New
 	stall time.Duration
 	now   func() (uint64, error) // CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns
@@ -119,6 +120,7 @@ func New(cfg Config) (*Steerer, error) {
 		s.log = slog.Default()
 	}
 	s.cfg = configValue{Mode: Hash, Stall: uint64(s.stall)}
+	s.want = max
 	s.level, s.why = decide(max, auto, probes{bpf: probeBPF, pidfd: probePidfd, ptrace: probePtrace})
 	logf := s.log.Info
 	if s.level < max {
