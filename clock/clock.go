@@ -15,9 +15,11 @@ import (
 const Resolution = 10 * time.Millisecond
 
 // Coarse is a wall clock updated every Resolution by the goroutine Run.
-// It errs late, never early: Now returns the last tick plus Resolution, so
-// ages measured with it are never shorter than the truth and a TTL aged by
-// it never exceeds the original minus the real age.
+// It errs late: Now returns the last tick plus Resolution, so while Run
+// keeps up, ages measured with it are never shorter than the truth and a
+// TTL aged by it never exceeds the original minus the real age. A tick the
+// scheduler delays makes it early by the delay (milliseconds on a busy
+// node; served TTLs round ages up to whole seconds).
 type Coarse struct {
 	now atomic.Int64 // unix nanoseconds of the last tick
 }
