@@ -305,6 +305,9 @@ func TestCoalescing(t *testing.T) {
 
 func TestStaleVerify(t *testing.T) {
 	const name = "web.example."
+	// Long enough that "at once" and "after the budget" stay apart on a
+	// loaded CI machine under -race.
+	const budget = 300 * time.Millisecond
 	tests := []struct {
 		name      string
 		upstream  func(up *fakeUpstream)
@@ -313,15 +316,15 @@ func TestStaleVerify(t *testing.T) {
 		minDelay  time.Duration
 		maxDelay  time.Duration
 	}{
-		{"upstream fails: stale at once", func(up *fakeUpstream) { up.setFail(true) }, 30, 0, 0, 40 * time.Millisecond},
-		{"upstream slow: stale after the budget", func(up *fakeUpstream) { up.hold(name) }, 30, 0, 50 * time.Millisecond, 400 * time.Millisecond},
-		{"upstream answers: fresh answer", func(up *fakeUpstream) { up.set(name, name+" 300 IN A 192.0.2.2") }, 300, 0, 0, 200 * time.Millisecond},
+		{"upstream fails: stale at once", func(up *fakeUpstream) { up.setFail(true) }, 30, 0, 0, budget * 2 / 3},
+		{"upstream slow: stale after the budget", func(up *fakeUpstream) { up.hold(name) }, 30, 0, budget, budget * 4},
+		{"upstream answers: fresh answer", func(up *fakeUpstream) { up.set(name, name+" 300 IN A 192.0.2.2") }, 300, 0, 0, budget * 2 / 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			up := newFake()
 			up.set(name, name+" 60 IN A 192.0.2.1")
-			p, clk := newPipeline(t, up, nil)
+			p, clk := newPipeline(t, up, func(c *Config) { c.StaleBudget = budget })
 			w := p.NewWorker()
 			wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
 			clk.Advance(2 * time.Minute) // stale now

@@ -581,7 +581,7 @@ func TestProbe(t *testing.T) {
 	if res.OK || !errors.Is(res.Err, os.ErrDeadlineExceeded) {
 		t.Errorf("probe to a stopped CoreDNS: %+v, want a timeout", res)
 	}
-	if took < stopTimeout || took > stopTimeout+100*time.Millisecond {
+	if took < stopTimeout || took > stopTimeout+250*time.Millisecond {
 		t.Errorf("probe to a stopped CoreDNS gave up after %v, want %v", took, stopTimeout)
 	}
 	must(t, e.coredns.Signal(syscall.SIGCONT))
