@@ -270,12 +270,20 @@ func TestSteeringAdopt(t *testing.T) {
 			t.Fatalf("no answered probe of LocalDNS recorded:\n%s", grepLines(body, "dnsstandby_peer_probe"))
 		}
 	}
+	const since = `dnsstandby_mode_entered_timestamp_seconds`
+	mirrorSince := l.metric(t, s, since)
+	killed := time.Now()
 	must(t, ref.Stop())
 	if who := l.askMany(t, 300); who["dnsstandby"] != 300 {
 		t.Fatalf("LocalDNS killed: answers by NSID %v, want all 300 from dnsstandby", who)
 	}
 	if got := l.metric(t, s, `dnsstandby_mode{mode="takeover"}`); got != 1 {
 		t.Fatalf("mode is not takeover after LocalDNS died")
+	}
+	// The takeover began after the kill (the namespaces share this clock).
+	takeoverSince := l.metric(t, s, since)
+	if k := float64(killed.UnixNano()) / 1e9; mirrorSince <= 0 || mirrorSince > k || takeoverSince < k || takeoverSince > float64(time.Now().UnixNano())/1e9 {
+		t.Errorf("%s: %f in mirror, %f in takeover; LocalDNS killed at %f", since, mirrorSince, takeoverSince, k)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 // stats are the controller's counters, exported through Collect.
 type stats struct {
 	mode            atomic.Int32
+	modeSince       atomic.Int64 // unix nanoseconds the current mode began
 	probeOK         atomic.Uint64
 	probeFail       atomic.Uint64
 	adoptErrors     atomic.Uint64
@@ -60,7 +61,10 @@ func newStats() *stats {
 	}
 }
 
-func (s *stats) setMode(m Mode) { s.mode.Store(int32(m)) }
+func (s *stats) setMode(m Mode) {
+	s.modeSince.Store(time.Now().UnixNano())
+	s.mode.Store(int32(m))
+}
 
 func (s *stats) probe(ok bool, rtt time.Duration) {
 	if ok {
@@ -85,6 +89,8 @@ func (s *stats) transition(tr Transition, endedS float64) {
 var (
 	descMode = prometheus.NewDesc("dnsstandby_mode",
 		"1 for the current mode: mirror (LocalDNS answers), hold (LocalDNS bound but kept from traffic), takeover (LocalDNS gone).", []string{"mode"}, nil)
+	descModeSince = prometheus.NewDesc("dnsstandby_mode_entered_timestamp_seconds",
+		"When the current mode began, in seconds since the epoch: time() minus it is how long the mode has lasted.", nil, nil)
 	descTransitions = prometheus.NewDesc("dnsstandby_mode_transitions_total",
 		"Mode changes by from, to and reason.", []string{"from", "to", "reason"}, nil)
 	descFailovers = prometheus.NewDesc("dnsstandby_failovers_total",
@@ -109,7 +115,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMode, descTransitions, descFailovers, descFailbacks, descProbes,
+	for _, d := range []*prometheus.Desc{descMode, descModeSince, descTransitions, descFailovers, descFailbacks, descProbes,
 		descPeerSockets, descAdopted, descAdoptErrors, descHeartbeatErrors} {
 		ch <- d
 	}
@@ -134,6 +140,7 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descMode, prometheus.GaugeValue, v, m.String())
 	}
+	ch <- prometheus.MustNewConstMetric(descModeSince, prometheus.GaugeValue, float64(s.modeSince.Load())/1e9)
 	failovers, failbacks := map[string]uint64{}, map[string]uint64{}
 	s.mu.Lock()
 	for k, n := range s.transitions {
