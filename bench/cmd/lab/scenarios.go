@@ -182,35 +182,23 @@ func plannedRestart(ctx context.Context, t *topology, ev *events) error {
 // doubleFault takes kube-dns away (the node's link to it goes down) and
 // stops LocalDNS, for 30 s: only a cache can answer.
 func doubleFault(ctx context.Context, t *topology, ev *events) error {
-	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "down"); err != nil {
+	if err := t.cutKubeDNS(ctx, ev); err != nil {
 		return err
 	}
-	ev.mark("kube-dns unreachable")
 	if _, err := t.guest.Systemctl(ctx, "stop", "--no-block", localDNSUnit); err != nil {
 		return err
 	}
 	ev.mark("LocalDNS stop")
 	sleep(ctx, 30*time.Second)
-	if _, err := t.node.Run(context.Background(), "ip", "link", "set", "to-kubedns", "up"); err != nil {
-		return err
-	}
-	if _, err := t.node.Run(context.Background(), "ip", "route", "replace", clusterIP+"/32", "via", "10.200.0.2"); err != nil {
-		return err
-	}
-	if _, err := t.guest.Systemctl(context.Background(), "start", localDNSUnit); err != nil {
-		return err
-	}
-	ev.mark("both back")
-	return nil
+	return t.bothBack(ev)
 }
 
 // standbyRestart restarts dnsstandby while it is the only one answering
 // and only from its cache: the new process must come up warm (snapshot).
 func standbyRestart(ctx context.Context, t *topology, ev *events) error {
-	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "down"); err != nil {
+	if err := t.cutKubeDNS(ctx, ev); err != nil {
 		return err
 	}
-	ev.mark("kube-dns unreachable")
 	if _, err := t.guest.Systemctl(ctx, "stop", localDNSUnit); err != nil {
 		return err
 	}
@@ -222,16 +210,33 @@ func standbyRestart(ctx context.Context, t *topology, ev *events) error {
 	}
 	ev.mark("dnsstandby restarted")
 	sleep(ctx, 15*time.Second)
-	if _, err := t.node.Run(context.Background(), "ip", "link", "set", "to-kubedns", "up"); err != nil {
+	return t.bothBack(ev)
+}
+
+// cutKubeDNS takes the node's link to kube-dns down: the ClusterIP stops
+// answering, as in a cluster-wide CoreDNS outage.
+func (t *topology) cutKubeDNS(ctx context.Context, ev *events) error {
+	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "down"); err != nil {
 		return err
 	}
-	if _, err := t.node.Run(context.Background(), "ip", "route", "replace", clusterIP+"/32", "via", "10.200.0.2"); err != nil {
+	ev.mark("kube-dns unreachable")
+	return nil
+}
+
+// bothBack undoes cutKubeDNS (the link's route went with it) and starts
+// LocalDNS. It runs even after ctx ended, so the node is whole again.
+func (t *topology) bothBack(ev *events) error {
+	ctx := context.Background()
+	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "up"); err != nil {
 		return err
 	}
-	if _, err := t.guest.Systemctl(context.Background(), "start", localDNSUnit); err != nil {
+	if _, err := t.node.Run(ctx, "ip", "route", "replace", clusterIP+"/32", "via", "10.200.0.2"); err != nil {
 		return err
 	}
-	ev.mark("both back")
+	if _, err := t.guest.Systemctl(ctx, "start", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark(faultBackMark)
 	return nil
 }
 
