@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/takeover/internal/sockname"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
 )
 
@@ -212,7 +213,7 @@ func TestProcess(t *testing.T) {
 			fd, err := p.DupSocket(s.Inode)
 			must(t, err)
 			defer unix.Close(fd)
-			addr, err := peer.SockName(fd)
+			addr, err := sockname.Of(fd)
 			must(t, err)
 			var st unix.Stat_t
 			must(t, unix.Fstat(fd, &st))

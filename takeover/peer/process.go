@@ -3,7 +3,6 @@ package peer
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -177,22 +176,6 @@ func getfdHint(err error) string {
 		return " (the process has exited)"
 	}
 	return ""
-}
-
-// SockName returns the local address a socket fd is bound to
-// (getsockname), for instance to check a socket DupSocket returned.
-func SockName(fd int) (netip.AddrPort, error) {
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("getsockname: %w", err)
-	}
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), nil
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)), nil
-	}
-	return netip.AddrPort{}, fmt.Errorf("getsockname: not an inet socket (%T)", sa)
 }
 
 // Close releases the pidfd and stops watching; Exited is not closed by it.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/dnsstandby/dnsstandby/takeover/internal/sockname"
 )
 
 // group is one reuseport group we steer: our socket and its program.
@@ -421,17 +423,7 @@ func checkSocket(fd int, udp bool) (netip.AddrPort, error) {
 	if proto == unix.IPPROTO_MPTCP {
 		return netip.AddrPort{}, ErrMPTCP
 	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("getsockname: %w", err)
-	}
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), nil
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)), nil
-	}
-	return netip.AddrPort{}, fmt.Errorf("not an IPv4 or IPv6 socket (%T)", sa)
+	return sockname.Of(fd)
 }
 
 func protoName(udp bool) string {
