@@ -43,7 +43,7 @@ func (u *tableUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, e
 	return resp, nil
 }
 
-func startServer(t *testing.T, ap netip.AddrPort, up pipeline.Exchanger, mod func(*Config)) (*Server, *pipeline.Pipeline) {
+func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod func(*Config)) (*Server, *pipeline.Pipeline) {
 	t.Helper()
 	c, err := cache.New(cache.DefaultConfig())
 	if err != nil {
