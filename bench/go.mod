@@ -7,6 +7,7 @@ replace github.com/dnsstandby/dnsstandby => ../
 require (
 	github.com/dnsstandby/dnsstandby v0.0.0-00010101000000-000000000000
 	github.com/miekg/dns v1.1.73
+	github.com/prometheus/common v0.72.0
 	golang.org/x/sys v0.48.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -18,9 +19,12 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -9,16 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/benchcmd"
 	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
 	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
-	"github.com/dnsstandby/dnsstandby/bench/internal/promtext"
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -26,9 +26,25 @@ import (
 // (bench/lab/localdns.go has the whole file): the whoami health-check block
 // dnsstandby probes, and the KubeDNS root block bound to 169.254.10.11 with
 // AKS's forward, cache, nsid, prometheus and template settings. The
-// upstream stands in for the kube-dns ClusterIP. %[4]s is the dnstap line
-// for the dnstap feed (mirror/dnstap/README.md), empty otherwise.
-const localDNSCorefile = `health-check.localdns.local:53 {
+// upstream stands in for the kube-dns ClusterIP. With dnstapPath set,
+// LocalDNS sends dnstap there (mirror/dnstap/README.md).
+//
+// The root block is internal/testkit's Corefile fixture's pod block
+// (report_test.go holds it to that); the health-check block binds only
+// 169.254.10.11, the one listener this node has. It is written out here
+// because testkit is for tests only.
+func localDNSCorefile(dnstapPath string) string {
+	dnstapLine := ""
+	if dnstapPath != "" {
+		dnstapLine = "\n    dnstap unix://" + dnstapPath + " full"
+	}
+	return fmt.Sprintf(localDNSCorefileFormat, testbed.UpstreamAddr, localDNSReady, ":9253", dnstapLine)
+}
+
+// localDNSCorefileFormat is localDNSCorefile's text: %[1]s the upstream,
+// %[2]s ready's address, %[3]s prometheus's, %[4]s the dnstap line or
+// nothing.
+const localDNSCorefileFormat = `health-check.localdns.local:53 {
     bind 169.254.10.11
     whoami
 }
@@ -95,17 +111,17 @@ const nsidCheckName = "kubernetes.default.svc.cluster.local."
 func (n *node) measureFeed(ctx context.Context, feed string) (res result, err error) {
 	mirrorArg, dnstapPath := feed, ""
 	if feed == "dnstap" {
-		dnstapPath = filepath.Join(n.scratch, "dnstap.sock")
+		dnstapPath = filepath.Join(n.Scratch, "dnstap.sock")
 		mirrorArg = "dnstap:" + dnstapPath
 	}
-	args := []string{"run", "--listen", listenAddr, "--upstream", upstreamAddr,
+	args := []string{"run", "--listen", listenAddr, "--upstream", testbed.UpstreamAddr,
 		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "",
 		"--steering", "adopt", "--mirror", mirrorArg}
 
 	// dnsstandby first, for every feed: CoreDNS 1.13.1 connects to its
 	// dnstap socket only at start-up (mirror/dnstap/README.md), and the
 	// other feeds start the same way so that the runs differ only in the feed.
-	sb, err := n.ns.Start(n.o.dnsstandby, args...)
+	sb, err := n.NS.Start(n.o.dnsstandby, args...)
 	if err != nil {
 		return res, fmt.Errorf("start dnsstandby: %w", err)
 	}
@@ -128,15 +144,11 @@ func (n *node) measureFeed(ctx context.Context, feed string) (res result, err er
 		return res, withOutput(err)
 	}
 
-	dnstapLine := ""
-	if dnstapPath != "" {
-		dnstapLine = "\n    dnstap unix://" + dnstapPath + " full"
-	}
 	// The probe may be answered by dnsstandby, which holds the traffic
 	// until LocalDNS passed its hold-down; waitMirror waits for that.
-	ld, err = nstest.LaunchCoreDNS(n.ns, nstest.CoreDNSConfig{
+	ld, err = nstest.LaunchCoreDNS(n.NS, nstest.CoreDNSConfig{
 		Binary:   n.o.coredns,
-		Corefile: fmt.Sprintf(localDNSCorefile, upstreamAddr, localDNSReady, ":9253", dnstapLine),
+		Corefile: localDNSCorefile(dnstapPath),
 		Probe:    listenAddr,
 	})
 	if err != nil {
@@ -192,8 +204,8 @@ func stopStandby(p *nstest.Process) error {
 // waitStandbyUp waits for dnsstandby's metrics endpoint and, for the dnstap
 // feed, its socket: LocalDNS must find it when it starts.
 func (n *node) waitStandbyUp(ctx context.Context, sb *nstest.Process, dnstapPath string) error {
-	return poll(ctx, "dnsstandby up", standbyUpTimeout, 50*time.Millisecond, sb.Done(), func() (bool, string) {
-		s, err := n.metrics(ctx, standbyMetrics)
+	return testbed.Poll(ctx, "dnsstandby up", standbyUpTimeout, 50*time.Millisecond, sb.Done(), func() (bool, string) {
+		s, err := n.Metrics(ctx, standbyMetrics)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -217,12 +229,12 @@ func (n *node) waitStandbyUp(ctx context.Context, sb *nstest.Process, dnstapPath
 // mirror, steering level adopt with LocalDNS's sockets adopted, and the
 // feed running (the tap enabled, or a dnstap connection from LocalDNS).
 func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, ld *nstest.CoreDNS) error {
-	err := poll(ctx, "LocalDNS ready", mirrorTimeout, 50*time.Millisecond, ld.Done(), func() (bool, string) {
+	err := testbed.Poll(ctx, "LocalDNS ready", mirrorTimeout, 50*time.Millisecond, ld.Done(), func() (bool, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+localDNSReady+"/ready", nil)
 		if err != nil {
 			return false, err.Error()
 		}
-		resp, err := n.http.Do(req)
+		resp, err := n.HTTP.Do(req)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -232,8 +244,8 @@ func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, 
 	if err != nil {
 		return err
 	}
-	return poll(ctx, "dnsstandby mirroring LocalDNS", mirrorTimeout, 100*time.Millisecond, sb.Done(), func() (bool, string) {
-		s, err := n.metrics(ctx, standbyMetrics)
+	return testbed.Poll(ctx, "dnsstandby mirroring LocalDNS", mirrorTimeout, 100*time.Millisecond, sb.Done(), func() (bool, string) {
+		s, err := n.Metrics(ctx, standbyMetrics)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -263,7 +275,7 @@ func (n *node) checkNSID() error {
 		m.SetEdns0(1232, false)
 		opt := m.IsEdns0()
 		opt.Option = append(opt.Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
-		r, err := n.ns.Exchange("udp", "", listenAddr, m, time.Second)
+		r, err := n.NS.Exchange("udp", "", listenAddr, m, time.Second)
 		if err != nil {
 			got["error: "+err.Error()]++
 			continue
@@ -299,28 +311,14 @@ func replyNSID(r *dns.Msg) string {
 // cache shows them mirrored: at least 99% of the names (with the feed
 // none, it must show less than 1%: nothing fills it).
 func (n *node) warm(ctx context.Context, feed string, sb *nstest.Process) (w warmup, err error) {
-	before, err := n.metrics(ctx, standbyMetrics)
+	before, err := n.Metrics(ctx, standbyMetrics)
 	if err != nil {
 		return w, err
 	}
 	for w.Passes = 1; w.Passes <= warmPasses; w.Passes++ {
-		up0, err := n.upstreamQueries(ctx)
-		if err != nil {
-			return w, err
+		if w.UpstreamLastPass, err = n.WarmPass(ctx, listenAddr, n.o.clientCPU); err != nil {
+			return w, fmt.Errorf("warm-up pass %d: %w", w.Passes, err)
 		}
-		r, err := dnsperf.Exec(ctx, n.ns, n.scratch, dnsperf.Run{Server: listenAddr, QueryFile: n.queryFile,
-			Outstanding: 20, CPU: n.o.clientCPU})
-		if err != nil {
-			return w, fmt.Errorf("warm-up: %w", err)
-		}
-		if r.Completed != uint64(len(n.names)) || r.Rcodes["NOERROR"] != r.Completed {
-			return w, fmt.Errorf("warm-up pass %d: %d of %d answered, rcodes %v", w.Passes, r.Completed, len(n.names), r.Rcodes)
-		}
-		up1, err := n.upstreamQueries(ctx)
-		if err != nil {
-			return w, err
-		}
-		w.UpstreamLastPass = up1 - up0
 		if w.Passes > 1 && w.UpstreamLastPass == 0 {
 			break
 		}
@@ -329,16 +327,16 @@ func (n *node) warm(ctx context.Context, feed string, sb *nstest.Process) (w war
 	if w.UpstreamLastPass != 0 {
 		fmt.Fprintf(os.Stderr, "warning: LocalDNS still sent %d queries upstream in warm-up pass %d\n", w.UpstreamLastPass, w.Passes)
 	}
-	ldm, err := n.metrics(ctx, localDNSMetrics)
+	ldm, err := n.Metrics(ctx, localDNSMetrics)
 	if err != nil {
 		return w, fmt.Errorf("LocalDNS %w", err)
 	}
 	w.LocalDNSCacheEntries = uint64(ldm.Sum("coredns_cache_entries", map[string]string{"type": "success"}))
 
-	want := uint64(len(n.names)) * 99 / 100
-	var after promtext.Samples
+	want := uint64(len(n.Names)) * 99 / 100
+	var after testbed.Metrics
 	fill := func() (bool, string) {
-		s, err := n.metrics(ctx, standbyMetrics)
+		s, err := n.Metrics(ctx, standbyMetrics)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -351,9 +349,9 @@ func (n *node) warm(ctx context.Context, feed string, sb *nstest.Process) (w war
 		if _, why := fill(); after == nil {
 			return w, errors.New(why)
 		}
-		w.Filled = w.StandbyCacheEntries < uint64(len(n.names))/100
+		w.Filled = w.StandbyCacheEntries < uint64(len(n.Names))/100
 	} else {
-		err := poll(ctx, "dnsstandby's cache filling from the mirror", fillTimeout, 100*time.Millisecond, sb.Done(), fill)
+		err := testbed.Poll(ctx, "dnsstandby's cache filling from the mirror", fillTimeout, 100*time.Millisecond, sb.Done(), fill)
 		if err != nil && after == nil {
 			return w, err
 		}
@@ -390,10 +388,10 @@ func (n *node) snapshot(ctx context.Context, standbyPid, localDNSPid int) (s sna
 	if s.listenDrops, err = procstat.UDPDrops(localDNSPid, listenAddr); err != nil {
 		return s, err
 	}
-	if s.upstream, err = n.upstreamQueries(ctx); err != nil {
+	if s.upstream, err = n.UpstreamQueries(ctx); err != nil {
 		return s, err
 	}
-	m, err := n.metrics(ctx, standbyMetrics)
+	m, err := n.Metrics(ctx, standbyMetrics)
 	if err != nil {
 		return s, fmt.Errorf("dnsstandby %w", err)
 	}
@@ -410,21 +408,21 @@ func (n *node) snapshot(ctx context.Context, standbyPid, localDNSPid int) (s sna
 // measure runs dnsperf at the fixed rate for the duration against
 // LocalDNS's address and turns the differences into a result.
 func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld *nstest.CoreDNS, start snapshot, w warmup) (result, error) {
-	run := dnsperf.Run{Server: listenAddr, QueryFile: n.queryFile, Duration: n.o.duration,
+	run := dnsperf.Run{Server: listenAddr, QueryFile: n.QueryFile, Duration: n.o.duration,
 		Outstanding: n.o.outstanding, MaxQPS: n.o.qps, CPU: n.o.clientCPU}
 	var perf *exec.Cmd
 	if n.o.perfDir != "" {
 		var err error
-		if perf, err = startPerf(n.o.perfDir, feed, n.o.clientCPU, sb.Pid(), ld.Pid()); err != nil {
+		if perf, err = benchcmd.StartPerf(n.o.perfDir, feed, n.o.clientCPU, sb.Pid(), ld.Pid()); err != nil {
 			return result{}, err
 		}
-		defer stopPerf(perf)
+		defer benchcmd.StopPerf(perf)
 	}
 	before, err := n.snapshot(ctx, sb.Pid(), ld.Pid())
 	if err != nil {
 		return result{}, err
 	}
-	r, err := dnsperf.Exec(ctx, n.ns, n.scratch, run)
+	r, err := dnsperf.Exec(ctx, n.NS, n.Scratch, run)
 	if err != nil {
 		return result{}, err
 	}
@@ -445,33 +443,6 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 	res.Dnsperf = strings.Join(run.Args(), " ")
 	res.Profiled = perf != nil
 	return res, nil
-}
-
-// startPerf samples the stacks of pids (dnsstandby and LocalDNS: `perf
-// report --sort comm,dso,sym` tells them apart) into DIR/NAME.perf.data;
-// perf runs on the client's CPU so as not to take the servers'.
-func startPerf(dir, name string, cpu int, pids ...int) (*exec.Cmd, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	out := filepath.Join(dir, name+".perf.data")
-	list := make([]string, len(pids))
-	for i, pid := range pids {
-		list[i] = strconv.Itoa(pid)
-	}
-	cmd := exec.Command("taskset", "-c", strconv.Itoa(cpu), "perf", "record", "-q", "-g",
-		"-F", "999", "-p", strings.Join(list, ","), "-o", out)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	return cmd, nil
-}
-
-// stopPerf ends perf record with SIGINT, which makes it write its file.
-func stopPerf(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	_ = cmd.Wait()
 }
 
 // tail is the last n lines of s.

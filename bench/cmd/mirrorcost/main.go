@@ -21,16 +21,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
+	"github.com/dnsstandby/dnsstandby/bench/internal/benchcmd"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
-	"golang.org/x/sys/unix"
 )
 
 // options are the command line.
@@ -67,11 +62,8 @@ func parseFlags() (*options, error) {
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	if o.duration < time.Second || o.duration%time.Second != 0 {
-		return nil, fmt.Errorf("-duration %v: want whole seconds, at least 1 (dnsperf -l)", o.duration)
-	}
-	if o.serverCPU == o.clientCPU {
-		return nil, errors.New("-server-cpu and -client-cpu must differ")
+	if err := benchcmd.CheckSplit(o.duration, o.serverCPU, o.clientCPU); err != nil {
+		return nil, err
 	}
 	if o.names < 1 || o.qps < 1 || o.outstanding < 1 {
 		return nil, errors.New("-names, -qps and -outstanding must be at least 1")
@@ -80,17 +72,7 @@ func parseFlags() (*options, error) {
 }
 
 func main() {
-	o, err := parseFlags()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "mirrorcost: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintf(os.Stderr, "mirrorcost: %v\n", err)
-		os.Exit(1)
-	}
+	benchcmd.Main("mirrorcost", parseFlags, run)
 }
 
 func run(ctx context.Context, o *options) (err error) {
@@ -98,22 +80,31 @@ func run(ctx context.Context, o *options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := preflight(o); err != nil {
+	pre := benchcmd.Preflight{
+		RootFor:  "it creates a network namespace, pins processes to CPUs, and dnsstandby steers with eBPF",
+		CPUs:     []int{o.serverCPU, o.clientCPU},
+		CoreDNS:  &o.coredns,
+		Tools:    []string{"dnsperf", "taskset"},
+		Packages: "dnsperf util-linux",
+		Binaries: []*string{&o.dnsstandby, &o.coredns},
+		Make:     "bench-mirror",
+	}
+	if o.perfDir != "" {
+		pre.Tools = append(pre.Tools, "perf")
+	}
+	if err := pre.Check(); err != nil {
 		return err
 	}
 	// This program, and the upstream it starts, stay off the servers' CPU.
-	if err := procstat.Pin(os.Getpid(), o.clientCPU); err != nil {
+	if err := benchcmd.TakeClientCPU(o.clientCPU); err != nil {
 		return err
 	}
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Printf("load average before the run: %s", load)
-	}
-	n, closeNode, err := newNode(o)
+	n, err := newNode(o)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := closeNode(); cerr != nil {
+		if cerr := n.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
@@ -127,7 +118,7 @@ func run(ctx context.Context, o *options) (err error) {
 		}
 		results = append(results, r)
 	}
-	if err := writeJSON(o.out, results); err != nil {
+	if err := benchcmd.WriteJSON(o.out, results); err != nil {
 		return err
 	}
 	fmt.Println()
@@ -154,47 +145,4 @@ func parseMirrors(list string) ([]string, error) {
 		feeds = append(feeds, f)
 	}
 	return feeds, nil
-}
-
-// preflight checks what the run needs before creating anything.
-func preflight(o *options) error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root: it creates a network namespace, pins processes to CPUs, and dnsstandby steers with eBPF")
-	}
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return fmt.Errorf("CPU affinity: %w", err)
-	}
-	for _, cpu := range []int{o.serverCPU, o.clientCPU} {
-		if !allowed.IsSet(cpu) {
-			return fmt.Errorf("CPU %d is not available to this process (it may use %d CPUs)", cpu, allowed.Count())
-		}
-	}
-	if o.coredns == "" {
-		p, err := nstest.FindCoreDNS()
-		if err != nil {
-			return err
-		}
-		o.coredns = p
-	}
-	tools := []string{"dnsperf", "taskset"}
-	if o.perfDir != "" {
-		tools = append(tools, "perf")
-	}
-	for _, t := range tools {
-		if _, err := exec.LookPath(t); err != nil {
-			return fmt.Errorf("%s: %w (Debian: apt-get install dnsperf util-linux)", t, err)
-		}
-	}
-	for _, p := range []*string{&o.dnsstandby, &o.coredns} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			return err
-		}
-		if _, err := os.Stat(abs); err != nil {
-			return fmt.Errorf("%w (`make bench-mirror` builds it)", err)
-		}
-		*p = abs
-	}
-	return nil
 }

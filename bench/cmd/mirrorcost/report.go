@@ -1,12 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -110,21 +107,6 @@ func newResult(feed string, r *dnsperf.Result, start, before, after snapshot) re
 		res.StandbyCPUPct = 100 * sb / float64(window.Microseconds())
 	}
 	return res
-}
-
-// writeJSON writes the results to path, creating its directory.
-func writeJSON(path string, results []result) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	b, err := json.MarshalIndent(results, "", "  ")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // printTable writes the results as a Markdown table, then the verdicts and,

@@ -10,6 +10,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 func TestNewResult(t *testing.T) {
@@ -87,12 +89,33 @@ func TestReplyNSID(t *testing.T) {
 	}
 }
 
-func TestCorefileShape(t *testing.T) {
-	c := strings.ReplaceAll(localDNSCorefile, "%[4]s", "\n    dnstap unix:///x full")
-	for _, want := range []string{"bind 169.254.10.11", "prefer_udp", "success 9984", "denial 9984",
-		"serve_stale 72000s verify", "servfail 0", "nsid localdns-pod", "dnstap unix:///x full"} {
-		if !strings.Contains(c, want) {
-			t.Errorf("Corefile lacks %q", want)
-		}
+// TestCorefile holds LocalDNS's Corefile to the AgentBaker-shaped fixture:
+// its root block is the fixture's pod block with AKS's max_concurrent and
+// serve_stale, forwarding to the upstream, with or without the dnstap
+// line; its health-check block binds the one listener the node has.
+func TestCorefile(t *testing.T) {
+	for _, tc := range []struct {
+		name, dnstapPath, extra string
+	}{
+		{"no dnstap", "", ""},
+		{"dnstap", "/x/dnstap.sock", "dnstap unix:///x/dnstap.sock full"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fixture := testkit.Corefile{KubeDNS: testbed.UpstreamAddr, MaxConcurrent: 2000,
+				ServeStale: "72000s verify", Extra: tc.extra}.String()
+			got := localDNSCorefile(tc.dnstapPath)
+			if g, w := rootBlock(got), rootBlock(fixture); g != w {
+				t.Errorf("root block differs from the fixture's pod block:\n got %s\nwant %s", g, w)
+			}
+			health, _, _ := strings.Cut(got, ".:53 {")
+			if want := "health-check.localdns.local:53 {\n    bind " + testkit.PodListener + "\n    whoami\n}\n"; health != want {
+				t.Errorf("health-check block %q, want %q", health, want)
+			}
+		})
 	}
+}
+
+// rootBlock is the last root block of a Corefile, to its end.
+func rootBlock(corefile string) string {
+	return corefile[strings.LastIndex(corefile, ".:53 {"):]
 }

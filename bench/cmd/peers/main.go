@@ -14,17 +14,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
+	"github.com/dnsstandby/dnsstandby/bench/internal/benchcmd"
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
-	"golang.org/x/sys/unix"
 )
 
 // options are the command line.
@@ -68,11 +64,8 @@ func parseFlags() (*options, error) {
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
-	if o.duration < time.Second || o.duration%time.Second != 0 {
-		return nil, fmt.Errorf("-duration %v: want whole seconds, at least 1 (dnsperf -l)", o.duration)
-	}
-	if o.serverCPU == o.clientCPU {
-		return nil, errors.New("-server-cpu and -client-cpu must differ")
+	if err := benchcmd.CheckSplit(o.duration, o.serverCPU, o.clientCPU); err != nil {
+		return nil, err
 	}
 	if o.names < 1 {
 		return nil, errors.New("-names must be at least 1")
@@ -81,17 +74,7 @@ func parseFlags() (*options, error) {
 }
 
 func main() {
-	o, err := parseFlags()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "peers: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintf(os.Stderr, "peers: %v\n", err)
-		os.Exit(1)
-	}
+	benchcmd.Main("peers", parseFlags, run)
 }
 
 func run(ctx context.Context, o *options) (err error) {
@@ -99,11 +82,23 @@ func run(ctx context.Context, o *options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := preflight(o); err != nil {
+	pre := benchcmd.Preflight{
+		RootFor:  "it creates a network namespace and pins processes to CPUs",
+		CPUs:     []int{o.serverCPU, o.clientCPU},
+		CoreDNS:  &o.bins.coredns,
+		Tools:    []string{"dnsperf", "taskset", o.bins.dnsdist},
+		Packages: "dnsperf dnsdist util-linux",
+		Binaries: []*string{&o.bins.dnsstandby, &o.bins.reflector, &o.bins.coredns},
+		Make:     "bench-peers",
+	}
+	if o.perfDir != "" {
+		pre.Tools = append(pre.Tools, "perf")
+	}
+	if err := pre.Check(); err != nil {
 		return err
 	}
 	// This program, and the upstream it starts, stay off the server's CPU.
-	if err := procstat.Pin(os.Getpid(), o.clientCPU); err != nil {
+	if err := benchcmd.TakeClientCPU(o.clientCPU); err != nil {
 		return err
 	}
 	st := settings{
@@ -117,16 +112,15 @@ func run(ctx context.Context, o *options) (err error) {
 			{name: "full", maxQPS: 0, outstanding: o.fullQ},
 		},
 	}
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		fmt.Printf("load average before the run: %s", load)
-	}
 
-	l, closeLab, err := newLab(o.bins.coredns, o.names, o.clientCPU)
+	cfg := testbed.DefaultConfig()
+	cfg.Name, cfg.CoreDNS, cfg.Names, cfg.UpstreamCPU = "peers", o.bins.coredns, o.names, o.clientCPU
+	bed, err := testbed.New(cfg)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := closeLab(); cerr != nil {
+		if cerr := bed.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
 		}
 	}()
@@ -134,13 +128,13 @@ func run(ctx context.Context, o *options) (err error) {
 	var points []point
 	for _, s := range chosen {
 		fmt.Printf("measuring %s on %s ...\n", s.name, s.addr)
-		ps, err := measureServer(ctx, l, o.bins, s, st)
+		ps, err := measureServer(ctx, bed, o.bins, s, st)
 		if err != nil {
 			return err
 		}
 		points = append(points, ps...)
 	}
-	if err := writeJSON(o.out, points); err != nil {
+	if err := benchcmd.WriteJSON(o.out, points); err != nil {
 		return err
 	}
 	fmt.Println()
@@ -162,48 +156,4 @@ func pickServers(list string) ([]server, error) {
 		chosen = append(chosen, servers[i])
 	}
 	return chosen, nil
-}
-
-// preflight checks what the run needs before creating anything, so that a
-// missing tool says so at once instead of after a minute of measuring.
-func preflight(o *options) error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root: it creates a network namespace and pins processes to CPUs")
-	}
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return fmt.Errorf("CPU affinity: %w", err)
-	}
-	for _, cpu := range []int{o.serverCPU, o.clientCPU} {
-		if !allowed.IsSet(cpu) {
-			return fmt.Errorf("CPU %d is not available to this process (it may use %d CPUs)", cpu, allowed.Count())
-		}
-	}
-	if o.bins.coredns == "" {
-		p, err := nstest.FindCoreDNS()
-		if err != nil {
-			return err
-		}
-		o.bins.coredns = p
-	}
-	tools := []string{"dnsperf", "taskset", o.bins.dnsdist}
-	if o.perfDir != "" {
-		tools = append(tools, "perf")
-	}
-	for _, t := range tools {
-		if _, err := exec.LookPath(t); err != nil {
-			return fmt.Errorf("%s: %w (Debian: apt-get install dnsperf dnsdist util-linux)", t, err)
-		}
-	}
-	for _, p := range []*string{&o.bins.dnsstandby, &o.bins.reflector, &o.bins.coredns} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			return err
-		}
-		if _, err := os.Stat(abs); err != nil {
-			return fmt.Errorf("%w (`make bench-peers` builds it)", err)
-		}
-		*p = abs
-	}
-	return nil
 }

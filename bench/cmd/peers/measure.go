@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/benchcmd"
 	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
 	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
 )
 
 // mode is one way of driving dnsperf at a server.
@@ -64,8 +64,8 @@ const warmPasses = 3
 
 // measureServer starts s, warms its cache, measures it in every mode and
 // stops it.
-func measureServer(ctx context.Context, l *lab, b binaries, s server, st settings) (points []point, err error) {
-	inst, err := launch(ctx, l, b, s, st.serverCPU)
+func measureServer(ctx context.Context, bed *testbed.Bed, b binaries, s server, st settings) (points []point, err error) {
+	inst, err := launch(ctx, bed, b, s, st.serverCPU)
 	if err != nil {
 		return nil, err
 	}
@@ -82,11 +82,11 @@ func measureServer(ctx context.Context, l *lab, b binaries, s server, st setting
 		}
 		return fmt.Errorf("%s: %w\noutput:\n%s", what, err, inst.Output())
 	}
-	if err := warm(ctx, l, s, st); err != nil {
+	if err := warm(ctx, bed, s, st); err != nil {
 		return nil, withOutput(s.name, err)
 	}
 	for _, m := range st.modes {
-		p, err := measure(ctx, l, s, inst, m, st)
+		p, err := measure(ctx, bed, s, inst, m, st)
 		if err != nil {
 			return nil, withOutput(s.name+", "+m.name+" rate", err)
 		}
@@ -98,25 +98,13 @@ func measureServer(ctx context.Context, l *lab, b binaries, s server, st setting
 // warm sends every query name once, and again until a pass reaches the
 // upstream no more (at most warmPasses): from then on every query of the
 // measurement is a cache hit.
-func warm(ctx context.Context, l *lab, s server, st settings) error {
+func warm(ctx context.Context, bed *testbed.Bed, s server, st settings) error {
 	for pass := 1; pass <= warmPasses; pass++ {
-		before, err := l.upstreamQueries(ctx)
+		upstream, err := bed.WarmPass(ctx, s.addr, st.clientCPU)
 		if err != nil {
-			return err
+			return fmt.Errorf("warm-up pass %d: %w", pass, err)
 		}
-		res, err := dnsperf.Exec(ctx, l.ns, l.scratch, dnsperf.Run{Server: s.addr, QueryFile: l.queryFile,
-			Outstanding: 20, CPU: st.clientCPU})
-		if err != nil {
-			return fmt.Errorf("warm-up: %w", err)
-		}
-		if res.Completed != uint64(len(l.names)) || res.Rcodes["NOERROR"] != res.Completed {
-			return fmt.Errorf("warm-up pass %d: %d of %d answered, rcodes %v", pass, res.Completed, len(l.names), res.Rcodes)
-		}
-		after, err := l.upstreamQueries(ctx)
-		if err != nil {
-			return err
-		}
-		if !s.caches || (pass > 1 && after == before) {
+		if !s.caches || (pass > 1 && upstream == 0) {
 			return nil
 		}
 	}
@@ -133,7 +121,7 @@ type counters struct {
 	upstream uint64
 }
 
-func sample(ctx context.Context, l *lab, s server, pid int) (c counters, err error) {
+func sample(ctx context.Context, bed *testbed.Bed, s server, pid int) (c counters, err error) {
 	c.at = time.Now()
 	if c.server, err = procstat.CPUTicks(pid); err != nil {
 		return c, err
@@ -144,32 +132,32 @@ func sample(ctx context.Context, l *lab, s server, pid int) (c counters, err err
 	if c.nsDrops, err = procstat.UDPRcvbufErrors(pid); err != nil {
 		return c, err
 	}
-	c.upstream, err = l.upstreamQueries(ctx)
+	c.upstream, err = bed.UpstreamQueries(ctx)
 	return c, err
 }
 
 // measure runs dnsperf at s in mode m for st.duration and turns the
 // counters' differences into a point.
-func measure(ctx context.Context, l *lab, s server, inst instance, m mode, st settings) (point, error) {
-	run := dnsperf.Run{Server: s.addr, QueryFile: l.queryFile, Duration: st.duration,
+func measure(ctx context.Context, bed *testbed.Bed, s server, inst instance, m mode, st settings) (point, error) {
+	run := dnsperf.Run{Server: s.addr, QueryFile: bed.QueryFile, Duration: st.duration,
 		Outstanding: m.outstanding, MaxQPS: m.maxQPS, Verbose: st.latency, CPU: st.clientCPU}
 	var perf *exec.Cmd
 	if st.perfDir != "" && m.maxQPS == 0 {
 		var err error
-		if perf, err = startPerf(st.perfDir, s.name, inst.Pid(), st.clientCPU); err != nil {
+		if perf, err = benchcmd.StartPerf(st.perfDir, s.name, st.clientCPU, inst.Pid()); err != nil {
 			return point{}, err
 		}
-		defer stopPerf(perf)
+		defer benchcmd.StopPerf(perf)
 	}
-	before, err := sample(ctx, l, s, inst.Pid())
+	before, err := sample(ctx, bed, s, inst.Pid())
 	if err != nil {
 		return point{}, err
 	}
-	res, err := dnsperf.Exec(ctx, l.ns, l.scratch, run)
+	res, err := dnsperf.Exec(ctx, bed.NS, bed.Scratch, run)
 	if err != nil {
 		return point{}, err
 	}
-	after, err := sample(ctx, l, s, inst.Pid())
+	after, err := sample(ctx, bed, s, inst.Pid())
 	if err != nil {
 		return point{}, err
 	}
@@ -212,26 +200,4 @@ func newPoint(name, mode string, res *dnsperf.Result, before, after counters) po
 	}
 	p.P50Us, p.P99Us = dnsperf.LatencyPercentiles(res.Latencies)
 	return p
-}
-
-// startPerf samples pid's stacks with perf for diagnosis; perf runs on the
-// client's CPU so as not to take the server's.
-func startPerf(dir, name string, pid, cpu int) (*exec.Cmd, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	out := filepath.Join(dir, name+".perf.data")
-	cmd := exec.Command("taskset", "-c", strconv.Itoa(cpu), "perf", "record", "-q", "-g",
-		"-F", "999", "-p", strconv.Itoa(pid), "-o", out)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	return cmd, nil
-}
-
-// stopPerf ends perf record with SIGINT, which makes it write its file.
-func stopPerf(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	_ = cmd.Wait()
 }

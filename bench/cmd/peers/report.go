@@ -1,27 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 )
-
-// writeJSON writes the points to path, creating its directory.
-func writeJSON(path string, points []point) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	b, err := json.MarshalIndent(points, "", "  ")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
 
 // printTable writes the points as a Markdown table.
 func printTable(w io.Writer, points []point) {

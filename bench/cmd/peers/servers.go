@@ -7,8 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -17,7 +21,7 @@ type server struct {
 	name   string // as in the table and the JSON
 	addr   string // ADDR:PORT it answers on, its own
 	caches bool   // answers from a cache warmed through the upstream (all but the reflector)
-	start  func(l *lab, b binaries, addr string) (instance, error)
+	start  func(bed *testbed.Bed, b binaries, addr string) (instance, error)
 }
 
 // instance is a started server.
@@ -53,17 +57,17 @@ func (p process) Close() error { return p.Stop() }
 // lab's address, forwards misses to the lab's upstream and serves no
 // metrics endpoint. Everything else (readers, batch size, cache bounds) is
 // its default.
-func startDnsstandby(l *lab, b binaries, addr string) (instance, error) {
-	return startDnsstandbyArgs(l, b, addr)
+func startDnsstandby(bed *testbed.Bed, b binaries, addr string) (instance, error) {
+	return startDnsstandbyArgs(bed, b, addr)
 }
 
-func startDnsstandbyBatch1(l *lab, b binaries, addr string) (instance, error) {
-	return startDnsstandbyArgs(l, b, addr, "--udp-batch", "1")
+func startDnsstandbyBatch1(bed *testbed.Bed, b binaries, addr string) (instance, error) {
+	return startDnsstandbyArgs(bed, b, addr, "--udp-batch", "1")
 }
 
-func startDnsstandbyArgs(l *lab, b binaries, addr string, extra ...string) (instance, error) {
-	args := append([]string{"run", "--listen", addr, "--upstream", upstreamAddr, "--metrics-addr", ""}, extra...)
-	p, err := l.ns.Start(b.dnsstandby, args...)
+func startDnsstandbyArgs(bed *testbed.Bed, b binaries, addr string, extra ...string) (instance, error) {
+	args := append([]string{"run", "--listen", addr, "--upstream", testbed.UpstreamAddr, "--metrics-addr", ""}, extra...)
+	p, err := bed.NS.Start(b.dnsstandby, args...)
 	if err != nil {
 		return nil, fmt.Errorf("start dnsstandby: %w", err)
 	}
@@ -89,11 +93,11 @@ const coreDNSCorefile = `.:%s {
 }
 `
 
-func startCoreDNS(l *lab, b binaries, addr string) (instance, error) {
+func startCoreDNS(bed *testbed.Bed, b binaries, addr string) (instance, error) {
 	host, port, _ := strings.Cut(addr, ":")
-	c, err := nstest.LaunchCoreDNS(l.ns, nstest.CoreDNSConfig{
+	c, err := nstest.LaunchCoreDNS(bed.NS, nstest.CoreDNSConfig{
 		Binary:   b.coredns,
-		Corefile: fmt.Sprintf(coreDNSCorefile, port, host, upstreamAddr),
+		Corefile: fmt.Sprintf(coreDNSCorefile, port, host, testbed.UpstreamAddr),
 		Probe:    addr,
 	})
 	if err != nil {
@@ -122,25 +126,25 @@ func (d dnsdistInstance) Close() error {
 	return errors.Join(d.process.Close(), os.RemoveAll(d.dir))
 }
 
-func startDnsdist(l *lab, b binaries, addr string) (instance, error) {
-	dir, err := os.MkdirTemp(l.scratch, "dnsdist-")
+func startDnsdist(bed *testbed.Bed, b binaries, addr string) (instance, error) {
+	dir, err := os.MkdirTemp(bed.Scratch, "dnsdist-")
 	if err != nil {
 		return nil, fmt.Errorf("start dnsdist: %w", err)
 	}
 	conf := filepath.Join(dir, "dnsdist.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(dnsdistConfig, addr, upstreamAddr)), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(dnsdistConfig, addr, testbed.UpstreamAddr)), 0o644); err != nil {
 		return nil, errors.Join(fmt.Errorf("start dnsdist: %w", err), os.RemoveAll(dir))
 	}
 	// --supervised: stay in the foreground without a console.
-	p, err := l.ns.Start(b.dnsdist, "--supervised", "--disable-syslog", "-C", conf)
+	p, err := bed.NS.Start(b.dnsdist, "--supervised", "--disable-syslog", "-C", conf)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start dnsdist: %w", err), os.RemoveAll(dir))
 	}
 	return dnsdistInstance{process{p}, dir}, nil
 }
 
-func startReflector(l *lab, b binaries, addr string) (instance, error) {
-	p, err := l.ns.Start(b.reflector, "-listen", addr)
+func startReflector(bed *testbed.Bed, b binaries, addr string) (instance, error) {
+	p, err := bed.NS.Start(b.reflector, "-listen", addr)
 	if err != nil {
 		return nil, fmt.Errorf("start reflector: %w", err)
 	}
@@ -149,8 +153,8 @@ func startReflector(l *lab, b binaries, addr string) (instance, error) {
 
 // launch starts s, waits until it answers and pins it to cpu. On error it
 // leaves nothing running.
-func launch(ctx context.Context, l *lab, b binaries, s server, cpu int) (instance, error) {
-	inst, err := s.start(l, b, s.addr)
+func launch(ctx context.Context, bed *testbed.Bed, b binaries, s server, cpu int) (instance, error) {
+	inst, err := s.start(bed, b, s.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -158,11 +162,37 @@ func launch(ctx context.Context, l *lab, b binaries, s server, cpu int) (instanc
 		err = fmt.Errorf("%s: %w\noutput:\n%s", s.name, err, inst.Output())
 		return nil, errors.Join(err, inst.Close())
 	}
-	if err := l.waitAnswering(ctx, s.addr, inst.Done()); err != nil {
+	if err := waitAnswering(ctx, bed, s.addr, inst.Done()); err != nil {
 		return fail(err)
 	}
 	if err := procstat.Pin(inst.Pid(), cpu); err != nil {
 		return fail(err)
 	}
 	return inst, nil
+}
+
+// probeTimeout bounds one readiness probe; probes repeat until
+// startTimeout.
+const (
+	probeTimeout = 100 * time.Millisecond
+	startTimeout = 15 * time.Second
+)
+
+// waitAnswering asks addr for the first query name until it answers
+// NOERROR, the process exits, or startTimeout passes. NOERROR, not any
+// reply: a dnsdist whose backend is not yet marked up answers SERVFAIL.
+func waitAnswering(ctx context.Context, bed *testbed.Bed, addr string, done <-chan struct{}) error {
+	q := new(dns.Msg)
+	q.SetQuestion(bed.Names[0], dns.TypeA)
+	// A refused port fails at once: probeTimeout/4 apart, not to spin.
+	return testbed.Poll(ctx, "answering NOERROR on "+addr, startTimeout, probeTimeout/4, done, func() (bool, string) {
+		r, err := bed.NS.Exchange("udp", "", addr, q, probeTimeout)
+		switch {
+		case err != nil:
+			return false, err.Error()
+		case r.Rcode != dns.RcodeSuccess:
+			return false, "answered " + dns.RcodeToString[r.Rcode]
+		}
+		return true, ""
+	})
 }
