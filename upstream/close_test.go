@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // TestCloseStopsGoroutines brings up every goroutine the group owns — the
@@ -19,15 +21,15 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	s1, s2, s3 := newServer(t), newServer(t), newServer(t)
 	s1.setBoth(silent)
 	s2.setBoth(silent)
-	settle()
 	before := runtime.NumGoroutine()
 
-	g, err := New(Config{
-		Servers:     []netip.AddrPort{s1.addr, s2.addr, s3.addr},
-		Timeout:     50 * time.Millisecond,
-		MaxFails:    1,
-		HealthCheck: 10 * time.Millisecond,
-	})
+	cfg := DefaultConfig()
+	cfg.Servers = []netip.AddrPort{s1.addr, s2.addr, s3.addr}
+	cfg.Timeout = 50 * time.Millisecond
+	cfg.MaxFails = 1
+	cfg.HealthCheck = 10 * time.Millisecond
+	cfg.Logger = testkit.Logger(t)
+	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	if g.servers[2].pool.len() != 1 {
 		t.Fatalf("no pooled connection")
 	}
-	eventually(t, "probes", func() bool { return s1.probes.Load() > 0 && s2.probes.Load() > 0 })
+	testkit.Eventually(t, 3*time.Second, "probes", func() bool { return s1.probes.Load() > 0 && s2.probes.Load() > 0 })
 	if len(groupGoroutines()) < 3 {
 		t.Fatalf("expected janitor and two probers, have:\n%s", groupGoroutines())
 	}
@@ -47,12 +49,14 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	// An exchange in flight, stuck on the down servers (every server is
 	// down or silent now), is woken by Close.
 	s3.setBoth(silent)
+	sent := s3.seen()
 	done := make(chan error)
 	go func() {
 		_, err := g.Exchange(context.Background(), newReq("c.example.", dns.TypeA))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// In flight: s3, the one server in service, has the query.
+	testkit.Eventually(t, 3*time.Second, "the exchange to reach the server", func() bool { return s3.seen() > sent })
 
 	if err := g.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -74,7 +78,7 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	if n := g.servers[2].pool.len(); n != 0 {
 		t.Errorf("%d pooled connections after Close", n)
 	}
-	eventually(t, "the pooled connection to be closed at the server", func() bool {
+	testkit.Eventually(t, 3*time.Second, "the pooled connection to be closed at the server", func() bool {
 		s3.mu.Lock()
 		defer s3.mu.Unlock()
 		return len(s3.conns) == 0
@@ -82,18 +86,6 @@ func TestCloseStopsGoroutines(t *testing.T) {
 
 	// Close does not wait for wake-ups (context.AfterFunc) to finish
 	// returning, so allow them a moment.
-	eventually(t, "the group's goroutines to end", func() bool { return len(groupGoroutines()) == 0 })
-	eventually(t, "the goroutine count to settle", func() bool { return runtime.NumGoroutine() <= before })
-}
-
-// settle lets goroutines of earlier tests that are on their way out
-// finish, so that a goroutine count taken next is a baseline.
-func settle() {
-	for range 50 {
-		n := runtime.NumGoroutine()
-		time.Sleep(10 * time.Millisecond)
-		if runtime.NumGoroutine() == n {
-			return
-		}
-	}
+	testkit.Eventually(t, 3*time.Second, "the group's goroutines to end", func() bool { return len(groupGoroutines()) == 0 })
+	testkit.Eventually(t, 3*time.Second, "the goroutine count to settle", func() bool { return runtime.NumGoroutine() <= before })
 }

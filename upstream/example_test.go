@@ -33,9 +33,9 @@ func Example() {
 	defer srv.Shutdown()
 	<-started
 
-	g, err := upstream.New(upstream.Config{
-		Servers: []netip.AddrPort{pc.LocalAddr().(*net.UDPAddr).AddrPort()},
-	})
+	cfg := upstream.DefaultConfig()
+	cfg.Servers = []netip.AddrPort{pc.LocalAddr().(*net.UDPAddr).AddrPort()}
+	g, err := upstream.New(cfg)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -23,10 +23,21 @@ import (
 // req's ID and question. A truncated reply is retried over TCP on the same
 // server, and returned only when no server gives a full one. When no
 // server answered the error is an *Error; a request that cannot be sent
-// (not exactly one question, does not pack) fails before any attempt.
+// (not exactly one question, does not pack) fails before any attempt, and
+// so does one over MaxConcurrent: an *Error with Cause ErrLimitExceeded.
 func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	if g.closed.Load() {
 		return nil, &Error{Cause: ErrClosed}
+	}
+	if limit := g.cfg.MaxConcurrent; limit > 0 {
+		// As CoreDNS forward counts: the exchange over the cap takes a
+		// slot for the moment it takes to refuse it.
+		n := g.concurrent.Add(1)
+		defer g.concurrent.Add(-1)
+		if n > int64(limit) {
+			g.rejects.Add(1)
+			return nil, &Error{Cause: ErrLimitExceeded}
+		}
 	}
 	q, err := newQuery(req)
 	if err != nil {
@@ -200,8 +211,8 @@ type Error struct {
 	// Failures are the failed attempts, in order: each names the server,
 	// the transport and the reason.
 	Failures []error
-	// Cause is what cut the exchange short — the caller's ctx.Err() or
-	// ErrClosed — or nil when every server was tried.
+	// Cause is what cut the exchange short — the caller's ctx.Err(),
+	// ErrClosed or ErrLimitExceeded — or nil when every server was tried.
 	Cause error
 }
 
@@ -227,7 +238,8 @@ func (e *Error) Error() string {
 }
 
 // Unwrap lets errors.Is find the cause (context.DeadlineExceeded,
-// context.Canceled, ErrClosed) and the failures' socket errors.
+// context.Canceled, ErrClosed, ErrLimitExceeded) and the failures' socket
+// errors.
 func (e *Error) Unwrap() []error {
 	out := make([]error, 0, len(e.Failures)+1)
 	if e.Cause != nil {

@@ -19,27 +19,35 @@ func TestNew(t *testing.T) {
 	good := netip.MustParseAddrPort("10.0.0.10:53")
 	tests := []struct {
 		name    string
-		cfg     Config
+		mod     func(c *Config)
 		wantErr string // "" for success
 	}{
-		{"one server, defaults", Config{Servers: []netip.AddrPort{good}}, ""},
-		{"ipv6", Config{Servers: []netip.AddrPort{netip.MustParseAddrPort("[fd00::10]:53")}}, ""},
-		{"no servers", Config{}, "no servers"},
-		{"zero addrport", Config{Servers: []netip.AddrPort{{}}}, "invalid server address"},
-		{"unspecified v4", Config{Servers: []netip.AddrPort{netip.MustParseAddrPort("0.0.0.0:53")}}, "unspecified"},
-		{"unspecified v6", Config{Servers: []netip.AddrPort{netip.MustParseAddrPort("[::]:53")}}, "unspecified"},
-		{"unspecified 4in6", Config{Servers: []netip.AddrPort{netip.MustParseAddrPort("[::ffff:0.0.0.0]:53")}}, "unspecified"},
-		{"port 0", Config{Servers: []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:0")}}, "port 0"},
-		{"zone", Config{Servers: []netip.AddrPort{netip.MustParseAddrPort("[fe80::1%eth0]:53")}}, "zoned"},
-		{"duplicate", Config{Servers: []netip.AddrPort{good, good}}, "listed twice"},
-		{"duplicate 4in6", Config{Servers: []netip.AddrPort{good, netip.MustParseAddrPort("[::ffff:10.0.0.10]:53")}}, "listed twice"},
-		{"negative timeout", Config{Servers: []netip.AddrPort{good}, Timeout: -1}, "negative timeout"},
-		{"negative health check", Config{Servers: []netip.AddrPort{good}, HealthCheck: -1}, "negative health check"},
-		{"negative expiry", Config{Servers: []netip.AddrPort{good}, ExpireTCP: -1}, "negative tcp expiry"},
+		{"one server, defaults", func(c *Config) { c.Servers = []netip.AddrPort{good} }, ""},
+		{"ipv6", func(c *Config) { c.Servers = []netip.AddrPort{netip.MustParseAddrPort("[fd00::10]:53")} }, ""},
+		{"MaxFails 0, MaxConcurrent set", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.MaxFails = 0; c.MaxConcurrent = 1000 }, ""},
+		{"no servers", func(c *Config) {}, "upstream: Servers is empty"},
+		{"zero addrport", func(c *Config) { c.Servers = []netip.AddrPort{{}} }, "upstream: Servers[0]: invalid address"},
+		{"unspecified v4", func(c *Config) { c.Servers = []netip.AddrPort{netip.MustParseAddrPort("0.0.0.0:53")} }, "unspecified"},
+		{"unspecified v6", func(c *Config) { c.Servers = []netip.AddrPort{netip.MustParseAddrPort("[::]:53")} }, "unspecified"},
+		{"unspecified 4in6", func(c *Config) { c.Servers = []netip.AddrPort{netip.MustParseAddrPort("[::ffff:0.0.0.0]:53")} }, "unspecified"},
+		{"port 0", func(c *Config) { c.Servers = []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:0")} }, "port 0"},
+		{"zone", func(c *Config) { c.Servers = []netip.AddrPort{netip.MustParseAddrPort("[fe80::1%eth0]:53")} }, "zoned"},
+		{"duplicate", func(c *Config) { c.Servers = []netip.AddrPort{good, good} }, "upstream: Servers[1] 10.0.0.10:53: listed twice"},
+		{"duplicate 4in6", func(c *Config) {
+			c.Servers = []netip.AddrPort{good, netip.MustParseAddrPort("[::ffff:10.0.0.10]:53")}
+		}, "listed twice"},
+		{"zero timeout", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.Timeout = 0 }, "upstream: Timeout must be positive, got 0s"},
+		{"negative timeout", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.Timeout = -1 }, "upstream: Timeout must be positive"},
+		{"negative max fails", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.MaxFails = -1 }, "upstream: MaxFails must not be negative, got -1"},
+		{"zero health check", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.HealthCheck = 0 }, "upstream: HealthCheck must be positive, got 0s"},
+		{"zero expiry", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.ExpireTCP = 0 }, "upstream: ExpireTCP must be positive, got 0s"},
+		{"negative max concurrent", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.MaxConcurrent = -1 }, "upstream: MaxConcurrent must not be negative, got -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, err := New(tt.cfg)
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			g, err := New(cfg)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("New: %v, want error containing %q", err, tt.wantErr)
@@ -50,11 +58,27 @@ func TestNew(t *testing.T) {
 				t.Fatalf("New: %v", err)
 			}
 			defer g.Close()
+			// Taken as given: nothing filled in or changed.
 			c := g.cfg
-			if c.Timeout != DefaultTimeout || c.MaxFails != DefaultMaxFails || c.HealthCheck != DefaultHealthCheck || c.ExpireTCP != DefaultExpireTCP || c.Logger == nil {
-				t.Errorf("defaults not applied: %+v", c)
+			c.Logger = cfg.Logger
+			if !reflect.DeepEqual(c, cfg) {
+				t.Errorf("config changed by New:\n%+v\nwant\n%+v", c, cfg)
 			}
 		})
+	}
+}
+
+// TestDefaultConfig holds DefaultConfig to CoreDNS forward's defaults.
+func TestDefaultConfig(t *testing.T) {
+	want := Config{
+		Timeout:       2 * time.Second,        // plugin/pkg/proxy read timeout
+		MaxFails:      2,                      // max_fails
+		HealthCheck:   500 * time.Millisecond, // health_check
+		ExpireTCP:     10 * time.Second,       // expire
+		MaxConcurrent: 0,                      // max_concurrent: none
+	}
+	if got := DefaultConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)
 	}
 }
 

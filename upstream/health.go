@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/miekg/dns"
@@ -27,11 +28,11 @@ func (g *Group) answered(s *server) {
 }
 
 // failed records a failed attempt on s, marking it down after MaxFails in
-// a row. Errors that are not the server's fault (the caller's context,
-// Close) are ignored.
+// a row (never with MaxFails 0). Errors that are not the server's fault
+// (the caller's context, Close) are ignored.
 func (g *Group) failed(s *server, err error) {
 	var f *failure
-	if g.cfg.MaxFails < 0 || !errors.As(err, &f) {
+	if g.cfg.MaxFails == 0 || !errors.As(err, &f) {
 		return
 	}
 	n := s.fails.Add(1)
@@ -45,7 +46,8 @@ func (g *Group) failed(s *server, err error) {
 	}
 	s.down.Store(true)
 	s.downSince = time.Now()
-	g.log.Warn("upstream server marked down", "server", s.name, "consecutive_failures", n, "last_error", f.why.String())
+	g.log.Warn("upstream server marked down", slog.String("server", s.name),
+		slog.Int64("consecutive_failures", n), slog.Any("err", f))
 	if !s.probing {
 		g.mu.Lock()
 		s.probing = g.goLocked(func() { g.probe(s) })
@@ -62,7 +64,8 @@ func (g *Group) markUp(s *server, by string) {
 	}
 	s.fails.Store(0)
 	s.down.Store(false)
-	g.log.Info("upstream server back up", "server", s.name, "by", by, "down_for", time.Since(s.downSince).Round(time.Millisecond).String())
+	g.log.Info("upstream server back up", slog.String("server", s.name), slog.String("by", by),
+		slog.String("down_for", time.Since(s.downSince).Round(time.Millisecond).String()))
 }
 
 // probe checks s every HealthCheck until it is up again or the group

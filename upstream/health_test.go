@@ -1,12 +1,25 @@
 package upstream
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
+
+// probeRunning reports whether any probe goroutine is running.
+func probeRunning() bool {
+	for _, g := range groupGoroutines() {
+		if strings.Contains(g, "upstream.(*Group).probe(") {
+			return true
+		}
+	}
+	return false
+}
 
 // seen returns the queries s received, health probes not counted.
 func (s *testServer) seen() int64 { return s.udpQueries.Load() + s.tcpQueries.Load() }
@@ -38,8 +51,9 @@ func TestMarkedDownAndBack(t *testing.T) {
 			if st := stats(g, 0); st.Healthy {
 				t.Fatalf("not marked down after MaxFails failures: %+v", st)
 			}
-			if l := logs.lines("marked down"); len(l) != 1 || !strings.Contains(l[0], "server="+s1.addr.String()) {
-				t.Errorf("down log lines: %q", l)
+			if l := logs.with("marked down"); len(l) != 1 || l[0].level != slog.LevelWarn ||
+				l[0].attrs["server"] != s1.addr.String() || l[0].attrs["component"] != "upstream" || l[0].attrs["err"] == "" {
+				t.Errorf("down log lines: %+v", l)
 			}
 
 			// Skipped: the next query goes straight to the second server.
@@ -51,25 +65,28 @@ func TestMarkedDownAndBack(t *testing.T) {
 			if n := s1.seen(); n != 2 {
 				t.Errorf("down server got %d queries, want 2", n)
 			}
-			eventually(t, "health probes", func() bool { return s1.probes.Load() >= 2 })
+			testkit.Eventually(t, 3*time.Second, "health probes", func() bool { return s1.probes.Load() >= 2 })
 			if !g.servers[0].isProbing() {
 				t.Errorf("no probe goroutine")
 			}
 
 			s1.setBoth(answer("192.0.2.1"))
-			eventually(t, "the server back up", func() bool { return stats(g, 0).Healthy })
-			if l := logs.lines("back up"); len(l) != 1 || !strings.Contains(l[0], `by="health check"`) {
-				t.Errorf("up log lines: %q", l)
+			testkit.Eventually(t, 3*time.Second, "the server back up", func() bool { return stats(g, 0).Healthy })
+			if l := logs.with("back up"); len(l) != 1 || l[0].level != slog.LevelInfo || l[0].attrs["by"] != "health check" {
+				t.Errorf("up log lines: %+v", l)
 			}
-			eventually(t, "probing to stop", func() bool { return !g.servers[0].isProbing() })
+			// No probe after recovery: the probe goroutine, the only
+			// sender of probes, ends. Its end is the signal, not a pause.
+			testkit.Eventually(t, 3*time.Second, "the probe goroutine to end", func() bool {
+				return !g.servers[0].isProbing() && !probeRunning()
+			})
 			probes := s1.probes.Load()
-			time.Sleep(60 * time.Millisecond) // three probe intervals
-			if n := s1.probes.Load(); n != probes {
-				t.Errorf("%d probes after recovery", n-probes)
-			}
 			mustAnswer(t, g, newReq("d.example.", dns.TypeA), "192.0.2.1")
 			if st := stats(g, 0); st.Fails != 0 || st.Requests[tt.name] != 3 {
 				t.Errorf("probes counted in stats, or fails kept: %+v", st)
+			}
+			if n := s1.probes.Load(); n != probes {
+				t.Errorf("%d probes after recovery", n-probes)
 			}
 		})
 	}
@@ -99,8 +116,8 @@ func TestAllDownStillTried(t *testing.T) {
 	if !stats(g, 1).Healthy || stats(g, 0).Healthy {
 		t.Errorf("want only the answering server back: %+v", g.Stats())
 	}
-	if l := logs.lines("back up"); len(l) != 1 || !strings.Contains(l[0], "by=query") {
-		t.Errorf("up log lines: %q", l)
+	if l := logs.with("back up"); len(l) != 1 || l[0].attrs["by"] != "query" {
+		t.Errorf("up log lines: %+v", l)
 	}
 
 	// Now the healthy one goes first and the down one is skipped.
@@ -128,18 +145,18 @@ func TestDownTriedLast(t *testing.T) {
 	}
 }
 
-// TestMaxFailsDisabled: a negative MaxFails never marks a server down.
+// TestMaxFailsDisabled: MaxFails 0 never marks a server down.
 func TestMaxFailsDisabled(t *testing.T) {
 	s1, s2 := newServer(t), newServer(t)
 	s1.setBoth(silent)
-	g, logs := newGroup(t, func(c *Config) { c.MaxFails = -1; c.Timeout = 50 * time.Millisecond }, s1.addr, s2.addr)
+	g, logs := newGroup(t, func(c *Config) { c.MaxFails = 0; c.Timeout = 50 * time.Millisecond }, s1.addr, s2.addr)
 	for range 4 {
 		mustAnswer(t, g, newReq("a.example.", dns.TypeA), "192.0.2.1")
 	}
 	if n := s1.seen(); n != 4 {
 		t.Errorf("first server got %d queries, want 4", n)
 	}
-	if !stats(g, 0).Healthy || len(logs.lines("marked down")) != 0 {
-		t.Errorf("server marked down with MaxFails < 0")
+	if !stats(g, 0).Healthy || len(logs.with("marked down")) != 0 || g.servers[0].isProbing() {
+		t.Errorf("server marked down with MaxFails 0")
 	}
 }

@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // udpHandler deals with one UDP query; it may send any datagrams, or none.
@@ -278,16 +280,16 @@ func closedAddr(t testing.TB) netip.AddrPort {
 	return a
 }
 
-// newGroup returns a group with test-sized timings, closed at cleanup.
-func newGroup(t testing.TB, mod func(*Config), servers ...netip.AddrPort) (*Group, *logBuf) {
+// newGroup returns a group with test-sized timings, closed at cleanup, and
+// the records it logged.
+func newGroup(t testing.TB, mod func(*Config), servers ...netip.AddrPort) (*Group, *logRecords) {
 	t.Helper()
-	logs := new(logBuf)
-	cfg := Config{
-		Servers:     servers,
-		Timeout:     150 * time.Millisecond,
-		HealthCheck: 20 * time.Millisecond,
-		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
-	}
+	logs := new(logRecords)
+	cfg := DefaultConfig()
+	cfg.Servers = servers
+	cfg.Timeout = 150 * time.Millisecond
+	cfg.HealthCheck = 20 * time.Millisecond
+	cfg.Logger = slog.New(&recordingHandler{Handler: testkit.Logger(t).Handler(), logs: logs})
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -299,29 +301,59 @@ func newGroup(t testing.TB, mod func(*Config), servers ...netip.AddrPort) (*Grou
 	return g, logs
 }
 
-// logBuf collects log lines.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+// logRecords keeps what a group logged, so that tests can check the
+// level and attributes of its lines; the lines still go to the test's
+// output through testkit.Logger.
+type logRecords struct {
+	mu      sync.Mutex
+	records []logRecord
 }
 
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
+// logRecord is one line: level, message, and every attribute (the
+// handler's own, such as component, included) as strings.
+type logRecord struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
 }
 
-// lines returns the log lines containing sub.
-func (l *logBuf) lines(sub string) []string {
+// with returns the records whose message contains sub.
+func (l *logRecords) with(sub string) []logRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []string
-	for line := range strings.Lines(l.buf.String()) {
-		if strings.Contains(line, sub) {
-			out = append(out, line)
+	var out []logRecord
+	for _, r := range l.records {
+		if strings.Contains(r.msg, sub) {
+			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// recordingHandler passes records on to Handler and keeps a copy in logs.
+type recordingHandler struct {
+	slog.Handler
+	logs  *logRecords
+	attrs []slog.Attr // from WithAttrs; the group does not use WithGroup
+}
+
+func (h *recordingHandler) Handle(ctx context.Context, r slog.Record) error {
+	rec := logRecord{level: r.Level, msg: r.Message, attrs: make(map[string]string)}
+	for _, a := range h.attrs {
+		rec.attrs[a.Key] = a.Value.String()
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		rec.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	h.logs.mu.Lock()
+	h.logs.records = append(h.logs.records, rec)
+	h.logs.mu.Unlock()
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *recordingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordingHandler{Handler: h.Handler.WithAttrs(as), logs: h.logs, attrs: append(slices.Clone(h.attrs), as...)}
 }
 
 func newReq(name string, qtype uint16) *dns.Msg {
@@ -366,17 +398,6 @@ func mustAnswer(t testing.TB, g *Group, req *dns.Msg, want string) *dns.Msg {
 
 // stats returns the counters of server i.
 func stats(g *Group, i int) ServerStats { return g.Stats()[i] }
-
-// eventually polls cond for up to 3 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
 
 // groupGoroutines returns the stacks of goroutines running the package's
 // own code (methods of Group, including context.AfterFunc wake-ups).

@@ -128,31 +128,34 @@ func (g *Group) Stats() []ServerStats {
 	return out
 }
 
+// Metric help texts, also the tests' expected exposition.
+const (
+	helpRequests = "Queries sent to an upstream server, by transport; TC and pool retries count again, health probes do not."
+	helpErrors   = "Upstream failures and ignored replies, by reason: timeout, refused, network, mismatch, malformed, tcp_closed."
+	helpDuration = "Time from sending a query to a server to accepting its reply, TC retry over TCP included."
+	helpHealthy  = "1 if the upstream server is in service, 0 if it is marked down and being probed."
+	helpRejects  = "Queries refused without asking any server because MaxConcurrent queries were in flight (CoreDNS: coredns_forward_max_concurrent_rejects_total)."
+)
+
 // Metric descriptions.
 var (
-	descRequests = prometheus.NewDesc("dnsstandby_upstream_requests_total",
-		"Queries sent to an upstream server, by transport; TC and pool retries count again, health probes do not.",
-		[]string{"server", "proto"}, nil)
-	descErrors = prometheus.NewDesc("dnsstandby_upstream_errors_total",
-		"Upstream failures and ignored replies, by reason: timeout, refused, network, mismatch, malformed, tcp_closed.",
-		[]string{"server", "reason"}, nil)
-	descDuration = prometheus.NewDesc("dnsstandby_upstream_duration_seconds",
-		"Time from sending a query to a server to accepting its reply, TC retry over TCP included.",
-		[]string{"server"}, nil)
-	descHealthy = prometheus.NewDesc("dnsstandby_upstream_healthy",
-		"1 if the upstream server is in service, 0 if it is marked down and being probed.",
-		[]string{"server"}, nil)
+	descRequests = prometheus.NewDesc("dnsstandby_upstream_requests_total", helpRequests, []string{"server", "proto"}, nil)
+	descErrors   = prometheus.NewDesc("dnsstandby_upstream_errors_total", helpErrors, []string{"server", "reason"}, nil)
+	descDuration = prometheus.NewDesc("dnsstandby_upstream_duration_seconds", helpDuration, []string{"server"}, nil)
+	descHealthy  = prometheus.NewDesc("dnsstandby_upstream_healthy", helpHealthy, []string{"server"}, nil)
+	descRejects  = prometheus.NewDesc("dnsstandby_upstream_max_concurrent_rejects_total", helpRejects, nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (g *Group) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy} {
+	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy, descRejects} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (g *Group) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descRejects, prometheus.CounterValue, float64(g.rejects.Load()))
 	for _, s := range g.servers {
 		m := &s.metrics
 		for p := range numProtos {

@@ -1,16 +1,57 @@
 package upstream
 
 import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
+// serverSeries is the expected text of one server's counters and gauge.
+type serverSeries struct {
+	udp, tcp uint64            // requests by proto
+	errors   map[string]uint64 // by reason; the rest are 0
+	healthy  bool
+}
+
+// expectedText renders the metrics of servers (name to series) in the
+// exposition format, with the group's reject count.
+func expectedText(servers map[string]serverSeries, rejects uint64) string {
+	var req, errs, healthy strings.Builder
+	for name, s := range servers {
+		fmt.Fprintf(&req, "dnsstandby_upstream_requests_total{proto=\"udp\",server=%q} %d\n", name, s.udp)
+		fmt.Fprintf(&req, "dnsstandby_upstream_requests_total{proto=\"tcp\",server=%q} %d\n", name, s.tcp)
+		for r := range numReasons {
+			fmt.Fprintf(&errs, "dnsstandby_upstream_errors_total{reason=%q,server=%q} %d\n", r.String(), name, s.errors[r.String()])
+		}
+		h := 0
+		if s.healthy {
+			h = 1
+		}
+		fmt.Fprintf(&healthy, "dnsstandby_upstream_healthy{server=%q} %d\n", name, h)
+	}
+	return fmt.Sprintf(`# HELP dnsstandby_upstream_requests_total %s
+# TYPE dnsstandby_upstream_requests_total counter
+%s# HELP dnsstandby_upstream_errors_total %s
+# TYPE dnsstandby_upstream_errors_total counter
+%s# HELP dnsstandby_upstream_healthy %s
+# TYPE dnsstandby_upstream_healthy gauge
+%s# HELP dnsstandby_upstream_max_concurrent_rejects_total %s
+# TYPE dnsstandby_upstream_max_concurrent_rejects_total counter
+dnsstandby_upstream_max_concurrent_rejects_total %d
+`, helpRequests, req.String(), helpErrors, errs.String(), helpHealthy, healthy.String(), helpRejects, rejects)
+}
+
 // TestMetrics registers the group with a pedantic registry (which checks
-// Collect against Describe) and reads the metrics after one failed and
+// Collect against Describe) and compares its series after one failed and
 // one answered attempt.
 func TestMetrics(t *testing.T) {
 	bad := closedAddr(t)
@@ -22,59 +63,121 @@ func TestMetrics(t *testing.T) {
 	}
 	mustAnswer(t, g, newReq("m.example.", dns.TypeA), "192.0.2.1")
 
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather: %v", err)
+	want := expectedText(map[string]serverSeries{
+		bad.String():       {udp: 1, errors: map[string]uint64{"refused": 1}, healthy: false},
+		good.addr.String(): {udp: 1, healthy: true},
+	}, 0)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"dnsstandby_upstream_requests_total", "dnsstandby_upstream_errors_total",
+		"dnsstandby_upstream_healthy", "dnsstandby_upstream_max_concurrent_rejects_total"); err != nil {
+		t.Error(err)
 	}
-	got := make(map[string]float64) // name{labels} -> value
-	types := make(map[string]dto.MetricType)
-	for _, mf := range mfs {
-		types[mf.GetName()] = mf.GetType()
-		for _, m := range mf.Metric {
-			key := mf.GetName()
-			for _, l := range m.Label {
-				key += "," + l.GetName() + "=" + l.GetValue()
+	// The histogram: one series per server; the answered attempt timed.
+	if n := testutil.CollectAndCount(g, "dnsstandby_upstream_duration_seconds"); n != 2 {
+		t.Errorf("%d duration series, want 2", n)
+	}
+	if r0, r1 := stats(g, 0).Replies, stats(g, 1).Replies; r0 != 0 || r1 != 1 {
+		t.Errorf("replies timed %d, %d; want 0, 1", r0, r1)
+	}
+}
+
+// TestDurationHistogram compares the whole histogram of a server that
+// never answered: CoreDNS's buckets, all empty.
+func TestDurationHistogram(t *testing.T) {
+	bad := closedAddr(t)
+	g, _ := newGroup(t, nil, bad)
+	if _, err := exchange(t, g, newReq("h.example.", dns.TypeA)); err == nil {
+		t.Fatal("a closed port answered")
+	}
+	var want strings.Builder
+	fmt.Fprintf(&want, "# HELP dnsstandby_upstream_duration_seconds %s\n# TYPE dnsstandby_upstream_duration_seconds histogram\n", helpDuration)
+	for _, ub := range durationBuckets {
+		fmt.Fprintf(&want, "dnsstandby_upstream_duration_seconds_bucket{server=%q,le=\"%g\"} 0\n", bad.String(), ub)
+	}
+	fmt.Fprintf(&want, "dnsstandby_upstream_duration_seconds_bucket{server=%q,le=\"+Inf\"} 0\n", bad.String())
+	fmt.Fprintf(&want, "dnsstandby_upstream_duration_seconds_sum{server=%q} 0\n", bad.String())
+	fmt.Fprintf(&want, "dnsstandby_upstream_duration_seconds_count{server=%q} 0\n", bad.String())
+	if err := testutil.CollectAndCompare(g, strings.NewReader(want.String()), "dnsstandby_upstream_duration_seconds"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestMaxConcurrent: with MaxConcurrent exchanges in flight, one more fails
+// at once with ErrLimitExceeded, reaches no server and is counted; 0 means
+// no cap. Once the exchanges in flight end, their slots are free again.
+func TestMaxConcurrent(t *testing.T) {
+	tests := []struct {
+		name        string
+		max         int
+		inFlight    int // exchanges held at the server
+		wantRejects uint64
+	}{
+		{"no cap", 0, 3, 0},
+		{"under the cap", 3, 2, 0},
+		{"at the cap", 2, 2, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t)
+			held := make(chan func(), 16)
+			s.setUDP(func(s *testServer, from netip.AddrPort, q *dns.Msg) {
+				held <- func() { s.sendUDP(from, answer("192.0.2.1")(q)) }
+			})
+			g, _ := newGroup(t, func(c *Config) { c.MaxConcurrent = tt.max; c.Timeout = 5 * time.Second }, s.addr)
+
+			results := make(chan error, tt.inFlight+1)
+			for i := range tt.inFlight {
+				go func() {
+					_, err := exchange(t, g, newReq(fmt.Sprintf("held%d.example.", i), dns.TypeA))
+					results <- err
+				}()
 			}
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				got[key] = m.Counter.GetValue()
-			case dto.MetricType_GAUGE:
-				got[key] = m.Gauge.GetValue()
-			case dto.MetricType_HISTOGRAM:
-				got[key] = float64(m.Histogram.GetSampleCount())
-				if n := len(m.Histogram.Bucket); n != numBuckets {
-					t.Errorf("%d buckets, want %d", n, numBuckets)
+			testkit.Eventually(t, 3*time.Second, "the exchanges to reach the server", func() bool {
+				return s.seen() == int64(tt.inFlight)
+			})
+
+			extra := make(chan error, 1)
+			go func() {
+				_, err := exchange(t, g, newReq("extra.example.", dns.TypeA))
+				extra <- err
+			}()
+			if tt.wantRejects > 0 {
+				// Refused without a reply from anyone: no release needed.
+				if err := <-extra; !errors.Is(err, ErrLimitExceeded) {
+					t.Fatalf("exchange over the cap: %v, want ErrLimitExceeded", err)
+				}
+				if n := s.seen(); n != int64(tt.inFlight) {
+					t.Errorf("server saw %d queries, want %d: the refused one was sent", n, tt.inFlight)
+				}
+			} else {
+				testkit.Eventually(t, 3*time.Second, "the extra exchange to reach the server", func() bool {
+					return s.seen() == int64(tt.inFlight)+1
+				})
+			}
+
+			s.setBoth(answer("192.0.2.1"))
+			for range s.seen() {
+				(<-held)()
+			}
+			for range tt.inFlight {
+				if err := <-results; err != nil {
+					t.Errorf("held exchange: %v", err)
 				}
 			}
-		}
-	}
-	wantTypes := map[string]dto.MetricType{
-		"dnsstandby_upstream_requests_total":   dto.MetricType_COUNTER,
-		"dnsstandby_upstream_errors_total":     dto.MetricType_COUNTER,
-		"dnsstandby_upstream_duration_seconds": dto.MetricType_HISTOGRAM,
-		"dnsstandby_upstream_healthy":          dto.MetricType_GAUGE,
-	}
-	for name, typ := range wantTypes {
-		if types[name] != typ {
-			t.Errorf("%s: type %v, want %v", name, types[name], typ)
-		}
-	}
-	b, gd := bad.String(), good.addr.String()
-	for key, want := range map[string]float64{
-		"dnsstandby_upstream_requests_total,proto=udp,server=" + b:      1,
-		"dnsstandby_upstream_requests_total,proto=tcp,server=" + b:      0,
-		"dnsstandby_upstream_requests_total,proto=udp,server=" + gd:     1,
-		"dnsstandby_upstream_errors_total,reason=refused,server=" + b:   1,
-		"dnsstandby_upstream_errors_total,reason=timeout,server=" + b:   0,
-		"dnsstandby_upstream_errors_total,reason=mismatch,server=" + gd: 0,
-		"dnsstandby_upstream_duration_seconds,server=" + b:              0,
-		"dnsstandby_upstream_duration_seconds,server=" + gd:             1,
-		"dnsstandby_upstream_healthy,server=" + b:                       0,
-		"dnsstandby_upstream_healthy,server=" + gd:                      1,
-	} {
-		if v, ok := got[key]; !ok || v != want {
-			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
-		}
+			if tt.wantRejects == 0 {
+				if err := <-extra; err != nil {
+					t.Errorf("extra exchange: %v", err)
+				}
+			}
+			// The slots are free again.
+			mustAnswer(t, g, newReq("after.example.", dns.TypeA), "192.0.2.1")
+			if err := testutil.CollectAndCompare(g, strings.NewReader(fmt.Sprintf(`# HELP dnsstandby_upstream_max_concurrent_rejects_total %s
+# TYPE dnsstandby_upstream_max_concurrent_rejects_total counter
+dnsstandby_upstream_max_concurrent_rejects_total %d
+`, helpRejects, tt.wantRejects)), "dnsstandby_upstream_max_concurrent_rejects_total"); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
 

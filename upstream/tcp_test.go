@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // truncated replies with TC=1 and no records, as a server does when the
@@ -93,10 +95,10 @@ func TestTCPExpiry(t *testing.T) {
 	s := newServer(t)
 	g, _ := newGroup(t, func(c *Config) { c.ForceTCP = true; c.ExpireTCP = 40 * time.Millisecond }, s.addr)
 	mustAnswer(t, g, newReq("a.example.", dns.TypeA), "192.0.2.1")
-	eventually(t, "the janitor to close the idle connection", func() bool {
+	testkit.Eventually(t, 3*time.Second, "the janitor to close the idle connection", func() bool {
 		return g.servers[0].pool.len() == 0
 	})
-	eventually(t, "the server to see the close", func() bool {
+	testkit.Eventually(t, 3*time.Second, "the server to see the close", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.conns) == 0
@@ -127,7 +129,7 @@ func TestBrokenPooledConn(t *testing.T) {
 			g, _ := newGroup(t, func(c *Config) { c.ForceTCP = true; c.MaxFails = 1 }, s.addr)
 			mustAnswer(t, g, newReq("one.example.", dns.TypeA), "192.0.2.1")
 			if tt.mode == tcpCloseAfterOne {
-				eventually(t, "the server to close", func() bool {
+				testkit.Eventually(t, 3*time.Second, "the server to close", func() bool {
 					s.mu.Lock()
 					defer s.mu.Unlock()
 					return len(s.conns) == 0

@@ -24,33 +24,6 @@ import (
 	"time"
 )
 
-// Defaults for the zero values of Config. They are CoreDNS forward's, so
-// that dnsstandby treats kube-dns exactly as LocalDNS itself does.
-const (
-	// DefaultTimeout bounds one attempt (one server, one transport). 2 s
-	// is CoreDNS forward's read timeout (plugin/pkg/proxy), the value
-	// LocalDNS uses against the same kube-dns upstream. kube-dns resolves
-	// external names by forwarding them with that same 2 s timeout, so a
-	// shorter one here would count slow but healthy external lookups as
-	// failures; a longer one would leave no room, inside glibc's 5 s
-	// resolver timeout, for a second server or the caller's stale answer.
-	DefaultTimeout = 2 * time.Second
-
-	// DefaultMaxFails is CoreDNS forward's max_fails.
-	DefaultMaxFails = 2
-
-	// DefaultHealthCheck is CoreDNS forward's health_check interval. Its
-	// authors call 0.5 s "an eternity in DNS" but a balance between finding
-	// a recovered upstream quickly and not sending much (plugin/pkg/up).
-	DefaultHealthCheck = 500 * time.Millisecond
-
-	// DefaultExpireTCP is CoreDNS forward's expire. A CoreDNS server (and
-	// kube-dns is one) closes a TCP connection after 10 s idle
-	// (core/dnsserver IdleTimeout), so an older pooled connection would be
-	// dead anyway; one that dies right at the edge is retried once.
-	DefaultExpireTCP = 10 * time.Second
-)
-
 const (
 	// maxProbeTimeout caps a health probe's wait, as CoreDNS's health
 	// checker does (1 s read timeout): a probe that waits longer than two
@@ -67,14 +40,19 @@ const (
 var (
 	// ErrClosed is returned by Exchange after Close.
 	ErrClosed = errors.New("upstream group closed")
+	// ErrLimitExceeded is returned by Exchange, at once and without asking
+	// any server, when MaxConcurrent exchanges are already in flight. It
+	// is CoreDNS forward's ErrLimitExceeded, which LocalDNS answers with
+	// REFUSED.
+	ErrLimitExceeded = errors.New("max concurrent queries exceeded")
 	// ErrQuestionCount is returned for a request without exactly one
 	// question: the reply check needs the question, and resolvers never
 	// send more than one.
 	ErrQuestionCount = errors.New("request does not have exactly one question")
 )
 
-// Config says where to forward and how patiently. Zero durations and a
-// zero MaxFails take the defaults above.
+// Config says where to forward and how patiently. Start from
+// DefaultConfig and set Servers.
 type Config struct {
 	// Servers are tried in this order (CoreDNS `policy sequential`).
 	// Addresses must be specified (not 0.0.0.0 or ::), ports non-zero, and
@@ -83,79 +61,102 @@ type Config struct {
 	// Timeout bounds each attempt: a UDP exchange, or a TCP exchange
 	// including one retry on a fresh connection. It should be well under
 	// the caller's deadline: an attempt cut short by the caller's context
-	// is not held against the server.
+	// is not held against the server. Must be positive.
 	Timeout time.Duration
 	// MaxFails is how many consecutive failed attempts mark a server down;
-	// negative disables marking servers down (CoreDNS max_fails 0).
+	// 0 never marks a server down (CoreDNS max_fails 0).
 	MaxFails int
-	// HealthCheck is the probe interval for a server marked down.
+	// HealthCheck is the probe interval for a server marked down. Must be
+	// positive.
 	HealthCheck time.Duration
-	// ExpireTCP is how long an idle pooled TCP connection is kept.
+	// ExpireTCP is how long an idle pooled TCP connection is kept. Must be
+	// positive.
 	ExpireTCP time.Duration
+	// MaxConcurrent caps the exchanges in flight through the group, as
+	// CoreDNS forward's max_concurrent does: an Exchange over the cap
+	// fails at once with ErrLimitExceeded and is counted in
+	// dnsstandby_upstream_max_concurrent_rejects_total. 0 means no cap.
+	MaxConcurrent int
 	// ForceTCP sends every query over TCP.
 	ForceTCP bool
 	// Logger receives one line per health transition; nil discards them.
 	Logger *slog.Logger
 }
 
-func (c *Config) setDefaults() {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxFails == 0 {
-		c.MaxFails = DefaultMaxFails
-	}
-	if c.HealthCheck == 0 {
-		c.HealthCheck = DefaultHealthCheck
-	}
-	if c.ExpireTCP == 0 {
-		c.ExpireTCP = DefaultExpireTCP
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+// DefaultConfig returns CoreDNS forward's defaults, so that dnsstandby
+// treats kube-dns exactly as LocalDNS itself does. Servers is left empty
+// for the caller.
+func DefaultConfig() Config {
+	return Config{
+		// 2 s is CoreDNS forward's read timeout (plugin/pkg/proxy), the
+		// value LocalDNS uses against the same kube-dns upstream. kube-dns
+		// resolves external names by forwarding them with that same 2 s
+		// timeout, so a shorter one here would count slow but healthy
+		// external lookups as failures; a longer one would leave no room,
+		// inside glibc's 5 s resolver timeout, for a second server or the
+		// caller's stale answer.
+		Timeout: 2 * time.Second,
+		// CoreDNS forward's max_fails.
+		MaxFails: 2,
+		// CoreDNS forward's health_check interval. Its authors call 0.5 s
+		// "an eternity in DNS" but a balance between finding a recovered
+		// upstream quickly and not sending much (plugin/pkg/up).
+		HealthCheck: 500 * time.Millisecond,
+		// CoreDNS forward's expire. A CoreDNS server (and kube-dns is one)
+		// closes a TCP connection after 10 s idle (core/dnsserver
+		// IdleTimeout), so an older pooled connection would be dead
+		// anyway; one that dies right at the edge is retried once.
+		ExpireTCP: 10 * time.Second,
+		// CoreDNS forward's default: no cap. (LocalDNS sets 1000.)
+		MaxConcurrent: 0,
 	}
 }
 
+// validate checks c; its errors name the Config field.
 func (c *Config) validate() error {
 	if len(c.Servers) == 0 {
-		return errors.New("no servers")
+		return errors.New("Servers is empty")
 	}
 	seen := make(map[netip.AddrPort]bool, len(c.Servers))
-	for _, s := range c.Servers {
+	for i, s := range c.Servers {
 		a := s.Addr().Unmap()
 		switch {
 		case !s.IsValid():
-			return errors.New("invalid server address")
+			return fmt.Errorf("Servers[%d]: invalid address", i)
 		case a.IsUnspecified():
-			return fmt.Errorf("server %s: unspecified address", s)
+			return fmt.Errorf("Servers[%d] %s: unspecified address", i, s)
 		case s.Port() == 0:
-			return fmt.Errorf("server %s: port 0", s)
+			return fmt.Errorf("Servers[%d] %s: port 0", i, s)
 		case a.Zone() != "":
 			// net.UDPAddrFromAddrPort keeps zones, but a kube-dns ClusterIP
 			// never has one; refuse rather than half-support it.
-			return fmt.Errorf("server %s: zoned addresses are not supported", s)
+			return fmt.Errorf("Servers[%d] %s: zoned addresses are not supported", i, s)
 		}
 		k := netip.AddrPortFrom(a, s.Port())
 		if seen[k] {
-			return fmt.Errorf("server %s listed twice", s)
+			return fmt.Errorf("Servers[%d] %s: listed twice", i, s)
 		}
 		seen[k] = true
 	}
 	switch {
-	case c.Timeout < 0:
-		return fmt.Errorf("negative timeout %s", c.Timeout)
-	case c.HealthCheck < 0:
-		return fmt.Errorf("negative health check interval %s", c.HealthCheck)
-	case c.ExpireTCP < 0:
-		return fmt.Errorf("negative tcp expiry %s", c.ExpireTCP)
+	case c.Timeout <= 0:
+		return fmt.Errorf("Timeout must be positive, got %s", c.Timeout)
+	case c.MaxFails < 0:
+		return fmt.Errorf("MaxFails must not be negative, got %d", c.MaxFails)
+	case c.HealthCheck <= 0:
+		return fmt.Errorf("HealthCheck must be positive, got %s", c.HealthCheck)
+	case c.ExpireTCP <= 0:
+		return fmt.Errorf("ExpireTCP must be positive, got %s", c.ExpireTCP)
+	case c.MaxConcurrent < 0:
+		return fmt.Errorf("MaxConcurrent must not be negative, got %d", c.MaxConcurrent)
 	}
 	return nil
 }
 
 // Group forwards queries to its servers. It is safe for concurrent use.
 type Group struct {
-	cfg     Config       // defaults applied
-	log     *slog.Logger // always non-nil
+	cfg     Config       // as given, validated
+	log     *slog.Logger // always non-nil, tagged component=upstream
 	servers []*server    // in Config order
 
 	// bufs holds *[]byte read buffers big enough for any DNS message.
@@ -166,6 +167,9 @@ type Group struct {
 	ctx    context.Context // good until Close; probes and janitor run under it
 	cancel context.CancelFunc
 	closed atomic.Bool // Close was called; read on every Exchange
+
+	concurrent atomic.Int64  // exchanges in flight, counted only with MaxConcurrent > 0
+	rejects    atomic.Uint64 // exchanges refused with ErrLimitExceeded
 
 	mu       sync.Mutex     // guards following
 	stopping bool           // Close has begun: no goroutine may start
@@ -192,12 +196,15 @@ type server struct {
 // New validates cfg and returns a Group. Its only goroutine, which closes
 // expired TCP connections, runs until Close.
 func New(cfg Config) (*Group, error) {
-	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("upstream config: %w", err)
+		return nil, fmt.Errorf("upstream: %w", err)
 	}
 	cfg.Servers = append([]netip.AddrPort(nil), cfg.Servers...)
-	g := &Group{cfg: cfg, log: cfg.Logger}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g := &Group{cfg: cfg, log: log.With("component", "upstream")}
 	g.bufs.New = func() any { b := make([]byte, 0xffff); return &b }
 	for _, a := range cfg.Servers {
 		g.servers = append(g.servers, &server{
