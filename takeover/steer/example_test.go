@@ -2,7 +2,6 @@ package steer_test
 
 import (
 	"fmt"
-	"log/slog"
 
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
@@ -10,12 +9,14 @@ import (
 // The daemon's wiring: decide the level once, steer each group our
 // responder listens on, adopt LocalDNS's sockets as the peer watch finds
 // them (Adopt level only), beat from the liveness loop, and set the mode
-// from the mode machine. With --steering off every call succeeds and
+// from the mode machine. With Want off every call succeeds and
 // nothing is steered.
 func Example() {
-	s, err := steer.New(steer.Config{Want: "off", Logger: slog.New(slog.DiscardHandler)})
+	cfg := steer.DefaultConfig()
+	cfg.Want = steer.WantOff
+	s, err := steer.New(cfg)
 	if err != nil {
-		panic(err) // only a bad --steering value
+		panic(err) // only an invalid Config
 	}
 	defer s.Close() // before closing the sockets: it detaches through them
 
@@ -27,6 +28,6 @@ func Example() {
 	fmt.Println(s.Level(), "-", s.Why())
 	fmt.Println("applied mode:", s.Effective())
 	// Output:
-	// off - off: requested (--steering off)
+	// off - off: requested
 	// applied mode: hash
 }

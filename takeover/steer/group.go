@@ -188,8 +188,13 @@ func (s *Steerer) attach(g *group, our syscall.RawConn) error {
 // a dnsstandby died without detaching and its successor's AddGroup replaced
 // the dead one's program, the old maps (and their hold on LocalDNS's
 // sockets) are freed after an RCU grace period and a workqueue pass:
-// milliseconds, measured here, so 500 ms is ample.
-const adoptBusyWait = 500 * time.Millisecond
+// milliseconds, measured here, so 500 ms is ample. adoptBusyRetry is the
+// pause between tries; it is taken without the Steerer's lock, so that
+// heartbeats and mode changes go on meanwhile.
+const (
+	adoptBusyWait  = 500 * time.Millisecond
+	adoptBusyRetry = 10 * time.Millisecond
+)
 
 // Adopt puts a LocalDNS socket into a free peer slot of the group and
 // returns the slot (1..MaxPeers). fd is the caller's duplicate (from
@@ -197,18 +202,48 @@ const adoptBusyWait = 500 * time.Millisecond
 // once: the map holds the socket itself, and the slot empties by itself
 // when LocalDNS closes the socket. Adopting a socket already in the group
 // returns its slot. Only at level Adopt; ErrNotAdopt otherwise.
+//
+// While the socket is still in another sockarray (EBUSY) Adopt tries again
+// for up to adoptBusyWait, pausing between tries without holding the lock
+// that Heartbeat needs.
 func (s *Steerer) Adopt(name string, fd int) (slot int, err error) {
 	if s.level != Adopt {
 		return 0, ErrNotAdopt
 	}
+	start := time.Now()
+	busy := 0
+	for {
+		var retry bool
+		slot, retry, err = s.adoptOnce(name, fd)
+		if !retry {
+			break
+		}
+		if time.Since(start) > adoptBusyWait {
+			s.sockarrayErrors.Add(1)
+			break
+		}
+		busy++
+		time.Sleep(adoptBusyRetry)
+	}
+	if busy > 0 {
+		s.log.Info("adopt waited for the socket to leave another steering map", "group", name,
+			"waited", time.Since(start).Round(time.Millisecond).String(), "ok", err == nil)
+	}
+	return slot, err
+}
+
+// adoptOnce is one try of Adopt, under s.mu. busy reports that the only
+// obstacle was the socket being in another sockarray (EBUSY): worth
+// another try soon.
+func (s *Steerer) adoptOnce(name string, fd int) (slot int, busy bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, ErrClosed
+		return 0, false, ErrClosed
 	}
 	g := s.groups[name]
 	if g == nil {
-		return 0, fmt.Errorf("adopt into %s: %w", name, ErrNoGroup)
+		return 0, false, fmt.Errorf("adopt into %s: %w", name, ErrNoGroup)
 	}
 	addr, err := checkSocket(fd, g.udp)
 	if errors.Is(err, ErrMPTCP) {
@@ -220,20 +255,20 @@ func (s *Steerer) Adopt(name string, fd int) (slot int, err error) {
 				err = errors.Join(err, werr)
 			}
 		}
-		return 0, fmt.Errorf("adopt into %s: %w", name, err)
+		return 0, false, fmt.Errorf("adopt into %s: %w", name, err)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("adopt into %s: %w: %w", name, ErrWrongSocket, err)
+		return 0, false, fmt.Errorf("adopt into %s: %w: %w", name, ErrWrongSocket, err)
 	}
 	if addr != g.ourAddr {
-		return 0, fmt.Errorf("adopt into %s: %w: bound to %s, the group to %s", name, ErrWrongSocket, addr, g.ourAddr)
+		return 0, false, fmt.Errorf("adopt into %s: %w: bound to %s, the group to %s", name, ErrWrongSocket, addr, g.ourAddr)
 	}
 	cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
 	if err != nil {
-		return 0, fmt.Errorf("adopt into %s: SO_COOKIE: %w", name, err)
+		return 0, false, fmt.Errorf("adopt into %s: SO_COOKIE: %w", name, err)
 	}
 	if cookie == g.ourCookie {
-		return 0, fmt.Errorf("adopt into %s: %w: it is our own socket", name, ErrWrongSocket)
+		return 0, false, fmt.Errorf("adopt into %s: %w: it is our own socket", name, ErrWrongSocket)
 	}
 	free := -1
 	for slot := 1; slot <= MaxPeers; slot++ {
@@ -241,45 +276,34 @@ func (s *Steerer) Adopt(name string, fd int) (slot int, err error) {
 		err := g.socks.Lookup(uint32(slot), &c)
 		switch {
 		case err == nil && c == cookie:
-			return slot, nil // already adopted
+			return slot, false, nil // already adopted
 		case errors.Is(err, ebpf.ErrKeyNotExist):
 			if free < 0 {
 				free = slot
 			}
 		case err != nil:
-			return 0, fmt.Errorf("adopt into %s: read slot %d: %w", name, slot, err)
+			return 0, false, fmt.Errorf("adopt into %s: read slot %d: %w", name, slot, err)
 		}
 	}
 	if free < 0 {
-		return 0, fmt.Errorf("adopt into %s: %w (%d)", name, ErrGroupFull, MaxPeers)
+		return 0, false, fmt.Errorf("adopt into %s: %w (%d)", name, ErrGroupFull, MaxPeers)
 	}
-	start := time.Now()
-	busy := 0
-	for {
-		err = g.socks.Update(uint32(free), uint64(fd), ebpf.UpdateNoExist)
-		if !errors.Is(err, unix.EBUSY) || time.Since(start) > adoptBusyWait {
-			break
+	if err := g.socks.Update(uint32(free), uint64(fd), ebpf.UpdateNoExist); err != nil {
+		busy = errors.Is(err, unix.EBUSY)
+		if !busy {
+			s.sockarrayErrors.Add(1)
 		}
-		busy++
-		time.Sleep(10 * time.Millisecond)
-	}
-	if busy > 0 {
-		s.log.Info("adopt waited for the socket to leave another steering map", "group", name,
-			"waited", time.Since(start).Round(time.Millisecond).String(), "ok", err == nil)
-	}
-	if err != nil {
-		s.sockarrayErrors.Add(1)
-		return 0, fmt.Errorf("adopt into %s slot %d: %w%s", name, free, err, busyHint(err))
+		return 0, busy, fmt.Errorf("adopt into %s slot %d: %w%s", name, free, err, busyHint(err))
 	}
 	s.adoptions.Add(1)
 	if g.unadoptable {
 		g.unadoptable = false
 		if err := s.writeGroupLocked(g); err != nil {
-			return free, err
+			return free, false, err
 		}
 	}
 	s.log.Debug("adopted peer socket", "group", name, "slot", free, "cookie", cookie)
-	return free, nil
+	return free, false, nil
 }
 
 // busyHint explains EBUSY from a sockarray update.

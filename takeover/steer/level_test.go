@@ -2,7 +2,6 @@ package steer
 
 import (
 	"errors"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -107,18 +106,34 @@ func TestDecide(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	if _, err := New(Config{Want: "sometimes"}); !errors.Is(err, ErrBadLevel) {
-		t.Errorf("New(want=sometimes): %v, want ErrBadLevel", err)
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		wantIs  error
+		wantErr string
+	}{
+		{"bad want", func(c *Config) { c.Want = "sometimes" }, ErrBadLevel, "steer: Want"},
+		{"negative stall", func(c *Config) { c.Want, c.StallAfter = WantOff, -1 }, nil, "steer: StallAfter must be positive, got -1ns"},
+		{"zero stall", func(c *Config) { c.Want, c.StallAfter = WantOff, 0 }, nil, "steer: StallAfter must be positive, got 0s"},
 	}
-	if _, err := New(Config{Want: "off", StallAfter: -1}); err == nil {
-		t.Error("New(stall-after=-1): no error")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.change(&cfg)
+			_, err := New(cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || (tt.wantIs != nil && !errors.Is(err, tt.wantIs)) {
+				t.Errorf("New: %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
 	}
 }
 
 // At Off every call is a no-op that succeeds, except Adopt, and nothing
 // touches the kernel's BPF.
 func TestOff(t *testing.T) {
-	s, err := New(Config{Want: "off", Logger: slog.New(slog.DiscardHandler)})
+	cfg := DefaultConfig()
+	cfg.Want = WantOff
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

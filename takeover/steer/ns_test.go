@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,7 +44,7 @@ type lab struct {
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	nstest.RequireRoot(t)
-	s, err := New(Config{Want: "auto", StallAfter: testStall, Logger: testLogger(t)})
+	s, err := New(labConfig(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,17 +83,13 @@ func (l *lab) must(err error) {
 	}
 }
 
-// testLogger sends a Steerer's log lines to the test's log.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(logWriter{t}, nil))
-}
-
-type logWriter struct{ t *testing.T }
-
-func (w logWriter) Write(b []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimSuffix(string(b), "\n"))
-	return len(b), nil
+// labConfig is the lab's Steerer config: the best level, a short stall
+// limit, and the test's log.
+func labConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	cfg.StallAfter = testStall
+	cfg.Logger = testkit.Logger(t)
+	return cfg
 }
 
 // stall stops the heartbeat and waits until the program must see it stale.
@@ -253,21 +250,25 @@ func (l *lab) measure(want int64, send func(), cs ...counter) []int64 {
 	}
 	send()
 	got := make([]int64, len(cs))
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		var sum int64
+	var sum int64
+	arrived := func() bool {
+		sum = 0
 		for i, c := range cs {
 			got[i] = c.count() - before[i]
 			sum += got[i]
 		}
-		if sum >= want || time.Now().After(deadline) {
-			if sum != want {
-				l.t.Fatalf("%d of %d packets arrived (per socket %v); namespace counters:\n%s", sum, want, got, l.snmp())
-			}
-			return got
-		}
-		time.Sleep(5 * time.Millisecond)
+		return sum >= want
 	}
+	defer func() {
+		if sum != want {
+			l.t.Logf("%d of %d packets arrived (per socket %v); namespace counters:\n%s", sum, want, got, l.snmp())
+		}
+	}()
+	testkit.Eventually(l.t, 3*time.Second, fmt.Sprintf("%d packets", want), arrived)
+	if sum != want {
+		l.t.Fatalf("%d packets arrived, want %d", sum, want)
+	}
+	return got
 }
 
 // snmp returns the namespace's UDP and TCP counters, to tell a full
@@ -361,21 +362,35 @@ func TestUDPSteering(t *testing.T) {
 	if n, err := l.s.Peers("udp"); err != nil || n != 1 {
 		t.Errorf("Peers = %d, %v; want 1", n, err)
 	}
-	for _, m := range []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
-		{"dnsstandby_steer_peers", []string{"group", "udp"}, 1},
-		{"dnsstandby_steer_adoptions_total", nil, 1},
-		{"dnsstandby_steer_level", []string{"level", "adopt"}, 1},
-		{"dnsstandby_steer_level_wanted", []string{"level", "adopt"}, 1},
-		{"dnsstandby_steer_group_level", []string{"group", "udp", "level", "adopt"}, 1},
-		{"dnsstandby_steer_mode", []string{"mode", "to-peer"}, 1},
-	} {
-		if got, ok := metric(t, l.s, m.name, m.labels...); !ok || got != m.want {
-			t.Errorf("%s%v = %v (present %v), want %v", m.name, m.labels, got, ok, m.want)
-		}
+	if err := testutil.CollectAndCompare(l.s, strings.NewReader(`
+# HELP dnsstandby_steer_adoptions_total LocalDNS sockets adopted into a steering map.
+# TYPE dnsstandby_steer_adoptions_total counter
+dnsstandby_steer_adoptions_total 1
+# HELP dnsstandby_steer_group_level Steering level of each reuseport group (1) among own and adopt.
+# TYPE dnsstandby_steer_group_level gauge
+dnsstandby_steer_group_level{group="udp",level="adopt"} 1
+dnsstandby_steer_group_level{group="udp",level="own"} 0
+# HELP dnsstandby_steer_level Steering level in use (1) among off, own and adopt.
+# TYPE dnsstandby_steer_level gauge
+dnsstandby_steer_level{level="adopt"} 1
+dnsstandby_steer_level{level="off"} 0
+dnsstandby_steer_level{level="own"} 0
+# HELP dnsstandby_steer_level_wanted Highest steering level asked for (1) among off, own and adopt; auto asks for adopt.
+# TYPE dnsstandby_steer_level_wanted gauge
+dnsstandby_steer_level_wanted{level="adopt"} 1
+dnsstandby_steer_level_wanted{level="off"} 0
+dnsstandby_steer_level_wanted{level="own"} 0
+# HELP dnsstandby_steer_mode Steering mode the program applies (1) among hash, to-peer and to-us.
+# TYPE dnsstandby_steer_mode gauge
+dnsstandby_steer_mode{mode="hash"} 0
+dnsstandby_steer_mode{mode="to-peer"} 1
+dnsstandby_steer_mode{mode="to-us"} 0
+# HELP dnsstandby_steer_peers LocalDNS sockets adopted into the group's steering map and still open.
+# TYPE dnsstandby_steer_peers gauge
+dnsstandby_steer_peers{group="udp"} 1
+`), "dnsstandby_steer_adoptions_total", "dnsstandby_steer_group_level", "dnsstandby_steer_level", "dnsstandby_steer_level_wanted",
+		"dnsstandby_steer_mode", "dnsstandby_steer_peers"); err != nil {
+		t.Error(err)
 	}
 	phase("to-peer, peer adopted (dup closed)", 0, n)(our, peer)
 
@@ -431,8 +446,12 @@ func TestUDPSteering(t *testing.T) {
 	if n, err := l.s.Peers("udp"); err != nil || n != 0 {
 		t.Errorf("after the peer closed: Peers = %d, %v; want 0", n, err)
 	}
-	if got, _ := metric(t, l.s, "dnsstandby_steer_peers", "group", "udp"); got != 0 {
-		t.Errorf("dnsstandby_steer_peers after the peer closed = %v, want 0", got)
+	if err := testutil.CollectAndCompare(l.s, strings.NewReader(`
+# HELP dnsstandby_steer_peers LocalDNS sockets adopted into the group's steering map and still open.
+# TYPE dnsstandby_steer_peers gauge
+dnsstandby_steer_peers{group="udp"} 0
+`), "dnsstandby_steer_peers"); err != nil {
+		t.Errorf("after the peer closed: %v", err)
 	}
 	phase("to-peer, peer closed: slot empty, all to us", n)(our)
 
@@ -620,7 +639,7 @@ func TestDeathWithoutDetach(t *testing.T) {
 
 	// The successor binds, attaches its own program (replacing the dead
 	// one's), and adopts the peer.
-	s2, err := New(Config{Want: "auto", StallAfter: testStall, Logger: testLogger(t)})
+	s2, err := New(labConfig(t))
 	l.must(err)
 	defer s2.Close()
 	our2 := l.listenUDP()
@@ -643,6 +662,52 @@ func TestDeathWithoutDetach(t *testing.T) {
 	check(t, "successor, to-us", got, n, 0)
 	l.must(s2.Close())
 	assertDetached(t, our2.conn)
+}
+
+// While Adopt waits for a socket to leave another steering map, the
+// heartbeat goes on: Adopt pauses between tries without the lock that
+// Heartbeat needs, so a slow adoption never stalls our traffic away.
+func TestAdoptBusyKeepsHeartbeat(t *testing.T) {
+	l := newLab(t)
+	peer := l.listenUDP()
+	our := l.listenUDP()
+	l.must(l.s.AddGroup("udp", rawConn(t, our.conn), true))
+	l.adopt("udp", peer.conn) // the peer stays in l.s's map: busy for s2
+
+	s2, err := New(labConfig(t))
+	l.must(err)
+	defer s2.Close()
+	our2 := l.listenUDP()
+	l.must(s2.AddGroup("udp", rawConn(t, our2.conn), true))
+	dup := dupViaPidfd(t, peer.conn)
+	defer unix.Close(dup)
+
+	adopted := make(chan error, 1)
+	start := time.Now()
+	go func() { _, err := s2.Adopt("udp", dup); adopted <- err }()
+	beats := 0
+	for done := false; !done; {
+		select {
+		case err := <-adopted:
+			if !errors.Is(err, unix.EBUSY) {
+				t.Errorf("Adopt of a socket in another live map: %v, want EBUSY", err)
+			}
+			done = true
+		default:
+			l.must(s2.Heartbeat())
+			beats++
+		}
+	}
+	took := time.Since(start)
+	t.Logf("Adopt gave up after %v; %d heartbeats meanwhile", took.Round(time.Millisecond), beats)
+	if took < adoptBusyWait {
+		t.Errorf("Adopt gave up after %v, before adoptBusyWait %v", took, adoptBusyWait)
+	}
+	// Holding the lock through the wait lets a beat through only when
+	// Adopt returns; without it, thousands go through.
+	if beats < 500 {
+		t.Errorf("%d heartbeats during a %v Adopt: the heartbeat waited for it", beats, took)
+	}
 }
 
 // Go listeners are MPTCP by default (Go 1.24+, net.mptcp.enabled=1), and
@@ -895,7 +960,9 @@ func TestOffDetachesLeftover(t *testing.T) {
 	l.must(l.s.Leave())
 	our.close()
 
-	off, err := New(Config{Want: "off", Logger: testLogger(t)})
+	offCfg := labConfig(t)
+	offCfg.Want = WantOff
+	off, err := New(offCfg)
 	l.must(err)
 	defer off.Close()
 	our2 := l.listenUDP()

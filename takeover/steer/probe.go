@@ -25,13 +25,13 @@ type probes struct {
 // and why: the level, and what ruled out each better one.
 func decide(max Level, auto bool, p probes) (Level, string) {
 	if max == Off {
-		return Off, "off: requested (--steering off)"
+		return Off, "off: requested"
 	}
 	if err := p.bpf(); err != nil {
 		return Off, "off: own and adopt not possible: " + err.Error()
 	}
 	if max == Own {
-		return Own, "own: requested (--steering own); adopt not tried"
+		return Own, "own: requested; adopt not tried"
 	}
 	if err := p.pidfd(); err != nil {
 		return Own, "own: adopt not possible: " + err.Error()
@@ -39,7 +39,7 @@ func decide(max Level, auto bool, p probes) (Level, string) {
 	if err := p.ptrace(); err != nil {
 		return Own, "own: adopt not possible: " + err.Error()
 	}
-	how := "adopt: requested (--steering adopt)"
+	how := "adopt: requested"
 	if auto {
 		how = "adopt: best available"
 	}

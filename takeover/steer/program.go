@@ -13,8 +13,10 @@ const (
 	// SockarrayMap is the group's BPF_MAP_TYPE_REUSEPORT_SOCKARRAY: slot 0
 	// holds our socket, slots 1..MaxPeers LocalDNS's adopted sockets.
 	SockarrayMap = "sockarray"
-	// ConfigMap is the BPF_MAP_TYPE_ARRAY with one configValue at key 0,
-	// shared by every group's program.
+	// ConfigMap is the BPF_MAP_TYPE_ARRAY with one configValue at key 0.
+	// Each group has its own (so that one group can hash in mirror while
+	// the others steer to LocalDNS); the Steerer writes the same value to
+	// all but the mode, which each group's level adapts.
 	ConfigMap = "config"
 )
 

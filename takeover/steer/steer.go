@@ -29,25 +29,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultStallAfter is how old our heartbeat may get before the program
-// stops selecting our socket. DESIGN.md §3 asks that a stalled dnsstandby
-// lose its traffic within about 2 s; with a heartbeat every 250 ms, 2 s is
-// eight missed beats, so a GC pause or a slow syscall never trips it.
-const DefaultStallAfter = 2 * time.Second
-
-// Config configures a Steerer.
+// Config configures a Steerer. Start from DefaultConfig.
 type Config struct {
-	// Want is the --steering value: "auto" (or "") for the best level
-	// available, or "adopt", "own", "off", each the highest level to try.
-	// A level that is not available falls back to a lower one (never an
-	// error): Level and Why report what was chosen.
+	// Want is the highest level to try: "auto" for the best level
+	// available, or "adopt", "own", "off" (see ParseLevel). A level that
+	// is not available falls back to a lower one (never an error): Level
+	// and Why report what was chosen.
 	Want string
-	// StallAfter is how old the heartbeat may be before the program
-	// treats us as stalled. Zero means DefaultStallAfter.
+	// StallAfter is how old our heartbeat may get before the program stops
+	// selecting our socket; positive.
 	StallAfter time.Duration
-	// Logger receives the level decision and problems. Nil means
-	// slog.Default().
+	// Logger receives the level decision and problems; nil discards.
 	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults. StallAfter is 2 s: DESIGN.md §3 asks
+// that a stalled dnsstandby lose its traffic within about 2 s; with a
+// heartbeat every 250 ms that is eight missed beats, so a GC pause or a
+// slow syscall never trips it.
+func DefaultConfig() Config {
+	return Config{Want: WantAuto, StallAfter: 2 * time.Second}
 }
 
 // Errors returned by a Steerer.
@@ -102,22 +103,20 @@ type Steerer struct {
 func New(cfg Config) (*Steerer, error) {
 	max, auto, err := parseWant(cfg.Want)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("steer: Want: %w", err)
 	}
-	if cfg.StallAfter < 0 {
-		return nil, fmt.Errorf("steering stall-after %s: must not be negative", cfg.StallAfter)
+	if cfg.StallAfter <= 0 {
+		return nil, fmt.Errorf("steer: StallAfter must be positive, got %s", cfg.StallAfter)
 	}
-	if cfg.StallAfter == 0 {
-		cfg.StallAfter = DefaultStallAfter
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Steerer{
-		log:    cfg.Logger,
+		log:    log.With("component", "steer"),
 		stall:  cfg.StallAfter,
 		now:    monotonicNow,
 		groups: map[string]*group{},
-	}
-	if s.log == nil {
-		s.log = slog.Default()
 	}
 	s.cfg = configValue{Mode: Hash, Stall: uint64(s.stall)}
 	s.want = max
