@@ -1,7 +1,8 @@
-package deploy
+package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,32 +15,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dnsstandby/dnsstandby/internal/nstest"
-)
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 
-// localDNSCorefile is a LocalDNS-shaped CoreDNS: the health-check block
-// dnsstandby probes and a root block on 169.254.10.11. Nothing is forwarded.
-const localDNSCorefile = `health-check.localdns.local:53 {
-    bind 169.254.10.10 169.254.10.11
-    whoami
-}
-.:53 {
-    bind 169.254.10.11
-    whoami
-    nsid localdns-pod
-}
-`
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
+)
 
 // capsRun is what one run of dnsstandby showed: its metrics while it ran,
 // or that it exited and what it said.
 type capsRun struct {
-	metrics map[string]float64 // series as exposed -> value
+	metrics map[string]float64 // series (labels.Labels.String()) -> value
 	exited  bool
 	output  string
 }
 
+// value returns the value of a series written in PromQL's notation,
+// name{label="value",...}, with all its labels.
 func (r *capsRun) value(series string) (float64, bool) {
-	v, ok := r.metrics[series]
+	ls, err := promParser.ParseMetric(series)
+	if err != nil {
+		panic(fmt.Sprintf("series %q: %v", series, err)) // a typo in the test
+	}
+	v, ok := r.metrics[ls.String()]
 	return v, ok
 }
 
@@ -93,7 +93,10 @@ func TestDaemonSetCapabilities(t *testing.T) {
 	if err := ns.AddLink("localdns", "", "169.254.10.10/32", "169.254.10.11/32"); err != nil {
 		t.Fatal(err)
 	}
-	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: localDNSCorefile, Probe: "169.254.10.11:53"})
+	// LocalDNS as AgentBaker renders it, its pods' root block answering
+	// with whoami instead of forwarding: nothing leaves the namespace.
+	corefile := testkit.Corefile{Extra: "whoami"}.String()
+	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: corefile, Probe: testkit.PodListener + ":53"})
 
 	full := map[string]float64{
 		`dnsstandby_steer_level{level="adopt"}`:                                    1,
@@ -173,25 +176,27 @@ func TestDaemonSetCapabilities(t *testing.T) {
 				_ = ns.DelLink("dnsstandby") // the anchor stays by design: remove it for the next case
 			})
 			var last error
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			defer func() {
+				if t.Failed() {
+					t.Logf("with %q: %v\n%s", caps, last, p.Output())
+				}
+			}()
+			testkit.Eventually(t, 10*time.Second, "dnsstandby as the case wants", func() bool {
 				r := &capsRun{}
 				select {
 				case <-p.Done():
 					r.exited, r.output = true, p.Output()
 				default:
-					r.metrics, last = scrape(ns, metricsAddr)
-				}
-				if r.exited || last == nil {
-					if last = tc.want(r); last == nil {
-						return
+					if r.metrics, last = scrape(ns, metricsAddr); last != nil {
+						return false
 					}
 				}
-				if r.exited || time.Now().After(deadline) {
-					t.Fatalf("with %q: %v\n%s", caps, last, p.Output())
+				last = tc.want(r)
+				if last != nil && r.exited {
+					t.Fatal("dnsstandby exited") // it will not get better
 				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return last == nil
+			})
 		})
 	}
 }
@@ -229,20 +234,29 @@ func scrape(ns *nstest.Namespace, addr string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+	var fams []*dto.MetricFamily
+	for {
+		mf := &dto.MetricFamily{}
+		if err := dec.Decode(mf); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		fams = append(fams, mf)
+	}
+	samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{Timestamp: model.Now()}, fams...)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	for _, s := range samples {
+		b := labels.NewScratchBuilder(len(s.Metric))
+		for name, value := range s.Metric {
+			b.Add(string(name), string(value))
 		}
-		i := strings.LastIndexByte(line, ' ')
-		var v float64
-		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
-			out[line[:i]] = v
-		}
+		b.Sort()
+		out[b.Labels().String()] = float64(s.Value)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package deploy
+package tests
 
 import (
 	"bytes"
@@ -21,11 +21,11 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The Kubernetes files, relative to deploy/.
+// The Kubernetes files, relative to these tests (deploy/tests).
 const (
-	daemonSetFile = "kubernetes/daemonset.yaml"
-	alertsFile    = "kubernetes/alerts.yaml"
-	dashboardFile = "kubernetes/dashboard.json"
+	daemonSetFile = "../kubernetes/daemonset.yaml"
+	alertsFile    = "../kubernetes/alerts.yaml"
+	dashboardFile = "../kubernetes/dashboard.json"
 )
 
 // The parts of the Kubernetes API the manifest uses. Decoding is strict
@@ -597,7 +597,10 @@ func TestManifestDecodingIsStrict(t *testing.T) {
 	}
 }
 
-// buildDNSStandby builds cmd/dnsstandby into a test directory.
+// buildDNSStandby builds cmd/dnsstandby into a test directory. It builds
+// in the main module, so that the binary is the one `make build` makes,
+// with the main module's dependency versions rather than this test
+// module's.
 func buildDNSStandby(t testing.TB) string {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
@@ -605,8 +608,9 @@ func buildDNSStandby(t testing.TB) string {
 		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	bin := filepath.Join(t.TempDir(), "dnsstandby")
-	out, err := exec.Command(goCmd, "build", "-o", bin, "../cmd/dnsstandby").CombinedOutput()
-	if err != nil {
+	cmd := exec.Command(goCmd, "build", "-o", bin, "./cmd/dnsstandby")
+	cmd.Dir = moduleRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build dnsstandby: %v\n%s", err, out)
 	}
 	return bin
@@ -1200,14 +1204,14 @@ func TestDashboard(t *testing.T) {
 func TestDashboardPromtool(t *testing.T) {
 	promtool(t)
 	d := loadDashboard(t)
-	r := strings.NewReplacer("$__rate_interval", "5m", "$__range", "6h", "$__interval", "1m", "$node", ".*")
 	type rec struct {
 		Record string `yaml:"record"`
 		Expr   string `yaml:"expr"`
 	}
 	var recs []rec
 	for _, expr := range d.exprs() {
-		recs = append(recs, rec{fmt.Sprintf("dashboard:expr%d", len(recs)), r.Replace(expr)})
+		expr = strings.ReplaceAll(grafanaIntervals.Replace(expr), "$node", ".*")
+		recs = append(recs, rec{fmt.Sprintf("dashboard:expr%d", len(recs)), expr})
 	}
 	b, err := yaml.Marshal(map[string]any{"groups": []map[string]any{{"name": "dashboard", "rules": recs}}})
 	if err != nil {

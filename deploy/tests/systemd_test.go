@@ -1,4 +1,4 @@
-package deploy
+package tests
 
 import (
 	"bufio"
@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dnsstandby/dnsstandby/deploy"
 )
 
 // unitSettings reads a unit file into "Section.Key" -> values, in order.
@@ -43,11 +45,11 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(SystemdUnit, "ExecStart=/usr/local/bin/dnsstandby ") {
+	if !strings.Contains(deploy.SystemdUnit, "ExecStart=/usr/local/bin/dnsstandby ") {
 		t.Fatal("ExecStart is not /usr/local/bin/dnsstandby")
 	}
 	dir := t.TempDir()
-	unit := strings.Replace(SystemdUnit, "/usr/local/bin/dnsstandby", stand, 1)
+	unit := strings.Replace(deploy.SystemdUnit, "/usr/local/bin/dnsstandby", stand, 1)
 	for name, data := range map[string]string{
 		"dnsstandby.service": unit,
 		// The broken twin proves a warning fails the test.
@@ -72,7 +74,7 @@ func TestSystemdUnitVerifies(t *testing.T) {
 
 // TestSystemdUnitSettings checks the settings the design depends on.
 func TestSystemdUnitSettings(t *testing.T) {
-	got := unitSettings(SystemdUnit)
+	got := unitSettings(deploy.SystemdUnit)
 	for key, want := range map[string]string{
 		"Unit.StartLimitIntervalSec":    "0", // never left failed by a start limit
 		"Service.Type":                  "notify",
@@ -107,8 +109,8 @@ func TestSystemdUnitSettings(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(SystemdDefaults, `DNSSTANDBY_OPTS="`) {
-		t.Errorf("dnsstandby.default sets no DNSSTANDBY_OPTS:\n%s", SystemdDefaults)
+	if !strings.Contains(deploy.SystemdDefaults, `DNSSTANDBY_OPTS="`) {
+		t.Errorf("dnsstandby.default sets no DNSSTANDBY_OPTS:\n%s", deploy.SystemdDefaults)
 	}
 }
 
@@ -116,9 +118,9 @@ func TestSystemdUnitSettings(t *testing.T) {
 // `dnsstandby run` accepts, split on white space as systemd splits
 // $DNSSTANDBY_OPTS.
 func TestSystemdDefaultsArgs(t *testing.T) {
-	m := regexp.MustCompile(`(?m)^DNSSTANDBY_OPTS="([^"]*)"$`).FindStringSubmatch(SystemdDefaults)
+	m := regexp.MustCompile(`(?m)^DNSSTANDBY_OPTS="([^"]*)"$`).FindStringSubmatch(deploy.SystemdDefaults)
 	if m == nil {
-		t.Fatalf("no DNSSTANDBY_OPTS=\"...\" line in dnsstandby.default:\n%s", SystemdDefaults)
+		t.Fatalf("no DNSSTANDBY_OPTS=\"...\" line in dnsstandby.default:\n%s", deploy.SystemdDefaults)
 	}
 	opts := strings.Fields(m[1])
 	if len(opts) == 0 || !slices.Contains(opts, "--upstream") {

@@ -1,9 +1,9 @@
-package deploy
+package tests
 
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
+	goparser "go/parser"
 	"go/token"
 	"io/fs"
 	"os"
@@ -19,6 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
 // This file answers one question for the alert rules and the dashboard:
@@ -26,7 +30,8 @@ import (
 // dnsstandby exports? The inventory comes from the Go sources themselves
 // (every prometheus.NewDesc and every *Opts{Name: ...}), so a metric that
 // is renamed or removed fails the test instead of leaving a panel or an
-// alert silently empty.
+// alert silently empty. The expressions are read by Prometheus's own
+// PromQL parser.
 
 // metricFamily is one exported metric.
 type metricFamily struct {
@@ -48,16 +53,12 @@ type metricInventory struct {
 // targetLabels are added by Prometheus to every series it scrapes.
 var targetLabels = map[string]bool{"instance": true, "job": true}
 
-// moduleRoot is the repository root: the tests run in deploy/.
+// moduleRoot is the main module's root, two levels above these tests.
 func moduleRoot(t testing.TB) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
+	root, err := nstest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil || !strings.Contains(string(b), "module github.com/dnsstandby/dnsstandby\n") {
-		t.Fatalf("%s is not the dnsstandby module root: %v", root, err)
 	}
 	return root
 }
@@ -79,9 +80,9 @@ func loadInventory(t testing.TB) *metricInventory {
 	return inventoryVal
 }
 
-// scanMetrics parses every non-test .go file of the module (not bench/,
-// which is a module of its own, nor deploy/) and collects the metrics
-// defined there.
+// scanMetrics parses every non-test .go file of the main module (not
+// bench/ nor these tests, modules of their own, nor deploy/) and collects
+// the metrics defined there.
 func scanMetrics(root string) (*metricInventory, error) {
 	inv := &metricInventory{families: map[string]*metricFamily{}, literals: map[string]map[string]bool{}}
 	type descVar struct{ dir, ident string }
@@ -110,7 +111,7 @@ func scanMetrics(root string) (*metricInventory, error) {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
+		f, err := goparser.ParseFile(fset, path, nil, 0)
 		if err != nil {
 			return err
 		}
@@ -412,205 +413,47 @@ func (inv *metricInventory) series(name string) (fam *metricFamily, extra map[st
 	return nil, nil, fmt.Errorf("metric %s is not exported by dnsstandby", name)
 }
 
-// promMatcher is one label matcher of a selector.
-type promMatcher struct{ label, op, value string }
+// promParser is Prometheus's own PromQL parser, with its default options
+// (the functions and syntax a Prometheus server accepts by default).
+var promParser = parser.NewParser(parser.Options{})
 
-// promSelector is one metric selector of an expression.
-type promSelector struct {
-	metric   string
-	matchers []promMatcher
-}
+// grafanaIntervals stands Grafana's interval variables, which a dashboard
+// writes where PromQL wants a duration, in for durations, so that the
+// dashboard's expressions parse as written. Variables inside strings
+// (instance=~"$node") are valid PromQL and are left alone.
+var grafanaIntervals = strings.NewReplacer("$__rate_interval", "5m", "$__range", "6h", "$__interval", "1m")
 
 // promRefs is what an expression refers to.
 type promRefs struct {
-	selectors []promSelector
+	selectors []*parser.VectorSelector
 	grouping  []string // labels in by, without, on, ignoring, group_left, group_right
 }
 
-// promKeywords are identifiers that are never metric names.
-var promKeywords = map[string]bool{
-	"and": true, "or": true, "unless": true, "bool": true, "offset": true, "atan2": true,
-	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
-	"sum": true, "avg": true, "count": true, "min": true, "max": true, "group": true, "stddev": true,
-	"stdvar": true, "topk": true, "bottomk": true, "quantile": true, "count_values": true,
-	"limitk": true, "limit_ratio": true, "inf": true, "nan": true,
-}
-
-// groupingKeywords take a parenthesised list of label names.
-var groupingKeywords = map[string]bool{
-	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
-}
-
-func isIdentStart(c byte) bool {
-	return c == '_' || c == ':' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z')
-}
-
-func isIdentChar(c byte) bool { return isIdentStart(c) || ('0' <= c && c <= '9') }
-
-// scanPromQL finds the selectors and grouping labels of a PromQL
-// expression. It is a lexer, not a parser (promtool, when installed,
-// parses), but it knows enough to tell a metric name from a function, a
-// keyword, a label or a duration.
-func scanPromQL(expr string) (promRefs, error) {
+// parsePromQL parses expr and collects its selectors and grouping labels.
+func parsePromQL(expr string) (promRefs, error) {
 	var refs promRefs
-	i, n := 0, len(expr)
-	skipSpace := func() {
-		for i < n && (expr[i] == ' ' || expr[i] == '\t' || expr[i] == '\n' || expr[i] == '\r') {
-			i++
-		}
+	root, err := promParser.ParseExpr(grafanaIntervals.Replace(expr))
+	if err != nil {
+		return refs, fmt.Errorf("parse %q: %w", expr, err)
 	}
-	ident := func() string {
-		start := i
-		for i < n && isIdentChar(expr[i]) {
-			i++
+	parser.Inspect(root, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			refs.selectors = append(refs.selectors, n)
+		case *parser.AggregateExpr:
+			refs.grouping = append(refs.grouping, n.Grouping...)
+		case *parser.BinaryExpr:
+			if vm := n.VectorMatching; vm != nil {
+				refs.grouping = append(refs.grouping, vm.MatchingLabels...)
+				refs.grouping = append(refs.grouping, vm.Include...)
+			}
 		}
-		return expr[start:i]
-	}
-	str := func() (string, error) {
-		q := expr[i]
-		start := i
-		i++
-		for i < n && expr[i] != q {
-			if expr[i] == '\\' && q != '`' {
-				i++
-			}
-			i++
-		}
-		if i >= n {
-			return "", fmt.Errorf("unterminated string at %d", start)
-		}
-		i++
-		if q == '`' {
-			return expr[start+1 : i-1], nil
-		}
-		if q == '\'' {
-			return strconv.Unquote(`"` + strings.ReplaceAll(expr[start+1:i-1], `"`, `\"`) + `"`)
-		}
-		return strconv.Unquote(expr[start:i])
-	}
-	lastWasMetric := false
-	for {
-		skipSpace()
-		if i >= n {
-			break
-		}
-		c := expr[i]
-		switch {
-		case c == '#':
-			for i < n && expr[i] != '\n' {
-				i++
-			}
-		case c == '"' || c == '\'' || c == '`':
-			if _, err := str(); err != nil {
-				return refs, err
-			}
-			lastWasMetric = false
-		case c == '[':
-			end := strings.IndexByte(expr[i:], ']')
-			if end < 0 {
-				return refs, fmt.Errorf("unterminated [ at %d", i)
-			}
-			i += end + 1
-			lastWasMetric = false
-		case c == '{':
-			if !lastWasMetric {
-				return refs, fmt.Errorf("selector without a metric name at %d: name the metric", i)
-			}
-			sel := &refs.selectors[len(refs.selectors)-1]
-			i++
-			for {
-				skipSpace()
-				if i < n && expr[i] == '}' {
-					i++
-					break
-				}
-				if i >= n || !isIdentStart(expr[i]) {
-					return refs, fmt.Errorf("bad label matcher at %d", i)
-				}
-				label := ident()
-				skipSpace()
-				var op string
-				for _, o := range []string{"=~", "!~", "!=", "="} {
-					if strings.HasPrefix(expr[i:], o) {
-						op = o
-						break
-					}
-				}
-				if op == "" {
-					return refs, fmt.Errorf("label %s without an operator at %d", label, i)
-				}
-				i += len(op)
-				skipSpace()
-				if i >= n || !strings.ContainsRune("\"'`", rune(expr[i])) {
-					return refs, fmt.Errorf("label %s without a string value at %d", label, i)
-				}
-				v, err := str()
-				if err != nil {
-					return refs, err
-				}
-				sel.matchers = append(sel.matchers, promMatcher{label, op, v})
-				skipSpace()
-				if i < n && expr[i] == ',' {
-					i++
-				}
-			}
-			lastWasMetric = false
-		case c == '$':
-			// A Grafana variable outside a string or range: skip it.
-			i++
-			if i < n && expr[i] == '{' {
-				for i < n && expr[i] != '}' {
-					i++
-				}
-				i++
-			} else {
-				ident()
-			}
-			lastWasMetric = false
-		case '0' <= c && c <= '9' || c == '.':
-			for i < n && (isIdentChar(expr[i]) || expr[i] == '.') {
-				i++
-			}
-			lastWasMetric = false
-		case isIdentStart(c):
-			word := ident()
-			save := i
-			skipSpace()
-			next := byte(0)
-			if i < n {
-				next = expr[i]
-			}
-			switch {
-			case groupingKeywords[word] && next == '(':
-				end := strings.IndexByte(expr[i:], ')')
-				if end < 0 {
-					return refs, fmt.Errorf("unterminated %s ( at %d", word, i)
-				}
-				for _, l := range strings.Split(expr[i+1:i+end], ",") {
-					if l = strings.TrimSpace(l); l != "" {
-						refs.grouping = append(refs.grouping, l)
-					}
-				}
-				i += end + 1
-				lastWasMetric = false
-			case promKeywords[strings.ToLower(word)] || next == '(':
-				i = save // a keyword or a function
-				lastWasMetric = false
-			default:
-				i = save
-				refs.selectors = append(refs.selectors, promSelector{metric: word})
-				lastWasMetric = true
-			}
-		default:
-			i++
-			lastWasMetric = false
-		}
-	}
+		return nil
+	})
 	return refs, nil
 }
 
-// plainAlternatives returns the alternatives of a regex made only of
-// literal words joined by |, or nil for any other regex.
+// plainAlternation matches a regex made only of literal words joined by |.
 var plainAlternation = regexp.MustCompile(`^[A-Za-z0-9_-]+(\|[A-Za-z0-9_-]+)*$`)
 
 // checkPromQL checks expr against the inventory: every metric exported,
@@ -618,7 +461,7 @@ var plainAlternation = regexp.MustCompile(`^[A-Za-z0-9_-]+(\|[A-Za-z0-9_-]+)*$`)
 // the expression's metrics', every literal label value spelled in the
 // package that defines the metric. It returns every problem found.
 func (inv *metricInventory) checkPromQL(expr string) []error {
-	refs, err := scanPromQL(expr)
+	refs, err := parsePromQL(expr)
 	if err != nil {
 		return []error{err}
 	}
@@ -628,33 +471,40 @@ func (inv *metricInventory) checkPromQL(expr string) []error {
 	var errs []error
 	known := union(targetLabels)
 	for _, sel := range refs.selectors {
-		fam, extra, err := inv.series(sel.metric)
+		if sel.Name == "" {
+			errs = append(errs, fmt.Errorf("selector %s without a metric name: name the metric", sel))
+			continue
+		}
+		fam, extra, err := inv.series(sel.Name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		labels := union(targetLabels, fam.labels, extra)
-		for l := range labels {
+		labelSet := union(targetLabels, fam.labels, extra)
+		for l := range labelSet {
 			known[l] = true
 		}
-		for _, m := range sel.matchers {
-			if !labels[m.label] {
-				errs = append(errs, fmt.Errorf("%s has no label %q (it has %s)", sel.metric, m.label, keys(labels)))
+		for _, m := range sel.LabelMatchers {
+			if m.Name == labels.MetricName {
+				continue // the name, checked above
+			}
+			if !labelSet[m.Name] {
+				errs = append(errs, fmt.Errorf("%s has no label %q (it has %s)", sel.Name, m.Name, keys(labelSet)))
 				continue
 			}
-			if targetLabels[m.label] || fam.pkgDir == "" || m.value == "" || strings.Contains(m.value, "$") {
+			if targetLabels[m.Name] || fam.pkgDir == "" || m.Value == "" || strings.Contains(m.Value, "$") {
 				continue
 			}
-			values := []string{m.value}
-			if m.op == "=~" || m.op == "!~" {
-				if !plainAlternation.MatchString(m.value) {
+			values := []string{m.Value}
+			if m.Type == labels.MatchRegexp || m.Type == labels.MatchNotRegexp {
+				if !plainAlternation.MatchString(m.Value) {
 					continue // a real regex: not checked
 				}
-				values = strings.Split(m.value, "|")
+				values = strings.Split(m.Value, "|")
 			}
 			for _, v := range values {
 				if !inv.spelled(fam.pkgDir, v) {
-					errs = append(errs, fmt.Errorf("%s{%s%s%q}: %q is spelled nowhere in %s", sel.metric, m.label, m.op, m.value, v, fam.pkgDir))
+					errs = append(errs, fmt.Errorf("%s{%s}: %q is spelled nowhere in %s", sel.Name, m, v, fam.pkgDir))
 				}
 			}
 		}
@@ -767,6 +617,9 @@ func TestPromQLChecker(t *testing.T) {
 		{`go_goroutines_sum`, "not exported"},
 		{`sum({__name__="dnsstandby_mode"})`, "without a metric name"},
 		{`vector(1)`, "no metric"},
+		{`sum(rate(dnsstandby_mode_transitions_total[5m])`, "parse"},
+		{`dnsstandby_mode{mode="takeover"} * on (instance) group_left (server) dnsstandby_upstream_healthy`, ""},
+		{`dnsstandby_mode * on (instance) group_left (node) dnsstandby_upstream_healthy`, `grouping label "node"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
