@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -139,17 +141,16 @@ func peerGoroutines() []string {
 // still running a second after every Watcher and Process was closed.
 func waitNoPeerGoroutines(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for {
-		g := peerGoroutines()
-		if len(g) == 0 {
-			return
+	var g []string
+	defer func() {
+		if len(g) > 0 {
+			t.Logf("goroutines of package peer still running:\n%s", strings.Join(g, "\n\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines of package peer still running:\n%s", len(g), strings.Join(g, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}()
+	testkit.Eventually(t, time.Second, "no goroutines of package peer", func() bool {
+		g = peerGoroutines()
+		return len(g) == 0
+	})
 }
 
 func must(t testing.TB, err error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/takeover/internal/sockname"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
 )
@@ -26,31 +26,23 @@ import (
 // The namespace holds LocalDNS's two addresses on an anchor link, as
 // localdns.sh sets them up (a bridge: this machine has no dummy driver).
 const (
-	nodeListener = "169.254.10.10"
-	podListener  = "169.254.10.11"
+	nodeListener = testkit.NodeListener
+	podListener  = testkit.PodListener
 )
 
 var listen = netip.MustParseAddrPort(podListener + ":53")
 
-// corefile is shaped like AgentBaker's LocalDNS Corefile: the whoami
-// health-check block on both listeners (no nsid plugin in it), and the pod
-// listener's root block with `nsid localdns-pod`. A template stands in for
-// the forward to kube-dns, answering probeName locally.
-const corefile = `health-check.localdns.local:53 {
-    bind ` + nodeListener + ` ` + podListener + `
-    whoami
+// corefile is AgentBaker's LocalDNS Corefile (the whoami health-check
+// block on both listeners, with no nsid plugin in it, and the pod
+// listener's root block with `nsid localdns-pod`), where a template stands
+// in for the forward to kube-dns, answering probeName locally.
+var corefile = testkit.Corefile{Extra: `
+template IN A localdns.test {
+    answer "{{ .Name }} 60 IN A 192.0.2.1"
 }
-.:53 {
-    bind ` + podListener + `
-    nsid localdns-pod
-    template IN A localdns.test {
-        answer "{{ .Name }} 60 IN A 192.0.2.1"
-    }
-    template ANY ANY {
-        rcode NXDOMAIN
-    }
-}
-`
+template ANY ANY {
+    rcode NXDOMAIN
+}`}.String()
 
 const probeName = "probe.localdns.test."
 
@@ -136,13 +128,9 @@ func find(t *testing.T, ns *nstest.Namespace, addr netip.AddrPort, proto peer.Pr
 // other yet).
 func waitBound(t *testing.T, ns *nstest.Namespace, addr netip.AddrPort, exclude func(uint64) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(find(t, ns, addr, peer.UDP, exclude)) == 0 || len(find(t, ns, addr, peer.TCP, exclude)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing bound to %s after 5s", addr)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "LocalDNS bound to "+addr.String()+" over UDP and TCP", func() bool {
+		return len(find(t, ns, addr, peer.UDP, exclude)) > 0 && len(find(t, ns, addr, peer.TCP, exclude)) > 0
+	})
 }
 
 func TestFindSockets(t *testing.T) {
@@ -289,11 +277,16 @@ func stateWait(t *testing.T, w *peer.Watcher, within time.Duration, what string,
 	}
 }
 
+// watcherConfig is DefaultWatcherConfig watching addr, logging to t.
+func watcherConfig(t *testing.T, addr netip.AddrPort) peer.WatcherConfig {
+	cfg := peer.DefaultWatcherConfig()
+	cfg.Addrs = []netip.AddrPort{addr}
+	cfg.Logger = testkit.Logger(t)
+	return cfg
+}
+
 func startWatcher(t *testing.T, ns *nstest.Namespace, cfg peer.WatcherConfig) *peer.Watcher {
 	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
-	}
 	var w *peer.Watcher
 	must(t, ns.Do(func() error {
 		var err error
@@ -313,10 +306,13 @@ func notBound(s peer.State) bool { return !s.Bound && len(s.Sockets) == 0 }
 func TestWatcher(t *testing.T) {
 	e := newEnv(t)
 	const rescan = 200 * time.Millisecond
-	w := startWatcher(t, e.ns, peer.WatcherConfig{Addrs: []netip.AddrPort{listen}, Exclude: e.exclude, Rescan: rescan})
+	cfg := watcherConfig(t, listen)
+	cfg.Exclude, cfg.Rescan = e.exclude, rescan
+	w := startWatcher(t, e.ns, cfg)
 	// A watcher that never rescans in this test: it can see the exit only
 	// through the pidfd.
-	slow := startWatcher(t, e.ns, peer.WatcherConfig{Addrs: []netip.AddrPort{listen}, Exclude: e.exclude, Rescan: time.Hour})
+	cfg.Rescan = time.Hour
+	slow := startWatcher(t, e.ns, cfg)
 
 	first, _ := stateWait(t, w, time.Second, "LocalDNS bound", boundBy(e.coredns.Pid()))
 	if len(first.Sockets) != 2 || first.Sockets[0].Proto != peer.TCP || first.Sockets[1].Proto != peer.UDP ||
@@ -379,7 +375,9 @@ func TestWatcherRebindLatency(t *testing.T) {
 	must(t, ns.AddLink("localdns", "", podListener+"/32"))
 	addr := netip.MustParseAddrPort(podListener + ":5300")
 	const rescan = 200 * time.Millisecond
-	w := startWatcher(t, ns, peer.WatcherConfig{Addrs: []netip.AddrPort{addr}, Rescan: rescan})
+	cfg := watcherConfig(t, addr)
+	cfg.Rescan = rescan
+	w := startWatcher(t, ns, cfg)
 	stateWait(t, w, time.Second, "nothing bound", notBound)
 
 	var bindLat, closeLat []time.Duration
@@ -446,7 +444,7 @@ func TestWatcherUIDMismatch(t *testing.T) {
 		}
 	})
 
-	w := startWatcher(t, ns, peer.WatcherConfig{Addrs: []netip.AddrPort{addr}})
+	w := startWatcher(t, ns, watcherConfig(t, addr))
 	s := w.Current()
 	want := []string{
 		peer.UIDWarning(peer.Socket{Proto: peer.TCP, Addr: addr, UID: uid}, 0),
@@ -513,7 +511,7 @@ func TestProbe(t *testing.T) {
 		var p *peer.Prober
 		must(t, e.ns.Do(func() error {
 			var err error
-			p, err = peer.NewProber(peer.ProbeConfig{Server: listen})
+			p, err = peer.NewProber(probeConfig(listen, nil))
 			return err
 		}))
 		res := p.Probe(ctx)
@@ -540,7 +538,7 @@ func TestProbe(t *testing.T) {
 		var p *peer.Prober
 		must(t, e.ns.Do(func() error {
 			var err error
-			p, err = peer.NewProber(peer.ProbeConfig{Server: listen, SourcePort: port, Name: name, Timeout: timeout})
+			p, err = peer.NewProber(probeConfig(listen, func(c *peer.ProbeConfig) { c.SourcePort, c.Name, c.Timeout = port, name, timeout }))
 			return err
 		}))
 		t.Cleanup(func() { p.Close() })
@@ -548,7 +546,7 @@ func TestProbe(t *testing.T) {
 	}
 
 	t.Run("self", func(t *testing.T) {
-		p := newProber(toSelf, probeName, 0)
+		p := newProber(toSelf, probeName, peer.DefaultProbeConfig().Timeout)
 		res := p.Probe(ctx)
 		if res.OK || !errors.Is(res.Err, peer.ErrSelfReply) || res.NSID != peer.SelfNSID {
 			t.Errorf("probe answered by our socket: %+v, want not OK with ErrSelfReply", res)

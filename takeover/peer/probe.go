@@ -17,35 +17,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const (
-	// DefaultProbeName is asked when ProbeConfig.Name is empty: LocalDNS's
-	// whoami block (AgentBaker's Corefile binds it on .10 and .11) answers
-	// it locally, without an upstream, so a failed probe means LocalDNS
-	// itself is not answering. That block has no nsid plugin: its replies
-	// carry no NSID.
-	DefaultProbeName = "health-check.localdns.local."
-	// DefaultProbeTimeout is how long a probe waits for its reply when
-	// ProbeConfig.Timeout is 0. CoreDNS answers whoami in well under a
-	// millisecond on the node itself; half a second is a hung or
-	// overloaded LocalDNS, not a slow one.
-	DefaultProbeTimeout = 500 * time.Millisecond
-	// probeUDPSize is the EDNS buffer size the probe advertises (the DNS
-	// flag day 2020 value); whoami's reply is far smaller.
-	probeUDPSize = 1232
-)
+// probeUDPSize is the EDNS buffer size the probe advertises (the DNS flag
+// day 2020 value); whoami's reply is far smaller.
+const probeUDPSize = 1232
 
-// ProbeConfig says what a Prober asks and where.
+// ProbeConfig says what a Prober asks and where. Start from
+// DefaultProbeConfig.
 type ProbeConfig struct {
 	// Server is the LocalDNS address to ask (169.254.10.11:53).
 	Server netip.AddrPort
-	// Name is the question (type A); "" means DefaultProbeName.
+	// Name is the question (type A).
 	Name string
-	// Timeout bounds the wait for a reply; 0 means DefaultProbeTimeout.
+	// Timeout bounds the wait for a reply; positive.
 	Timeout time.Duration
 	// SourcePort is the local port to send from, one that the steering
 	// program routes to LocalDNS's socket; 0 lets the kernel pick one
 	// (SourcePort then tells which).
 	SourcePort uint16
+}
+
+// DefaultProbeConfig returns the defaults, all but Server. Name is
+// LocalDNS's whoami block's (AgentBaker's Corefile binds it on .10 and
+// .11): it answers locally, without an upstream, so a failed probe means
+// LocalDNS itself is not answering; that block has no nsid plugin, so its
+// replies carry no NSID. Timeout is half a second: CoreDNS answers whoami
+// in well under a millisecond on the node itself, so half a second is a
+// hung or overloaded LocalDNS, not a slow one.
+func DefaultProbeConfig() ProbeConfig {
+	return ProbeConfig{Name: "health-check.localdns.local.", Timeout: 500 * time.Millisecond}
 }
 
 // ProbeResult is the outcome of one probe.
@@ -67,7 +66,7 @@ type ProbeResult struct {
 // Prober asks LocalDNS a question from one socket, bound once, so that its
 // source port stays the same for the steering program.
 type Prober struct {
-	cfg  ProbeConfig  // Name and Timeout set
+	cfg  ProbeConfig  // Name fully qualified, Server unmapped
 	conn *net.UDPConn // connected to cfg.Server; good until Close
 	port uint16
 	q    dns.Question
@@ -84,20 +83,14 @@ type Prober struct {
 // reach it and an unbound server shows at once (ECONNREFUSED).
 func NewProber(cfg ProbeConfig) (*Prober, error) {
 	if !cfg.Server.IsValid() {
-		return nil, errors.New("new prober: no server address")
+		return nil, errors.New("peer: Server must be set")
 	}
-	if cfg.Name == "" {
-		cfg.Name = DefaultProbeName
-	}
-	if _, ok := dns.IsDomainName(cfg.Name); !ok {
-		return nil, fmt.Errorf("new prober: invalid name %q", cfg.Name)
+	if _, ok := dns.IsDomainName(cfg.Name); !ok || cfg.Name == "" {
+		return nil, fmt.Errorf("peer: Name %q is not a domain name", cfg.Name)
 	}
 	cfg.Name = dns.Fqdn(cfg.Name)
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("new prober: negative timeout %v", cfg.Timeout)
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultProbeTimeout
+	if cfg.Timeout <= 0 {
+		return nil, fmt.Errorf("peer: Timeout must be positive, got %s", cfg.Timeout)
 	}
 	server := netip.AddrPortFrom(cfg.Server.Addr().Unmap(), cfg.Server.Port())
 	cfg.Server = server

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -64,7 +65,7 @@ func TestProbeLoopback(t *testing.T) {
 			} else {
 				conn.Close()
 			}
-			p, err := peer.NewProber(peer.ProbeConfig{Server: server, Timeout: timeout})
+			p, err := peer.NewProber(probeConfig(server, func(c *peer.ProbeConfig) { c.Timeout = timeout }))
 			must(t, err)
 			defer p.Close()
 			ctx := context.Background()
@@ -117,8 +118,8 @@ func checkQueries(t *testing.T, qs []*dns.Msg, n int) {
 		t.Fatalf("server got %d queries, want %d", len(qs), n)
 	}
 	for _, q := range qs {
-		if q.Question[0].Name != peer.DefaultProbeName || q.Question[0].Qtype != dns.TypeA {
-			t.Errorf("question %v, want %s A", q.Question[0], peer.DefaultProbeName)
+		if q.Question[0].Name != peer.DefaultProbeConfig().Name || q.Question[0].Qtype != dns.TypeA {
+			t.Errorf("question %v, want %s A", q.Question[0], peer.DefaultProbeConfig().Name)
 		}
 		opt := q.IsEdns0()
 		if opt == nil {
@@ -144,7 +145,7 @@ func TestProbeSourcePort(t *testing.T) {
 	server := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	fake := serveFake(t, conn, withNSID("localdns-pod"))
 
-	p, err := peer.NewProber(peer.ProbeConfig{Server: server})
+	p, err := peer.NewProber(probeConfig(server, nil))
 	must(t, err)
 	port := p.SourcePort()
 	if port == 0 {
@@ -161,7 +162,7 @@ func TestProbeSourcePort(t *testing.T) {
 		t.Errorf("probe after Close: %+v", res)
 	}
 
-	fixed, err := peer.NewProber(peer.ProbeConfig{Server: server, SourcePort: port, Name: "Probe.Example"})
+	fixed, err := peer.NewProber(probeConfig(server, func(c *peer.ProbeConfig) { c.SourcePort, c.Name = port, "Probe.Example" }))
 	must(t, err)
 	defer fixed.Close()
 	if fixed.SourcePort() != port {
@@ -170,7 +171,7 @@ func TestProbeSourcePort(t *testing.T) {
 	if res := fixed.Probe(context.Background()); !res.OK {
 		t.Fatal(res.Err)
 	}
-	if _, err := peer.NewProber(peer.ProbeConfig{Server: server, SourcePort: port}); err == nil {
+	if _, err := peer.NewProber(probeConfig(server, func(c *peer.ProbeConfig) { c.SourcePort = port })); err == nil {
 		t.Error("second prober on the same fixed port: no error")
 	}
 
@@ -188,20 +189,40 @@ func TestProbeSourcePort(t *testing.T) {
 }
 
 func TestNewProberErrors(t *testing.T) {
+	server := netipMust("127.0.0.1:53")
 	tests := []struct {
-		name string
-		cfg  peer.ProbeConfig
+		name    string
+		cfg     peer.ProbeConfig
+		wantErr string
 	}{
-		{"no server", peer.ProbeConfig{}},
-		{"bad name", peer.ProbeConfig{Server: netipMust("127.0.0.1:53"), Name: "a..b"}},
-		{"negative timeout", peer.ProbeConfig{Server: netipMust("127.0.0.1:53"), Timeout: -time.Second}},
+		{"no server", peer.DefaultProbeConfig(), "peer: Server must be set"},
+		{"bad name", probeConfig(server, func(c *peer.ProbeConfig) { c.Name = "a..b" }), `peer: Name "a..b"`},
+		{"no name", probeConfig(server, func(c *peer.ProbeConfig) { c.Name = "" }), `peer: Name ""`},
+		{"negative timeout", probeConfig(server, func(c *peer.ProbeConfig) { c.Timeout = -time.Second }), "peer: Timeout must be positive, got -1s"},
+		{"zero timeout", probeConfig(server, func(c *peer.ProbeConfig) { c.Timeout = 0 }), "peer: Timeout must be positive, got 0s"},
 	}
 	for _, tt := range tests {
-		if p, err := peer.NewProber(tt.cfg); err == nil {
-			p.Close()
-			t.Errorf("%s: no error", tt.name)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := peer.NewProber(tt.cfg)
+			if err == nil {
+				p.Close()
+			}
+			if !strings.Contains(errText(err), tt.wantErr) {
+				t.Errorf("NewProber: %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
 	}
+}
+
+// probeConfig is DefaultProbeConfig asking server, changed by change (if
+// not nil).
+func probeConfig(server netip.AddrPort, change func(*peer.ProbeConfig)) peer.ProbeConfig {
+	cfg := peer.DefaultProbeConfig()
+	cfg.Server = server
+	if change != nil {
+		change(&cfg)
+	}
+	return cfg
 }
 
 func errText(err error) string {

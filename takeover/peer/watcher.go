@@ -16,15 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultRescan is how often a Watcher lists LocalDNS's sockets when no
-// exit woke it. It bounds how long a LocalDNS that binds again goes
-// unnoticed. A rescan of one address (two sock_diag dumps the kernel
-// filters to one port; holders known from the last scan) measured about
-// 30 µs here (BenchmarkRescan), so 5 per second cost nothing. Exits do not
-// wait for it: the pidfd reports them at once.
-const DefaultRescan = 200 * time.Millisecond
-
-// WatcherConfig says what a Watcher watches.
+// WatcherConfig says what a Watcher watches. Start from
+// DefaultWatcherConfig.
 type WatcherConfig struct {
 	// Addrs are the listen addresses dnsstandby shares with LocalDNS
 	// (169.254.10.11:53); at least one.
@@ -33,13 +26,22 @@ type WatcherConfig struct {
 	// or nil. It is called from the Watcher's goroutine and must be safe
 	// for that.
 	Exclude func(inode uint64) bool
-	// Rescan is the interval between socket listings; 0 means
-	// DefaultRescan.
+	// Rescan is the interval between socket listings when no exit woke
+	// the Watcher; positive. It bounds how long a LocalDNS that binds
+	// again goes unnoticed; exits do not wait for it (the pidfd reports
+	// them at once).
 	Rescan time.Duration
 	// Logger gets one line per change (LocalDNS bound or gone, UID
-	// mismatches, scan errors), never one per scan; nil means
-	// slog.Default().
+	// mismatches, scan errors), never one per scan; nil discards.
 	Logger *slog.Logger
+}
+
+// DefaultWatcherConfig returns the defaults: no addresses, and a rescan
+// every 200 ms. A rescan of one address (two sock_diag dumps the kernel
+// filters to one port; holders known from the last scan) measured about
+// 30 µs here (BenchmarkRescan), so 5 per second cost nothing.
+func DefaultWatcherConfig() WatcherConfig {
+	return WatcherConfig{Rescan: 200 * time.Millisecond}
 }
 
 // State is what a Watcher last saw of LocalDNS.
@@ -92,7 +94,7 @@ func UIDWarning(s Socket, euid uint32) string {
 // sockets (sock_diag), the processes holding them (/proc), and their exit
 // (pidfd).
 type Watcher struct {
-	cfg  WatcherConfig // Rescan and Logger set
+	cfg  WatcherConfig // Logger non-nil, tagged component=peer
 	diag *diagConn     // in the namespace StartWatcher ran in; owned by run
 	euid uint32
 
@@ -125,21 +127,19 @@ type owner struct {
 // of the calling thread.
 func StartWatcher(ctx context.Context, cfg WatcherConfig) (*Watcher, error) {
 	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("start peer watcher: no addresses")
+		return nil, errors.New("peer: Addrs must not be empty")
 	}
-	if cfg.Rescan < 0 {
-		return nil, fmt.Errorf("start peer watcher: negative rescan interval %v", cfg.Rescan)
-	}
-	if cfg.Rescan == 0 {
-		cfg.Rescan = DefaultRescan
+	if cfg.Rescan <= 0 {
+		return nil, fmt.Errorf("peer: Rescan must be positive, got %s", cfg.Rescan)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Logger = cfg.Logger.With("component", "peer")
 	cfg.Addrs = slices.Clone(cfg.Addrs)
 	for i, a := range cfg.Addrs {
 		if !a.IsValid() {
-			return nil, fmt.Errorf("start peer watcher: invalid address %v", a)
+			return nil, fmt.Errorf("peer: Addrs: invalid address %v", a)
 		}
 		cfg.Addrs[i] = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 	}
@@ -168,7 +168,7 @@ func StartWatcher(ctx context.Context, cfg WatcherConfig) (*Watcher, error) {
 	}
 	w.logChange(State{}, first)
 	if !first.Bound {
-		cfg.Logger.Info("LocalDNS is not bound", "addrs", cfg.Addrs, "sockets", len(first.Sockets))
+		cfg.Logger.Info("LocalDNS is not bound", "addrs", addrStrings(cfg.Addrs), "sockets", len(first.Sockets))
 	}
 	w.publish(first)
 	ctx, w.cancel = context.WithCancel(ctx)
@@ -360,7 +360,7 @@ func (w *Watcher) trackProcesses(socks []Socket) {
 		}
 		if err != nil {
 			w.unwatched[pid] = true
-			w.warnOnce(fmt.Sprintf("pidfd-%d", pid), "cannot watch LocalDNS's process for exit; noticing it by rescan only", "err", err)
+			w.warnOnce(fmt.Sprintf("pidfd-%d", pid), "cannot watch LocalDNS's process for exit; noticing it by rescan only", slog.Any("err", err))
 			continue
 		}
 		if !p.HoldsSocket(inode) {
@@ -409,7 +409,7 @@ func (w *Watcher) logChange(prev, next State) {
 	log := w.cfg.Logger
 	if e := errText(next.Err); e != errText(prev.Err) {
 		if next.Err != nil {
-			log.Warn("cannot list LocalDNS's sockets; keeping the last state", "err", next.Err)
+			log.Warn("cannot list LocalDNS's sockets; keeping the last state", slog.Any("err", next.Err))
 		} else {
 			log.Info("listing LocalDNS's sockets works again")
 		}
@@ -421,7 +421,8 @@ func (w *Watcher) logChange(prev, next State) {
 	case next.Bound && !prev.Bound:
 		log.Info("LocalDNS is bound", "pids", next.PIDs, "sockets", len(next.Sockets))
 	case !next.Bound && prev.Bound:
-		log.Info("LocalDNS is not bound", "pids", next.PIDs, "sockets", len(next.Sockets))
+		// LocalDNS crashed or was stopped: an operator may alert on it.
+		log.Warn("LocalDNS is not bound", "pids", next.PIDs, "sockets", len(next.Sockets))
 	case !slices.Equal(next.PIDs, prev.PIDs):
 		log.Info("LocalDNS's processes changed", "pids", next.PIDs, "was", prev.PIDs, "bound", next.Bound)
 	}
@@ -430,4 +431,13 @@ func (w *Watcher) logChange(prev, next State) {
 			log.Warn(m)
 		}
 	}
+}
+
+// addrStrings is addrs for a log line.
+func addrStrings(addrs []netip.AddrPort) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.String()
+	}
+	return out
 }
