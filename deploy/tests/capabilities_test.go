@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
@@ -234,29 +233,25 @@ func scrape(ns *nstest.Namespace, addr string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	dec := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
-	var fams []*dto.MetricFamily
+	dec := &expfmt.SampleDecoder{
+		Dec:  expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header)),
+		Opts: &expfmt.DecodeOptions{Timestamp: model.Now()},
+	}
+	out := map[string]float64{}
 	for {
-		mf := &dto.MetricFamily{}
-		if err := dec.Decode(mf); errors.Is(err, io.EOF) {
-			break
+		var samples model.Vector // one family's
+		if err := dec.Decode(&samples); errors.Is(err, io.EOF) {
+			return out, nil
 		} else if err != nil {
 			return nil, err
 		}
-		fams = append(fams, mf)
-	}
-	samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{Timestamp: model.Now()}, fams...)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for _, s := range samples {
-		b := labels.NewScratchBuilder(len(s.Metric))
-		for name, value := range s.Metric {
-			b.Add(string(name), string(value))
+		for _, s := range samples {
+			b := labels.NewScratchBuilder(len(s.Metric))
+			for name, value := range s.Metric {
+				b.Add(string(name), string(value))
+			}
+			b.Sort()
+			out[b.Labels().String()] = float64(s.Value)
 		}
-		b.Sort()
-		out[b.Labels().String()] = float64(s.Value)
 	}
-	return out, nil
 }
