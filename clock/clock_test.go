@@ -4,54 +4,65 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
-func TestCoarseNeverEarly(t *testing.T) {
-	c := NewCoarse()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
-
-	deadline := time.Now().Add(300 * time.Millisecond)
-	samples, early := 0, 0
-	for time.Now().Before(deadline) {
-		before := time.Now()
-		got := c.Now()
-		samples++
-		if got.Before(before.Add(-time.Millisecond)) {
-			early++
-		}
-		if got.After(time.Now().Add(Resolution + time.Millisecond)) {
-			t.Fatalf("coarse clock %s is more than one resolution ahead", got.Sub(time.Now()))
-		}
-		time.Sleep(time.Millisecond)
+// TestCoarse runs the clock in a synctest bubble, where ticks come exactly
+// on time, and reads it at offsets across many ticks: it must never be
+// early (behind the true time) and never more than one Resolution late.
+// On a real machine a tick the scheduler delays makes it early by the
+// delay; the bubble takes the scheduler out of the test.
+func TestCoarse(t *testing.T) {
+	tests := []struct {
+		name string
+		step time.Duration // between readings
+	}{
+		{"every millisecond", time.Millisecond},
+		{"every 3ms", 3 * time.Millisecond},
+		{"on the tick", Resolution},
+		{"every 7ms", 7 * time.Millisecond},
 	}
-	// A tick the scheduler delays makes the clock early by the delay, which
-	// happens on a busy machine (CI saw 7 of about 250 samples). A clock
-	// that did not add the Resolution would be early in nine samples of
-	// ten: a third tells the two apart.
-	t.Logf("%d of %d samples early", early, samples)
-	if early > samples/3 {
-		t.Fatalf("coarse clock early in %d of %d samples", early, samples)
+	for _, tt := range tests {
+		synctest.Test(t, func(t *testing.T) {
+			c := NewCoarse()
+			ctx, cancel := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			wg.Go(func() { c.Run(ctx) })
+			defer func() { cancel(); wg.Wait() }()
+			for range 100 {
+				time.Sleep(tt.step)
+				now, got := time.Now(), c.Now()
+				if got.Before(now) {
+					t.Fatalf("%s: coarse clock %s early", tt.name, now.Sub(got))
+				}
+				if got.After(now.Add(Resolution)) {
+					t.Fatalf("%s: coarse clock %s late, more than one resolution", tt.name, got.Sub(now))
+				}
+			}
+		})
 	}
 }
 
+// TestCoarseStopsOnCancel: Run returns when its context ends, and the
+// clock stands still from then on.
 func TestCoarseStopsOnCancel(t *testing.T) {
-	c := NewCoarse()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
-	frozen := c.Now()
-	time.Sleep(3 * Resolution)
-	if !c.Now().Equal(frozen) {
-		t.Fatal("clock still ticking after Run returned")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCoarse()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		time.Sleep(5 * Resolution)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+		frozen := c.Now()
+		time.Sleep(3 * Resolution) // fake time: three ticks that must not come
+		if !c.Now().Equal(frozen) {
+			t.Fatal("clock still ticking after Run returned")
+		}
+	})
 }

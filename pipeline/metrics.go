@@ -13,7 +13,7 @@ const (
 	srcStale           // a stale cache entry (RFC 8767)
 	srcUpstream        // an upstream reply
 	srcServfail        // nothing to answer with
-	srcError           // FORMERR, NOTIMP, REFUSED, BADVERS
+	srcError           // FORMERR, NOTIMP, REFUSED (no route, or upstream over max_concurrent), BADVERS
 	numSources
 )
 
@@ -59,7 +59,7 @@ var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 
 var (
 	descQueries = prometheus.NewDesc("dnsstandby_queries_total",
-		"Queries answered, by what answered them: cache, stale, upstream, servfail, error (FORMERR, NOTIMP, REFUSED, BADVERS).", []string{"source"}, nil)
+		"Queries answered, by what answered them: cache, stale, upstream, servfail, error (FORMERR, NOTIMP, REFUSED, BADVERS; REFUSED for no route or an upstream group over its max_concurrent).", []string{"source"}, nil)
 	descDropped = prometheus.NewDesc("dnsstandby_queries_dropped_total",
 		"Datagrams dropped unanswered: short (no DNS header), response (QR set).", []string{"reason"}, nil)
 	descOverload = prometheus.NewDesc("dnsstandby_upstream_capped_total",
@@ -67,9 +67,9 @@ var (
 	descCoalesced = prometheus.NewDesc("dnsstandby_coalesced_total",
 		"Misses that joined an identical upstream query already in flight.", nil, nil)
 	descRefreshes = prometheus.NewDesc("dnsstandby_stale_refreshes_total",
-		"Background refreshes of entries served stale in immediate mode.", nil, nil)
+		"Background refreshes: of entries hit in the last tenth of their life, and of entries served stale in immediate mode.", nil, nil)
 	descResolveFailures = prometheus.NewDesc("dnsstandby_resolve_failures_total",
-		"Upstream resolutions that failed (every upstream errored or timed out).", nil, nil)
+		"Upstream resolutions that failed (every upstream errored or timed out, or the upstream group was over its max_concurrent).", nil, nil)
 	descInflight = prometheus.NewDesc("dnsstandby_inflight",
 		"Upstream resolutions in progress.", nil, nil)
 )

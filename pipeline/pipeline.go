@@ -1,10 +1,18 @@
 // Package pipeline decides how each query is answered: from the cache when
 // it can (the hot path, no allocation), else from an upstream, else from a
-// stale cache entry, else SERVFAIL. It owns the miss path: coalescing of
-// identical in-flight queries, the per-client and global caps on upstream
-// work, and the serve-stale policy (RFC 8767, `verify` or `immediate` as in
-// CoreDNS). It never touches sockets: the responder hands it bytes and a
-// way to reply.
+// stale cache entry, else SERVFAIL — or REFUSED when the upstream group
+// refused the query for being over its MaxConcurrent, as LocalDNS's forward
+// does over max_concurrent.
+//
+// Data flows one way: listeners (package responder) → pipeline → cache and
+// upstreams. The pipeline owns the miss path: coalescing of identical
+// in-flight queries, the per-client and global caps on upstream work, the
+// serve-stale policy (RFC 8767, `verify` or `immediate` as in CoreDNS),
+// refresh-ahead, and what goes into the cache. It never touches sockets —
+// the responder hands it bytes and a way to reply — and knows nothing of
+// takeover: whether dnsstandby is serving at all is decided elsewhere, and
+// takeover never reaches into this package, the responder, the cache or
+// the upstreams.
 package pipeline
 
 import (
@@ -66,35 +74,41 @@ func ParseStaleMode(s string) (StaleMode, error) {
 	return 0, fmt.Errorf("stale mode %q: want verify or immediate", s)
 }
 
-// Config configures a Pipeline.
+// Config configures a Pipeline. Start from DefaultConfig and set Cache
+// and Routes.
 type Config struct {
-	Cache  *cache.Cache // always non-nil
+	Cache  *cache.Cache // must be non-nil
 	Routes []Route      // at least one
 
+	// StaleMode is how stale cache entries are used.
 	StaleMode StaleMode
 	// StaleBudget is how long, in verify mode, a query with a stale entry
-	// waits for upstreams before the stale answer goes out.
+	// waits for upstreams before the stale answer goes out. Must be
+	// positive.
 	StaleBudget time.Duration
 	// UpstreamTimeout bounds one upstream resolution; a query with nothing
-	// stale to fall back on gets SERVFAIL when it runs out.
+	// stale to fall back on gets SERVFAIL when it runs out. Must be
+	// positive.
 	UpstreamTimeout time.Duration
 
 	// MaxInflight caps concurrent upstream resolutions; MaxPerClient caps
 	// the queries one source address may have waiting on the miss path.
-	// Over either cap a query is answered stale or SERVFAIL at once.
+	// Over either cap a query is answered stale or SERVFAIL at once. Both
+	// must be positive.
 	MaxInflight  int
 	MaxPerClient int
 
 	// RefreshRate bounds background refreshes of entries hit in the last
-	// tenth of their life, per second (0: none).
+	// tenth of their life, per second; 0 disables them.
 	RefreshRate int
 
-	// UDPSize is advertised to EDNS clients and upstreams; NSID is sent to
-	// clients that ask for it ("" for none).
+	// UDPSize is advertised to EDNS clients and upstreams, in bytes, at
+	// least 512; NSID is sent to clients that ask for it ("" for none).
 	UDPSize uint16
 	NSID    string
 
-	Logger *slog.Logger // or nil
+	// Logger is tagged component=pipeline; nil discards.
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns the tunables' defaults; Cache and Routes are left
@@ -119,6 +133,31 @@ func DefaultConfig() Config {
 	}
 }
 
+// validate checks c; its errors name the Config field.
+func (c *Config) validate() error {
+	switch {
+	case c.Cache == nil:
+		return errors.New("Cache is nil")
+	case len(c.Routes) == 0:
+		return errors.New("Routes is empty")
+	case c.StaleMode != StaleVerify && c.StaleMode != StaleImmediate:
+		return fmt.Errorf("StaleMode %d is neither StaleVerify nor StaleImmediate", c.StaleMode)
+	case c.StaleBudget <= 0:
+		return fmt.Errorf("StaleBudget must be positive, got %s", c.StaleBudget)
+	case c.UpstreamTimeout <= 0:
+		return fmt.Errorf("UpstreamTimeout must be positive, got %s", c.UpstreamTimeout)
+	case c.MaxInflight <= 0:
+		return fmt.Errorf("MaxInflight must be positive, got %d", c.MaxInflight)
+	case c.MaxPerClient <= 0:
+		return fmt.Errorf("MaxPerClient must be positive, got %d", c.MaxPerClient)
+	case c.RefreshRate < 0:
+		return fmt.Errorf("RefreshRate must not be negative, got %d", c.RefreshRate)
+	case c.UDPSize < wire.MinUDPSize:
+		return fmt.Errorf("UDPSize must be at least %d, got %d", wire.MinUDPSize, c.UDPSize)
+	}
+	return nil
+}
+
 // Pipeline answers queries. Create it with New; Drain it before closing
 // the sockets its replies go to.
 type Pipeline struct {
@@ -126,7 +165,7 @@ type Pipeline struct {
 	cache  *cache.Cache // always non-nil
 	routes []Route      // most specific zone first
 	nsid   []byte       // or nil
-	log    *slog.Logger // always non-nil
+	log    *slog.Logger // always non-nil, tagged component=pipeline
 
 	ctx    context.Context // good until Drain gives up waiting
 	cancel context.CancelFunc
@@ -146,35 +185,27 @@ type Pipeline struct {
 	stats missStats
 }
 
-// New validates cfg and returns a pipeline.
+// New validates cfg and returns a pipeline; it takes cfg as given.
 func New(cfg Config) (*Pipeline, error) {
-	switch {
-	case cfg.Cache == nil:
-		return nil, errors.New("pipeline: no cache")
-	case len(cfg.Routes) == 0:
-		return nil, errors.New("pipeline: no upstream routes")
-	case cfg.UpstreamTimeout <= 0 || cfg.StaleBudget <= 0:
-		return nil, errors.New("pipeline: upstream timeout and stale budget must be positive")
-	case cfg.MaxInflight <= 0 || cfg.MaxPerClient <= 0:
-		return nil, errors.New("pipeline: caps must be positive")
-	case cfg.UDPSize < wire.MinUDPSize:
-		return nil, fmt.Errorf("pipeline: udp size %d below 512", cfg.UDPSize)
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	routes, err := sortRoutes(cfg.Routes)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
+		return nil, fmt.Errorf("pipeline: Routes: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Pipeline{
 		refreshes: newTokenBucket(float64(cfg.RefreshRate), float64(cfg.RefreshRate)),
 		cfg:       cfg,
 		cache:     cfg.Cache,
 		routes:    routes,
-		log:       cfg.Logger,
+		log:       log.With("component", "pipeline"),
 		flights:   make(map[flightKey]*flight),
 		perClient: make(map[netip.Addr]int),
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.NSID != "" {
 		p.nsid = []byte(cfg.NSID)
@@ -205,7 +236,11 @@ func (p *Pipeline) Drain(ctx context.Context) {
 	}
 	p.mu.Lock()
 	p.closed = true
+	left := p.running
 	p.mu.Unlock()
+	if left > 0 {
+		p.log.Info("drain timed out: cancelling upstream resolutions in flight", slog.Int("inflight", left))
+	}
 	p.cancel()
 	// Cancelled exchanges return at once; their waiters get stale or
 	// SERVFAIL.

@@ -4,25 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
+	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
 // fakeUpstream answers from a table and counts exchanges. A name listed in
-// block waits until released or until ctx ends; fail makes every exchange
-// fail at once. The pipeline's upstream behaviour against real servers is
-// covered by the integration tests; this one makes timing deterministic.
+// block waits until released or until ctx ends; fail, when set, is
+// returned by every exchange at once. The pipeline's upstream behaviour
+// against real servers is covered by the integration tests; this one,
+// with testing/synctest, makes timing deterministic.
 type fakeUpstream struct {
 	mu      sync.Mutex
 	answers map[string][]string // name -> RRs
 	calls   map[string]int
-	fail    bool
+	fail    error
 	block   map[string]chan struct{}
 	noCD    bool // do not echo CD, as a careless upstream might
 }
@@ -46,8 +52,8 @@ func (f *fakeUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, er
 			return nil, ctx.Err()
 		}
 	}
-	if fail {
-		return nil, errors.New("upstream unreachable")
+	if fail != nil {
+		return nil, fail
 	}
 	resp := new(dns.Msg)
 	resp.SetReply(req)
@@ -79,7 +85,13 @@ func (f *fakeUpstream) set(name string, rrs ...string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeUpstream) setFail(v bool) { f.mu.Lock(); f.fail = v; f.mu.Unlock() }
+func (f *fakeUpstream) setFail(err error) { f.mu.Lock(); f.fail = err; f.mu.Unlock() }
+
+// errUnreachable is an upstream failure other than the concurrency cap.
+var errUnreachable = &upstream.Error{Failures: []error{errors.New("10.0.0.10:53 over udp: timeout")}}
+
+// errLimit is what an upstream.Group over its MaxConcurrent returns.
+var errLimit = &upstream.Error{Cause: upstream.ErrLimitExceeded}
 
 func (f *fakeUpstream) hold(name string) chan struct{} {
 	ch := make(chan struct{})
@@ -127,6 +139,7 @@ func newPipelineTB(t testing.TB, up Exchanger, mod func(*Config)) (*Pipeline, *c
 	cfg.Routes = []Route{{Zone: ".", Upstream: up}}
 	cfg.StaleBudget = 50 * time.Millisecond
 	cfg.UpstreamTimeout = 500 * time.Millisecond
+	cfg.Logger = testkit.Logger(t)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -303,25 +316,25 @@ func TestCoalescing(t *testing.T) {
 	}
 }
 
+// TestStaleVerify runs in a synctest bubble, so the delays are exact: a
+// stale answer goes out at once when the upstream fails, after exactly the
+// stale budget when it is slow.
 func TestStaleVerify(t *testing.T) {
 	const name = "web.example."
-	// Long enough that "at once" and "after the budget" stay apart on a
-	// loaded CI machine under -race.
 	const budget = 300 * time.Millisecond
 	tests := []struct {
 		name      string
 		upstream  func(up *fakeUpstream)
 		wantTTL   uint32
-		wantRcode int
-		minDelay  time.Duration
-		maxDelay  time.Duration
+		wantDelay time.Duration
 	}{
-		{"upstream fails: stale at once", func(up *fakeUpstream) { up.setFail(true) }, 30, 0, 0, budget * 2 / 3},
-		{"upstream slow: stale after the budget", func(up *fakeUpstream) { up.hold(name) }, 30, 0, budget, budget * 4},
-		{"upstream answers: fresh answer", func(up *fakeUpstream) { up.set(name, name+" 300 IN A 192.0.2.2") }, 300, 0, 0, budget * 2 / 3},
+		{"upstream fails: stale at once", func(up *fakeUpstream) { up.setFail(errUnreachable) }, 30, 0},
+		{"upstream over max_concurrent: stale at once", func(up *fakeUpstream) { up.setFail(errLimit) }, 30, 0},
+		{"upstream slow: stale after the budget", func(up *fakeUpstream) { up.hold(name) }, 30, budget},
+		{"upstream answers: fresh answer", func(up *fakeUpstream) { up.set(name, name+" 300 IN A 192.0.2.2") }, 300, 0},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
 			up := newFake()
 			up.set(name, name+" 60 IN A 192.0.2.1")
 			p, clk := newPipeline(t, up, func(c *Config) { c.StaleBudget = budget })
@@ -332,89 +345,148 @@ func TestStaleVerify(t *testing.T) {
 			start := time.Now()
 			a := wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
 			took := time.Since(start)
-			if a.Rcode != tt.wantRcode || len(a.Answer) != 1 || a.Answer[0].Header().Ttl != tt.wantTTL {
-				t.Fatalf("answer %v, want TTL %d", a, tt.wantTTL)
+			if a.Rcode != dns.RcodeSuccess || len(a.Answer) != 1 || a.Answer[0].Header().Ttl != tt.wantTTL {
+				t.Fatalf("%s: answer %v, want TTL %d", tt.name, a, tt.wantTTL)
 			}
-			if took < tt.minDelay || took > tt.maxDelay {
-				t.Fatalf("answered after %s, want between %s and %s", took, tt.minDelay, tt.maxDelay)
+			if took != tt.wantDelay {
+				t.Fatalf("%s: answered after %s, want %s", tt.name, took, tt.wantDelay)
+			}
+		})
+	}
+}
+
+// TestFailureRcode: a failed resolution with nothing stale is answered as
+// LocalDNS answers it — SERVFAIL, or REFUSED when the upstream group was
+// over its max_concurrent — to every query waiting on it, with an OPT for
+// EDNS clients.
+func TestFailureRcode(t *testing.T) {
+	tests := []struct {
+		name       string
+		err        error
+		wantRcode  int
+		wantSource string
+	}{
+		{"upstream unreachable", errUnreachable, dns.RcodeServerFailure, "servfail"},
+		{"context deadline", &upstream.Error{Cause: context.DeadlineExceeded}, dns.RcodeServerFailure, "servfail"},
+		{"over max_concurrent", errLimit, dns.RcodeRefused, "error"},
+		{"over max_concurrent, wrapped again", fmt.Errorf("zone .: %w", errLimit), dns.RcodeRefused, "error"},
+	}
+	for _, tt := range tests {
+		synctest.Test(t, func(t *testing.T) {
+			const name = "fail.example."
+			up := newFake()
+			release := up.hold(name)
+			up.setFail(tt.err)
+			p, _ := newPipeline(t, up, nil)
+			w := p.NewWorker()
+			// Two clients on one flight.
+			first := ask(t, w, q(t, name, dns.TypeA, true), "10.1.0.1")
+			second := ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.2")
+			close(release)
+			for i, ch := range []<-chan result{first, second} {
+				a := wait(t, ch)
+				if a.Rcode != tt.wantRcode || len(a.Answer) != 0 || a.Question[0].Name != name {
+					t.Errorf("%s: client %d: answer %v, want rcode %s", tt.name, i, a, dns.RcodeToString[tt.wantRcode])
+				}
+				if edns := a.IsEdns0() != nil; edns != (i == 0) {
+					t.Errorf("%s: client %d: OPT present %v", tt.name, i, edns)
+				}
+			}
+			if n := up.count(name); n != 1 {
+				t.Errorf("%s: %d upstream exchanges, want 1", tt.name, n)
+			}
+			if got := p.Answered()[tt.wantSource]; got != 2 {
+				t.Errorf("%s: %d answers from %s, want 2 (%v)", tt.name, got, tt.wantSource, p.Answered())
+			}
+			if got := p.stats.failures.Load(); got != 1 {
+				t.Errorf("%s: resolve failures %d, want 1", tt.name, got)
 			}
 		})
 	}
 }
 
 func TestUncachedServfailWithinBudget(t *testing.T) {
-	up := newFake()
-	up.hold("slow.example.")
-	p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = 100 * time.Millisecond })
-	start := time.Now()
-	a := wait(t, ask(t, p.NewWorker(), q(t, "slow.example.", dns.TypeA, true), "10.1.0.1"))
-	if a.Rcode != dns.RcodeServerFailure || time.Since(start) > time.Second {
-		t.Fatalf("rcode %d after %s, want SERVFAIL within the upstream timeout", a.Rcode, time.Since(start))
-	}
-	if a.IsEdns0() == nil {
-		t.Fatal("SERVFAIL to an EDNS client without OPT")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		up := newFake()
+		up.hold("slow.example.")
+		p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = timeout })
+		start := time.Now()
+		a := wait(t, ask(t, p.NewWorker(), q(t, "slow.example.", dns.TypeA, true), "10.1.0.1"))
+		if a.Rcode != dns.RcodeServerFailure || time.Since(start) != timeout {
+			t.Fatalf("rcode %d after %s, want SERVFAIL after the upstream timeout, %s", a.Rcode, time.Since(start), timeout)
+		}
+		if a.IsEdns0() == nil {
+			t.Fatal("SERVFAIL to an EDNS client without OPT")
+		}
+	})
 }
 
 func TestStaleImmediate(t *testing.T) {
-	const name = "imm.example."
-	up := newFake()
-	up.set(name, name+" 60 IN A 192.0.2.1")
-	p, clk := newPipeline(t, up, func(c *Config) { c.StaleMode = StaleImmediate })
-	w := p.NewWorker()
-	wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
-	clk.Advance(2 * time.Minute)
-	up.set(name, name+" 60 IN A 192.0.2.9")
+	synctest.Test(t, func(t *testing.T) {
+		const name = "imm.example."
+		up := newFake()
+		up.set(name, name+" 60 IN A 192.0.2.1")
+		p, clk := newPipeline(t, up, func(c *Config) { c.StaleMode = StaleImmediate })
+		w := p.NewWorker()
+		wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+		clk.Advance(2 * time.Minute)
+		up.set(name, name+" 60 IN A 192.0.2.9")
 
-	buf := make([]byte, 512)
-	n, act := w.Answer(buf, q(t, name, dns.TypeA, false), true)
-	a := new(dns.Msg)
-	if act != Reply || a.Unpack(buf[:n]) != nil || a.Answer[0].Header().Ttl != 30 {
-		t.Fatalf("immediate mode did not serve stale on the hot path: action %d %v", act, a)
-	}
-	// The background refresh lands in the cache.
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		n, act = w.Answer(buf, q(t, name, dns.TypeA, false), true)
-		if act == Reply && a.Unpack(buf[:n]) == nil && a.Answer[0].(*dns.A).A.String() == "192.0.2.9" {
-			return
+		buf := make([]byte, 512)
+		n, act := w.Answer(buf, q(t, name, dns.TypeA, false), true)
+		a := new(dns.Msg)
+		if act != Reply || a.Unpack(buf[:n]) != nil || a.Answer[0].Header().Ttl != 30 {
+			t.Fatalf("immediate mode did not serve stale on the hot path: action %d %v", act, a)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("refresh never landed; upstream calls %d", up.count(name))
+		// The background refresh lands in the cache.
+		synctest.Wait()
+		n, act = w.Answer(buf, q(t, name, dns.TypeA, false), true)
+		if act != Reply || a.Unpack(buf[:n]) != nil || a.Answer[0].(*dns.A).A.String() != "192.0.2.9" {
+			t.Fatalf("refresh did not land: action %d %v; upstream calls %d", act, a, up.count(name))
+		}
+	})
 }
 
 func TestCaps(t *testing.T) {
-	up := newFake()
-	for i := range 10 {
-		up.hold(fmt.Sprintf("n%d.example.", i))
-	}
-	p, _ := newPipeline(t, up, func(c *Config) { c.MaxPerClient = 2; c.MaxInflight = 4 })
-	w := p.NewWorker()
-	// Client A: two pending, the third is turned away at once.
-	ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.1")
-	ask(t, w, q(t, "n1.example.", dns.TypeA, false), "10.1.0.1")
-	a := wait(t, ask(t, w, q(t, "n2.example.", dns.TypeA, false), "10.1.0.1"))
-	if a.Rcode != dns.RcodeServerFailure {
-		t.Fatalf("over the per-client cap: rcode %d, want SERVFAIL", a.Rcode)
-	}
-	// Client B fills the global cap (4 flights), then C is turned away.
-	ask(t, w, q(t, "n3.example.", dns.TypeA, false), "10.1.0.2")
-	ask(t, w, q(t, "n4.example.", dns.TypeA, false), "10.1.0.2")
-	a = wait(t, ask(t, w, q(t, "n5.example.", dns.TypeA, false), "10.1.0.3"))
-	if a.Rcode != dns.RcodeServerFailure {
-		t.Fatalf("over the global cap: rcode %d, want SERVFAIL", a.Rcode)
-	}
-	// But C may still join a flight in progress: no new upstream query.
-	ch := ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.3")
-	select {
-	case r := <-ch:
-		t.Fatalf("joining a flight answered at once: %v", r.msg)
-	case <-time.After(20 * time.Millisecond):
-	}
-	if c := &p.stats.overload; c[overClient].Load() != 1 || c[overGlobal].Load() != 1 {
-		t.Fatalf("overload counters client %d global %d", c[overClient].Load(), c[overGlobal].Load())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		up := newFake()
+		for i := range 10 {
+			up.hold(fmt.Sprintf("n%d.example.", i))
+		}
+		p, _ := newPipeline(t, up, func(c *Config) { c.MaxPerClient = 2; c.MaxInflight = 4 })
+		w := p.NewWorker()
+		// Client A: two pending, the third is turned away at once.
+		ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.1")
+		ask(t, w, q(t, "n1.example.", dns.TypeA, false), "10.1.0.1")
+		a := wait(t, ask(t, w, q(t, "n2.example.", dns.TypeA, false), "10.1.0.1"))
+		if a.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("over the per-client cap: rcode %d, want SERVFAIL", a.Rcode)
+		}
+		// Client B fills the global cap (4 flights), then C is turned away.
+		ask(t, w, q(t, "n3.example.", dns.TypeA, false), "10.1.0.2")
+		ask(t, w, q(t, "n4.example.", dns.TypeA, false), "10.1.0.2")
+		a = wait(t, ask(t, w, q(t, "n5.example.", dns.TypeA, false), "10.1.0.3"))
+		if a.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("over the global cap: rcode %d, want SERVFAIL", a.Rcode)
+		}
+		// But C may still join a flight in progress: no new upstream query,
+		// and no answer until the flight ends. Wait returns when every
+		// goroutine is blocked, upstreams included: nothing more will come.
+		ch := ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.3")
+		synctest.Wait()
+		select {
+		case r := <-ch:
+			t.Fatalf("joining a flight answered at once: %v", r.msg)
+		default:
+		}
+		if n := up.count("n0.example."); n != 1 {
+			t.Fatalf("%d upstream exchanges for n0, want 1", n)
+		}
+		if c := &p.stats.overload; c[overClient].Load() != 1 || c[overGlobal].Load() != 1 {
+			t.Fatalf("overload counters client %d global %d", c[overClient].Load(), c[overGlobal].Load())
+		}
+	})
 }
 
 func TestRoutesAndCDKey(t *testing.T) {
@@ -471,26 +543,28 @@ func TestLargeUpstreamAnswerTruncatedForUDP(t *testing.T) {
 }
 
 func TestDrainWaitsForInflight(t *testing.T) {
-	up := newFake()
-	release := up.hold("d.example.")
-	up.set("d.example.", "d.example. 30 IN A 192.0.2.1")
-	p, _ := newPipeline(t, up, nil)
-	ch := ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1")
-	go func() {
-		time.Sleep(30 * time.Millisecond)
-		close(release)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	p.Drain(ctx)
-	select {
-	case r := <-ch:
-		if r.err != nil || len(r.msg.Answer) != 1 {
-			t.Fatalf("in-flight query answered badly: %v %v", r.msg, r.err)
+	synctest.Test(t, func(t *testing.T) {
+		up := newFake()
+		release := up.hold("d.example.")
+		up.set("d.example.", "d.example. 30 IN A 192.0.2.1")
+		p, _ := newPipeline(t, up, nil)
+		ch := ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1")
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			close(release)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		p.Drain(ctx)
+		select {
+		case r := <-ch:
+			if r.err != nil || len(r.msg.Answer) != 1 {
+				t.Fatalf("in-flight query answered badly: %v %v", r.msg, r.err)
+			}
+		default:
+			t.Fatal("Drain returned before the in-flight query was answered")
 		}
-	default:
-		t.Fatal("Drain returned before the in-flight query was answered")
-	}
+	})
 }
 
 // uncacheable answers an NXDOMAIN with a CNAME and no SOA, which the cache
@@ -522,60 +596,157 @@ func TestUncachedReplyTTLCapped(t *testing.T) {
 }
 
 func TestRefreshAhead(t *testing.T) {
-	const name = "ahead.example."
-	up := newFake()
-	up.set(name, name+" 60 IN A 192.0.2.1")
-	p, clk := newPipeline(t, up, nil)
-	w := p.NewWorker()
-	wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
-	up.set(name, name+" 60 IN A 192.0.2.2")
+	synctest.Test(t, func(t *testing.T) {
+		const name = "ahead.example."
+		up := newFake()
+		up.set(name, name+" 60 IN A 192.0.2.1")
+		p, clk := newPipeline(t, up, nil)
+		w := p.NewWorker()
+		wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+		up.set(name, name+" 60 IN A 192.0.2.2")
 
-	clk.Advance(30 * time.Second) // fresh, not yet expiring: no refresh
-	buf := make([]byte, 512)
-	if _, act := w.Answer(buf, q(t, name, dns.TypeA, false), true); act != Reply {
-		t.Fatal("not a hit")
-	}
-	time.Sleep(50 * time.Millisecond)
-	if n := up.count(name); n != 1 {
-		t.Fatalf("%d upstream calls at half life, want 1", n)
-	}
+		clk.Advance(30 * time.Second) // fresh, not yet expiring: no refresh
+		buf := make([]byte, 512)
+		if _, act := w.Answer(buf, q(t, name, dns.TypeA, false), true); act != Reply {
+			t.Fatal("not a hit")
+		}
+		synctest.Wait() // a refresh, had one started, would be done
+		if n := up.count(name); n != 1 {
+			t.Fatalf("%d upstream calls at half life, want 1", n)
+		}
 
-	clk.Advance(25 * time.Second) // 5 s left of 60: the last tenth
-	if _, act := w.Answer(buf, q(t, name, dns.TypeA, false), true); act != Reply {
-		t.Fatal("expiring entry not served")
-	}
-	deadline := time.Now().Add(2 * time.Second)
-	for up.count(name) < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := up.count(name); n != 2 {
-		t.Fatalf("%d upstream calls after an expiring hit, want 2", n)
-	}
-	// The refreshed answer is in the cache, fresh for another 60 s.
-	deadline = time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+		clk.Advance(25 * time.Second) // 5 s left of 60: the last tenth
+		if _, act := w.Answer(buf, q(t, name, dns.TypeA, false), true); act != Reply {
+			t.Fatal("expiring entry not served")
+		}
+		synctest.Wait()
+		if n := up.count(name); n != 2 {
+			t.Fatalf("%d upstream calls after an expiring hit, want 2", n)
+		}
+		// The refreshed answer is in the cache, fresh for another 60 s.
 		n, _ := w.Answer(buf, q(t, name, dns.TypeA, false), true)
 		a := new(dns.Msg)
-		if a.Unpack(buf[:n]) == nil && len(a.Answer) == 1 && a.Answer[0].(*dns.A).A.String() == "192.0.2.2" && a.Answer[0].Header().Ttl == 60 {
-			return
+		if a.Unpack(buf[:n]) != nil || len(a.Answer) != 1 || a.Answer[0].(*dns.A).A.String() != "192.0.2.2" || a.Answer[0].Header().Ttl != 60 {
+			t.Fatalf("refreshed answer not served: %v", a)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("refreshed answer never served")
+	})
 }
 
+// TestTokenBucket runs in a bubble, where time stands still until the
+// test sleeps: the burst, then exactly the refill.
 func TestTokenBucket(t *testing.T) {
-	b := newTokenBucket(10, 3)
-	got := 0
-	for range 100 {
-		if b.allow() {
-			got++
-		}
+	tests := []struct {
+		name        string
+		rate, burst float64
+		sleep       time.Duration
+		want        int // allowed of 100 tries after sleep
+	}{
+		{"burst", 10, 3, 0, 3},
+		{"refill after 200ms at 10/s", 10, 3, 200 * time.Millisecond, 5},
+		{"refill capped at the burst", 10, 3, time.Hour, 6},
+		{"rate 0", 0, 0, 0, 0},
 	}
-	if got < 3 || got > 4 {
-		t.Fatalf("%d allowed at once, want the burst of 3", got)
+	for _, tt := range tests {
+		synctest.Test(t, func(t *testing.T) {
+			b := newTokenBucket(tt.rate, tt.burst)
+			got := 0
+			try := func() {
+				for range 100 {
+					if b.allow() {
+						got++
+					}
+				}
+			}
+			try()
+			if tt.sleep > 0 {
+				time.Sleep(tt.sleep)
+				try()
+			}
+			if got != tt.want {
+				t.Errorf("%s: %d allowed, want %d", tt.name, got, tt.want)
+			}
+		})
 	}
-	if newTokenBucket(0, 0).allow() {
-		t.Fatal("rate 0 allowed one")
+}
+
+// TestLimitExceededFromGroup runs the REFUSED path against a real
+// upstream.Group with MaxConcurrent 1 whose server never answers: the
+// first miss holds the group's one slot, the second is refused at once.
+// Real sockets: no synctest bubble here.
+func TestLimitExceededFromGroup(t *testing.T) {
+	silent, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	ucfg := upstream.DefaultConfig()
+	ucfg.Servers = []netip.AddrPort{silent.LocalAddr().(*net.UDPAddr).AddrPort()}
+	ucfg.MaxConcurrent = 1
+	ucfg.Logger = testkit.Logger(t)
+	g, err := upstream.New(ucfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	p, _ := newPipeline(t, g, func(c *Config) { c.UpstreamTimeout = 200 * time.Millisecond })
+	w := p.NewWorker()
+	held := ask(t, w, q(t, "held.example.", dns.TypeA, false), "10.1.0.1")
+	// Its query reaching the server shows it holds the slot.
+	_ = silent.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := silent.Read(make([]byte, 512)); err != nil {
+		t.Fatalf("the first miss did not reach the server: %v", err)
+	}
+	if a := wait(t, ask(t, w, q(t, "refused.example.", dns.TypeA, false), "10.1.0.2")); a.Rcode != dns.RcodeRefused {
+		t.Errorf("miss over the group's max_concurrent: rcode %s, want REFUSED", dns.RcodeToString[a.Rcode])
+	}
+	if a := wait(t, held); a.Rcode != dns.RcodeServerFailure {
+		t.Errorf("miss the server never answered: rcode %s, want SERVFAIL", dns.RcodeToString[a.Rcode])
+	}
+}
+
+// TestNew: New takes the Config as given and names the field it rejects.
+func TestNew(t *testing.T) {
+	c, err := cache.New(cache.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string // "" for success
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"refresh off", func(c *Config) { c.RefreshRate = 0 }, ""},
+		{"no cache", func(c *Config) { c.Cache = nil }, "pipeline: Cache is nil"},
+		{"no routes", func(c *Config) { c.Routes = nil }, "pipeline: Routes is empty"},
+		{"route twice", func(c *Config) { c.Routes = append(c.Routes, c.Routes[0]) }, "pipeline: Routes: zone . routed twice"},
+		{"bad stale mode", func(c *Config) { c.StaleMode = 7 }, "pipeline: StaleMode 7"},
+		{"zero stale budget", func(c *Config) { c.StaleBudget = 0 }, "pipeline: StaleBudget must be positive, got 0s"},
+		{"zero upstream timeout", func(c *Config) { c.UpstreamTimeout = 0 }, "pipeline: UpstreamTimeout must be positive, got 0s"},
+		{"zero max inflight", func(c *Config) { c.MaxInflight = 0 }, "pipeline: MaxInflight must be positive, got 0"},
+		{"zero max per client", func(c *Config) { c.MaxPerClient = 0 }, "pipeline: MaxPerClient must be positive, got 0"},
+		{"negative refresh rate", func(c *Config) { c.RefreshRate = -1 }, "pipeline: RefreshRate must not be negative, got -1"},
+		{"small udp size", func(c *Config) { c.UDPSize = 511 }, "pipeline: UDPSize must be at least 512, got 511"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Cache = c
+			cfg.Routes = []Route{{Zone: ".", Upstream: newFake()}}
+			tt.mod(&cfg)
+			p, err := New(cfg)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				if p.cfg.RefreshRate != cfg.RefreshRate || p.cfg.MaxInflight != cfg.MaxInflight {
+					t.Errorf("config changed by New: %+v", p.cfg)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("New: %v, want error containing %q", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -57,9 +57,9 @@ func (p *Pipeline) replyRcode(w *waiter, rcode int) {
 	w.reply(buf[:writeError(buf, &q, rcode)])
 }
 
-// replyStaleOrServfail answers w from the cache, stale allowed, or with
-// SERVFAIL when there is nothing to serve.
-func (p *Pipeline) replyStaleOrServfail(w *waiter) {
+// replyStaleOr answers w from the cache, stale allowed, or with rcode
+// (SERVFAIL or REFUSED) when there is nothing to serve.
+func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
 	var q wire.Query
 	_ = wire.ParseQuery(w.raw, &q)
 	buf := make([]byte, limitFor(&q, w.udp))
@@ -70,8 +70,12 @@ func (p *Pipeline) replyStaleOrServfail(w *waiter) {
 	case cache.Stale:
 		p.stats.answers[srcStale].Add(1)
 	default:
-		p.stats.answers[srcServfail].Add(1)
-		n = writeError(buf, &q, dns.RcodeServerFailure)
+		if rcode == dns.RcodeServerFailure {
+			p.stats.answers[srcServfail].Add(1)
+		} else {
+			p.stats.answers[srcError].Add(1)
+		}
+		n = writeError(buf, &q, rcode)
 	}
 	w.reply(buf[:n])
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/upstream"
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
@@ -41,7 +43,8 @@ type waiter struct {
 
 // Resolve answers a query the cache could not: it joins or starts an
 // upstream resolution and replies when that ends, with a stale entry if the
-// upstreams fail, or SERVFAIL. It does not block; reply may be called from
+// upstreams fail, or SERVFAIL (REFUSED if the upstream group refused the
+// query with upstream.ErrLimitExceeded). It does not block; reply may be called from
 // another goroutine, exactly once, or never if the query is dropped. msg
 // must not be modified after the call (pass a copy of a read buffer).
 func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([]byte)) {
@@ -68,26 +71,26 @@ func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([
 	if p.perClient[client] >= p.cfg.MaxPerClient {
 		p.mu.Unlock()
 		p.stats.overload[overClient].Add(1)
-		p.replyStaleOrServfail(w)
+		p.replyStaleOr(w, dns.RcodeServerFailure)
 		return
 	}
 	f := p.flights[key]
 	if f == nil && (len(p.flights) >= p.cfg.MaxInflight || p.closed) {
 		p.mu.Unlock()
 		p.stats.overload[overGlobal].Add(1)
-		p.replyStaleOrServfail(w)
+		p.replyStaleOr(w, dns.RcodeServerFailure)
 		return
 	}
 	if f == nil && p.waiting >= maxWaitingPerFlight*p.cfg.MaxInflight {
 		p.mu.Unlock()
 		p.stats.overload[overGlobal].Add(1)
-		p.replyStaleOrServfail(w)
+		p.replyStaleOr(w, dns.RcodeServerFailure)
 		return
 	}
 	if f != nil && f.staleServed {
 		// This flight already gave up waiting in favour of stale data.
 		p.mu.Unlock()
-		p.replyStaleOrServfail(w)
+		p.replyStaleOr(w, dns.RcodeServerFailure)
 		return
 	}
 	p.perClient[client]++
@@ -116,8 +119,9 @@ func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([
 // many clients.
 const maxWaitingPerFlight = 16
 
-// refresh starts a background resolution for msg (served stale in
-// immediate mode) unless one is running; nobody waits on it.
+// refresh starts a background resolution for msg (an entry served stale
+// in immediate mode, or expiring) unless one is running; nobody waits on
+// it.
 func (p *Pipeline) refresh(msg []byte) {
 	req := new(dns.Msg)
 	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
@@ -182,7 +186,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 			f.waiters = nil
 			p.mu.Unlock()
 			for _, w := range ws {
-				p.replyStaleOrServfail(w)
+				p.replyStaleOr(w, dns.RcodeServerFailure)
 				p.release(w)
 			}
 		}
@@ -193,6 +197,14 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 	if ok {
 		p.insert(f, res.resp)
 	}
+	// A failed resolution is answered stale when it can be, else as
+	// LocalDNS answers it: SERVFAIL, or REFUSED when the upstream group
+	// refused the query for its max_concurrent (CoreDNS forward answers
+	// ErrLimitExceeded with REFUSED).
+	failRcode := dns.RcodeServerFailure
+	if errors.Is(res.err, upstream.ErrLimitExceeded) {
+		failRcode = dns.RcodeRefused
+	}
 	p.mu.Lock()
 	delete(p.flights, f.key)
 	ws := f.waiters
@@ -202,7 +214,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 		if ok {
 			p.replyUpstream(w, res.resp)
 		} else {
-			p.replyStaleOrServfail(w)
+			p.replyStaleOr(w, failRcode)
 		}
 		p.release(w)
 	}
