@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,7 @@ const startWait = 2 * time.Second
 
 // Anchor holds the addresses on the anchor link until Close.
 type Anchor struct {
-	cfg  Config          // with defaults; cfg.Logger always non-nil
+	cfg  Config          // validated; cfg.Logger non-nil, tagged component=anchor
 	tune tuning          // knobs for tests
 	ns   netns.NsHandle  // the namespace worked in; good until Close
 	nl   *netlink.Handle // netlink requests in ns; used by Start, then only by watch, then by Close
@@ -87,7 +89,7 @@ func Start(ctx context.Context, cfg Config) (*Anchor, error) {
 }
 
 func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.validated()
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +132,7 @@ func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
 	if errors.Is(err, errRoutePending) {
 		// Not a reason to fail: the watch keeps checking, and Ready says
 		// when they are usable.
-		cfg.Logger.Warn("anchor: addresses not usable yet after "+startWait.String(), "link", cfg.Link, "err", err)
+		cfg.Logger.Warn("anchor: addresses not usable yet", "link", cfg.Link, "waited", startWait.String(), slog.Any("err", err))
 		err = nil
 	}
 	if err != nil {
@@ -142,7 +144,7 @@ func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
 		verb = "created link"
 	}
 	cfg.Logger.Info("anchor: "+verb, "link", cfg.Link, "kind", cfg.Kind, "index", a.index.Load(),
-		"addrs", cfg.Addrs, "cleanup_on_exit", cfg.Cleanup)
+		"addrs", addrStrings(cfg.Addrs), "cleanup_on_exit", cfg.Cleanup)
 	a.ctx, a.cancel = context.WithCancel(ctx)
 	go a.watch(sub)
 	return a, nil
@@ -228,4 +230,13 @@ func (a *Anchor) remove() error {
 	}
 	a.cfg.Logger.Info("anchor: deleted link", "link", a.cfg.Link)
 	return nil
+}
+
+// addrStrings is addrs for a log line.
+func addrStrings(addrs []netip.Addr) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.String()
+	}
+	return out
 }

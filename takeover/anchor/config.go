@@ -9,27 +9,28 @@ import (
 )
 
 const (
-	// DefaultLink is the anchor link's name when Config.Link is empty.
+	// DefaultLink is the anchor link's name in DefaultConfig.
 	DefaultLink = "dnsstandby"
-	// DefaultKind is the anchor link's kind when Config.Kind is empty: what
-	// LocalDNS itself uses for `localdns`, so every AKS node has the driver.
-	// Machines without it (this project's test machines) use "bridge": an
-	// empty bridge has no carrier, but its local addresses work the same.
+	// DefaultKind is the anchor link's kind in DefaultConfig: what
+	// LocalDNS itself uses for `localdns`, so every AKS node has the
+	// driver. Machines without it (this project's test machines) use
+	// "bridge": an empty bridge has no carrier, but its local addresses
+	// work the same.
 	DefaultKind = "dummy"
 	// maxLinkName is IFNAMSIZ less the terminating NUL.
 	maxLinkName = 15
 )
 
-// Config says which link to keep and what it holds. The zero value of every
-// field but Addrs means its default.
+// Config says which link to keep and what it holds. Start from
+// DefaultConfig.
 type Config struct {
-	// Link is the anchor link's name; DefaultLink if empty. Nothing else on
-	// the node may use this name: the anchor re-creates a link of this name
-	// whenever it goes away, and deletes it on Close with Cleanup.
+	// Link is the anchor link's name. Nothing else on the node may use
+	// this name: the anchor re-creates a link of this name whenever it
+	// goes away, and deletes it on Close with Cleanup.
 	Link string
 	// Kind is the kernel link kind (`ip link add ... type KIND`) used to
-	// create the link; DefaultKind if empty. "bridge" where the kernel lacks
-	// the dummy driver. Any kind that needs no attributes works.
+	// create the link: "bridge" where the kernel lacks the dummy driver.
+	// Any kind that needs no attributes works.
 	Kind string
 	// Addrs are held on the link, each as a host address (/32, or /128 with
 	// IFA_F_NODAD so it is usable at once, and IFA_F_NOPREFIXROUTE so the
@@ -43,38 +44,38 @@ type Config struct {
 	// /run/netns/NAME); "" means the namespace of the thread calling Start.
 	// For tests and the lab.
 	Netns string
-	// Logger receives start-up, repair and error lines; slog.Default() if
-	// nil.
+	// Logger receives start-up, repair and error lines; nil discards.
 	Logger *slog.Logger
 }
 
-// withDefaults checks c and returns it with defaults filled in and Addrs
-// unmapped, deduplicated and in order. It does not touch the system.
-func (c Config) withDefaults() (Config, error) {
-	if c.Link == "" {
-		c.Link = DefaultLink
+// DefaultConfig returns the defaults: link DefaultLink of kind
+// DefaultKind, kept on Close, in the caller's namespace, no addresses.
+func DefaultConfig() Config {
+	return Config{Link: DefaultLink, Kind: DefaultKind}
+}
+
+// validated checks c and returns it with Addrs unmapped, deduplicated and
+// in order, and a Logger tagged component=anchor (discarding if nil). It
+// does not touch the system.
+func (c Config) validated() (Config, error) {
+	if c.Link == "" || len(c.Link) > maxLinkName || strings.ContainsAny(c.Link, "/: \t\n\x00") || c.Link == "." || c.Link == ".." {
+		return c, fmt.Errorf("anchor: Link %q: want 1 to %d bytes, no '/', ':' or spaces (IFNAMSIZ)", c.Link, maxLinkName)
 	}
-	if c.Kind == "" {
-		c.Kind = DefaultKind
-	}
-	if len(c.Link) > maxLinkName || strings.ContainsAny(c.Link, "/: \t\n\x00") || c.Link == "." || c.Link == ".." {
-		return c, fmt.Errorf("anchor link name %q: want 1 to %d bytes, no '/', ':' or spaces (IFNAMSIZ)", c.Link, maxLinkName)
-	}
-	if strings.ContainsAny(c.Kind, " \t\n\x00/") {
-		return c, fmt.Errorf("anchor link kind %q: not a kernel link kind", c.Kind)
+	if c.Kind == "" || strings.ContainsAny(c.Kind, " \t\n\x00/") {
+		return c, fmt.Errorf("anchor: Kind %q: not a kernel link kind", c.Kind)
 	}
 	if len(c.Addrs) == 0 {
-		return c, errors.New("anchor: no addresses to hold")
+		return c, errors.New("anchor: Addrs must hold at least one address")
 	}
 	addrs := make([]netip.Addr, 0, len(c.Addrs))
 	seen := make(map[netip.Addr]bool, len(c.Addrs))
 	for _, a := range c.Addrs {
 		if !a.IsValid() {
-			return c, errors.New("anchor: invalid (zero) address")
+			return c, errors.New("anchor: Addrs: invalid (zero) address")
 		}
 		a = a.Unmap().WithZone("")
 		if a.IsUnspecified() || a.IsMulticast() {
-			return c, fmt.Errorf("anchor: cannot hold %s: not a unicast address", a)
+			return c, fmt.Errorf("anchor: Addrs: cannot hold %s: not a unicast address", a)
 		}
 		if !seen[a] {
 			seen[a] = true
@@ -83,7 +84,8 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Addrs = addrs
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Logger = c.Logger.With("component", "anchor")
 	return c, nil
 }

@@ -7,9 +7,15 @@ import (
 	"testing"
 )
 
-func TestConfigDefaults(t *testing.T) {
+func TestConfigValidated(t *testing.T) {
 	a11 := netip.MustParseAddr("169.254.10.11")
 	v6 := netip.MustParseAddr("fd53::11")
+	with := func(change func(*Config)) Config {
+		c := DefaultConfig()
+		c.Addrs = []netip.Addr{a11}
+		change(&c)
+		return c
+	}
 	tests := []struct {
 		name    string
 		cfg     Config
@@ -18,25 +24,27 @@ func TestConfigDefaults(t *testing.T) {
 		addrs   []netip.Addr
 		wantErr string
 	}{
-		{name: "defaults", cfg: Config{Addrs: []netip.Addr{a11}},
+		{name: "defaults", cfg: with(func(*Config) {}),
 			link: "dnsstandby", kind: "dummy", addrs: []netip.Addr{a11}},
-		{name: "bridge", cfg: Config{Link: "anchor0", Kind: "bridge", Addrs: []netip.Addr{a11, v6}},
+		{name: "bridge", cfg: with(func(c *Config) { c.Link, c.Kind, c.Addrs = "anchor0", "bridge", []netip.Addr{a11, v6} }),
 			link: "anchor0", kind: "bridge", addrs: []netip.Addr{a11, v6}},
-		{name: "mapped and duplicate", cfg: Config{Addrs: []netip.Addr{netip.MustParseAddr("::ffff:169.254.10.11"), a11}},
+		{name: "mapped and duplicate", cfg: with(func(c *Config) { c.Addrs = []netip.Addr{netip.MustParseAddr("::ffff:169.254.10.11"), a11} }),
 			link: "dnsstandby", kind: "dummy", addrs: []netip.Addr{a11}},
-		{name: "zone dropped", cfg: Config{Addrs: []netip.Addr{netip.MustParseAddr("fe80::1%eth0")}},
+		{name: "zone dropped", cfg: with(func(c *Config) { c.Addrs = []netip.Addr{netip.MustParseAddr("fe80::1%eth0")} }),
 			link: "dnsstandby", kind: "dummy", addrs: []netip.Addr{netip.MustParseAddr("fe80::1")}},
-		{name: "no addresses", cfg: Config{}, wantErr: "no addresses"},
-		{name: "zero address", cfg: Config{Addrs: []netip.Addr{{}}}, wantErr: "invalid"},
-		{name: "unspecified", cfg: Config{Addrs: []netip.Addr{netip.IPv4Unspecified()}}, wantErr: "not a unicast"},
-		{name: "multicast", cfg: Config{Addrs: []netip.Addr{netip.MustParseAddr("224.0.0.251")}}, wantErr: "not a unicast"},
-		{name: "long name", cfg: Config{Link: "dnsstandby-anchor", Addrs: []netip.Addr{a11}}, wantErr: "IFNAMSIZ"},
-		{name: "slash in name", cfg: Config{Link: "a/b", Addrs: []netip.Addr{a11}}, wantErr: "IFNAMSIZ"},
-		{name: "bad kind", cfg: Config{Kind: "dum my", Addrs: []netip.Addr{a11}}, wantErr: "not a kernel link kind"},
+		{name: "no addresses", cfg: DefaultConfig(), wantErr: "anchor: Addrs must hold at least one address"},
+		{name: "zero address", cfg: with(func(c *Config) { c.Addrs = []netip.Addr{{}} }), wantErr: "anchor: Addrs: invalid"},
+		{name: "unspecified", cfg: with(func(c *Config) { c.Addrs = []netip.Addr{netip.IPv4Unspecified()} }), wantErr: "not a unicast"},
+		{name: "multicast", cfg: with(func(c *Config) { c.Addrs = []netip.Addr{netip.MustParseAddr("224.0.0.251")} }), wantErr: "not a unicast"},
+		{name: "no name", cfg: with(func(c *Config) { c.Link = "" }), wantErr: `anchor: Link ""`},
+		{name: "long name", cfg: with(func(c *Config) { c.Link = "dnsstandby-anchor" }), wantErr: "IFNAMSIZ"},
+		{name: "slash in name", cfg: with(func(c *Config) { c.Link = "a/b" }), wantErr: "IFNAMSIZ"},
+		{name: "no kind", cfg: with(func(c *Config) { c.Kind = "" }), wantErr: `anchor: Kind "": not a kernel link kind`},
+		{name: "bad kind", cfg: with(func(c *Config) { c.Kind = "dum my" }), wantErr: "not a kernel link kind"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.cfg.withDefaults()
+			got, err := tt.cfg.validated()
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)

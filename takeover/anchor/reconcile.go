@@ -55,7 +55,7 @@ func (a *Anchor) reconcile() (repair, error) {
 	}
 	if kind := link.Type(); kind != a.cfg.Kind {
 		a.setNotReady()
-		return rep, fmt.Errorf("anchor link %s: %w: it is a %q link, not %q; it is not dnsstandby's and is left alone: remove it (`ip link del %s`) or choose another name with --anchor-link",
+		return rep, fmt.Errorf("anchor link %s: %w: it is a %q link, not %q; it is not dnsstandby's and is left alone: remove it (`ip link del %s`) or choose another Link",
 			a.cfg.Link, ErrWrongKind, kind, a.cfg.Kind, a.cfg.Link)
 	}
 	attrs := link.Attrs()
@@ -167,7 +167,7 @@ func (a *Anchor) create() (netlink.Link, error) {
 	}
 	if err := a.nl.LinkAdd(link); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
-			return nil, fmt.Errorf("create anchor link %s: %w: %q (%v); load its module (`modprobe %s`) or use a kind this kernel has, e.g. --anchor-kind bridge",
+			return nil, fmt.Errorf("create anchor link %s: %w: %q (%v); load its module (`modprobe %s`) or use a Kind this kernel has, e.g. bridge",
 				a.cfg.Link, ErrUnknownKind, a.cfg.Kind, err, a.cfg.Kind)
 		}
 		return nil, fmt.Errorf("create %s link: %w", a.cfg.Kind, err)

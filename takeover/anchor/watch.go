@@ -67,7 +67,7 @@ func (a *Anchor) subscribe() (*subscription, error) {
 			if errors.Is(err, unix.ENOBUFS) || errorsContain(err, "no buffer space") {
 				hint = " (events came faster than they were read and the kernel dropped some: resyncing in full)"
 			}
-			a.cfg.Logger.Warn("anchor: netlink "+what+" subscription: "+err.Error()+hint, "link", a.cfg.Link)
+			a.cfg.Logger.Warn("anchor: netlink subscription failed"+hint, "link", a.cfg.Link, "subscription", what, slog.Any("err", err))
 		}
 	}
 	err := netlink.LinkSubscribeWithOptions(s.links, s.done, netlink.LinkSubscribeOptions{
@@ -199,7 +199,7 @@ func (a *Anchor) watch(sub *subscription) {
 				// first event comes as a link starts going away, and nobody
 				// can create a link until it is gone (tens of ms for a
 				// bridge).
-				"since_event", time.Since(since))
+				"since_event", time.Since(since).String())
 		}
 		switch {
 		case err == nil:
@@ -243,7 +243,7 @@ func (r *retrier) failed(err error) {
 		level = slog.LevelDebug // retried every retryMax while it lasts
 	}
 	r.lastErr = err.Error()
-	r.a.cfg.Logger.Log(r.a.ctx, level, "anchor: repair failed; retrying", "link", r.a.cfg.Link, "retry_in", r.backoff, "err", err)
+	r.a.cfg.Logger.Log(r.a.ctx, level, "anchor: repair failed; retrying", "link", r.a.cfg.Link, "retry_in", r.backoff.String(), slog.Any("err", err))
 	r.timer.Reset(r.backoff)
 	r.backoff = min(2*r.backoff, retryMax)
 }
@@ -257,7 +257,7 @@ func (r *retrier) pending(err error) {
 	}
 	if !r.pendingLogged && time.Since(r.pendingSince) > pendingWarn {
 		r.pendingLogged = true
-		r.a.cfg.Logger.Warn("anchor: addresses not usable yet", "link", r.a.cfg.Link, "waiting", time.Since(r.pendingSince), "err", err)
+		r.a.cfg.Logger.Warn("anchor: addresses not usable yet", "link", r.a.cfg.Link, "waiting", time.Since(r.pendingSince).String(), slog.Any("err", err))
 	}
 	r.timer.Reset(r.pendingWait)
 	r.pendingWait = min(2*r.pendingWait, retryMax)
@@ -309,7 +309,7 @@ func (a *Anchor) resubscribe(old *subscription) *subscription {
 	sub, err := a.subscribe()
 	if err != nil {
 		a.repairErrors.Add(1)
-		a.cfg.Logger.Error("anchor: cannot renew netlink subscriptions; retrying", "link", a.cfg.Link, "err", err)
+		a.cfg.Logger.Error("anchor: cannot renew netlink subscriptions; retrying", "link", a.cfg.Link, slog.Any("err", err))
 		return nil
 	}
 	return sub
