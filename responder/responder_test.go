@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,22 +16,37 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 )
 
 // tableUpstream answers A queries for names under "example." with
 // 192.0.2.1 after delay; it stands in for kube-dns in these socket-level
-// tests (the integration tests use a real CoreDNS).
+// tests (the integration tests use a real CoreDNS). If entered is set, an
+// exchange starting signals on it when it has room.
 type tableUpstream struct {
-	delay time.Duration
-	mu    sync.Mutex
-	calls int
+	delay   time.Duration
+	entered chan struct{}
+	mu      sync.Mutex
+	calls   int
+}
+
+func (u *tableUpstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.calls
 }
 
 func (u *tableUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	u.mu.Lock()
 	u.calls++
 	u.mu.Unlock()
+	if u.entered != nil {
+		select {
+		case u.entered <- struct{}{}:
+		default: // the test is waiting for the first only
+		}
+	}
 	select {
 	case <-time.After(u.delay):
 	case <-ctx.Done():
@@ -52,6 +68,7 @@ func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod fun
 	pcfg := pipeline.DefaultConfig()
 	pcfg.Cache = c
 	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up}}
+	pcfg.Logger = testkit.Logger(t)
 	p, err := pipeline.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +76,7 @@ func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod fun
 	cfg := DefaultConfig()
 	cfg.Listen = []netip.AddrPort{ap}
 	cfg.ReadersPerSocket = 2
+	cfg.Logger = testkit.Logger(t)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -101,8 +119,8 @@ func TestUDPAndTCPAnswer(t *testing.T) {
 			}
 		}
 	}
-	if up.calls != 2 {
-		t.Fatalf("upstream called %d times for 2 names", up.calls)
+	if n := up.count(); n != 2 {
+		t.Fatalf("upstream called %d times for 2 names", n)
 	}
 }
 
@@ -179,16 +197,69 @@ func TestReuseportGroupShared(t *testing.T) {
 	}
 }
 
-func TestListenRefusesUnspecified(t *testing.T) {
-	c, _ := cache.New(cache.DefaultConfig())
+// TestListen: Listen takes the Config as given, and its errors name the
+// field it rejects.
+func TestListen(t *testing.T) {
+	c, err := cache.New(cache.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	pcfg := pipeline.DefaultConfig()
 	pcfg.Cache = c
 	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: &tableUpstream{}}}
-	p, _ := pipeline.New(pcfg)
-	cfg := DefaultConfig()
-	cfg.Listen = []netip.AddrPort{netip.MustParseAddrPort("0.0.0.0:5353")}
-	if _, err := Listen(cfg, p); err == nil {
-		t.Fatal("Listen accepted 0.0.0.0")
+	p, err := pipeline.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string // "" for success
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"kernel's receive buffer", func(c *Config) { c.RcvBuf = 0 }, ""},
+		{"no address", func(c *Config) { c.Listen = nil }, "responder: Listen is empty"},
+		{"unspecified v4", func(c *Config) { c.Listen = []netip.AddrPort{netip.MustParseAddrPort("0.0.0.0:5353")} }, "responder: Listen[0] 0.0.0.0:5353: want a specific address"},
+		{"unspecified v6", func(c *Config) { c.Listen = append(c.Listen, netip.MustParseAddrPort("[::]:5353")) }, "responder: Listen[1] [::]:5353"},
+		{"port 0", func(c *Config) { c.Listen = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")} }, "responder: Listen[0] 127.0.0.1:0"},
+		{"zero sockets", func(c *Config) { c.SocketsPerAddr = 0 }, "responder: SocketsPerAddr must be positive, got 0"},
+		{"zero readers", func(c *Config) { c.ReadersPerSocket = 0 }, "responder: ReadersPerSocket must be positive, got 0"},
+		{"zero batch", func(c *Config) { c.Batch = 0 }, "responder: Batch must be from 1 to 1024, got 0"},
+		{"batch past UIO_MAXIOV", func(c *Config) { c.Batch = 1025 }, "responder: Batch must be from 1 to 1024, got 1025"},
+		{"negative receive buffer", func(c *Config) { c.RcvBuf = -1 }, "responder: RcvBuf must not be negative, got -1"},
+		{"zero TCP connections", func(c *Config) { c.MaxTCPConns = 0 }, "responder: MaxTCPConns must be positive, got 0"},
+		{"zero TCP idle", func(c *Config) { c.TCPIdle = 0 }, "responder: TCPIdle must be positive, got 0s"},
+		{"zero TCP read", func(c *Config) { c.TCPRead = 0 }, "responder: TCPRead must be positive, got 0s"},
+		{"zero TCP write", func(c *Config) { c.TCPWrite = 0 }, "responder: TCPWrite must be positive, got 0s"},
+		{"zero TCP pipeline", func(c *Config) { c.TCPPipeline = 0 }, "responder: TCPPipeline must be positive, got 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Listen = []netip.AddrPort{nstest.FreeLoopbackAddr(t)}
+			tt.mod(&cfg)
+			s, err := Listen(cfg, p)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Listen: %v", err)
+				}
+				defer s.Close()
+				if s.cfg.RcvBuf != cfg.RcvBuf || s.cfg.Batch != cfg.Batch || s.cfg.ReadersPerSocket != cfg.ReadersPerSocket {
+					t.Errorf("config changed by Listen: %+v", s.cfg)
+				}
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatalf("Listen succeeded, want error containing %q", tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Listen: %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := Listen(DefaultConfig(), nil); err == nil || !strings.Contains(err.Error(), "responder:") {
+		t.Errorf("Listen without a pipeline: %v", err)
 	}
 }
 
@@ -286,7 +357,8 @@ func TestTCPTimeoutsAndCap(t *testing.T) {
 			defer c.Close()
 			idle = append(idle, c)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// The signal that the server holds all five, not a pause.
+		testkit.Eventually(t, 2*time.Second, "five open connections", func() bool { return s.stats.tcpOpen.Load() == 5 })
 		r := exchange(t, "tcp", ap, "past-cap.example.")
 		if len(r.Answer) != 1 {
 			t.Fatalf("query past the cap: %v", r)
@@ -299,13 +371,22 @@ func TestTCPTimeoutsAndCap(t *testing.T) {
 
 func TestShutdownAnswersInflight(t *testing.T) {
 	ap := nstest.FreeLoopbackAddr(t)
-	c, _ := cache.New(cache.DefaultConfig())
+	c, err := cache.New(cache.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	pcfg := pipeline.DefaultConfig()
 	pcfg.Cache = c
-	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: &tableUpstream{delay: 100 * time.Millisecond}}}
-	p, _ := pipeline.New(pcfg)
+	up := &tableUpstream{delay: 100 * time.Millisecond, entered: make(chan struct{}, 1)}
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up}}
+	pcfg.Logger = testkit.Logger(t)
+	p, err := pipeline.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := DefaultConfig()
 	cfg.Listen = []netip.AddrPort{ap}
+	cfg.Logger = testkit.Logger(t)
 	s, err := Listen(cfg, p)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +396,11 @@ func TestShutdownAnswersInflight(t *testing.T) {
 	}
 	done := make(chan *dns.Msg, 1)
 	go func() { done <- exchange(t, "udp", ap, "inflight.example.") }()
-	time.Sleep(30 * time.Millisecond) // the query is upstream now
+	select {
+	case <-up.entered: // the query is upstream now
+	case <-time.After(3 * time.Second):
+		t.Fatal("the query never reached the upstream")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.Shutdown(ctx)

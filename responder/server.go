@@ -1,8 +1,14 @@
 // Package responder owns dnsstandby's sockets: for each listen address one
 // UDP socket and one TCP listener that join LocalDNS's reuseport group,
 // the read loops that feed queries to the pipeline and write its answers,
-// and the TCP connection handling (framing, pipelining, limits). What to
-// answer is the pipeline's business.
+// and the TCP connection handling (framing, pipelining, limits).
+//
+// Data flows one way: listeners (this package) → pipeline → cache and
+// upstreams. What to answer is the pipeline's business; the responder
+// never reads the cache or asks an upstream itself. It does not decide
+// whether dnsstandby serves either: takeover steers traffic to these
+// sockets (it gets their descriptors from Sockets) and never reaches into
+// the read loops, the pipeline, the cache or the upstreams.
 package responder
 
 import (
@@ -21,35 +27,48 @@ import (
 	"github.com/dnsstandby/dnsstandby/pipeline"
 )
 
-// Config configures a Server.
+// Config configures a Server. Start from DefaultConfig and set Listen.
 type Config struct {
-	Listen []netip.AddrPort // specific addresses; at least one
+	// Listen are the addresses to serve, each a specific address and a
+	// non-zero port (LocalDNS's); at least one.
+	Listen []netip.AddrPort
 
 	// SocketsPerAddr is how many UDP sockets join each reuseport group.
 	// More sockets take a larger share of the kernel's hash away from
-	// LocalDNS, so the default is 1.
+	// LocalDNS. Must be positive.
 	SocketsPerAddr int
-	// ReadersPerSocket is how many read loops serve one UDP socket; the
-	// default is GOMAXPROCS.
+	// ReadersPerSocket is how many read loops serve one UDP socket. Must
+	// be positive.
 	ReadersPerSocket int
-	// Batch is how many datagrams one system call may receive or send.
+	// Batch is how many datagrams one system call may receive or send,
+	// from 1 to 1024 (the kernel's UIO_MAXIOV).
 	Batch int
-	// RcvBuf is the UDP receive buffer asked for, in bytes.
+	// RcvBuf is the UDP receive buffer asked for, in bytes; 0 keeps the
+	// kernel's default.
 	RcvBuf int
 
-	MaxTCPConns int           // open TCP connections; at the cap the idlest is closed
-	TCPIdle     time.Duration // a connection waiting this long for a query is closed
-	TCPRead     time.Duration // a started query must arrive whole within this
-	TCPWrite    time.Duration // an answer must be written within this
+	// MaxTCPConns caps open TCP connections; at the cap the idlest is
+	// closed. Must be positive.
+	MaxTCPConns int
+	// TCPIdle closes a connection waiting this long for a query; TCPRead
+	// is how long a started query has to arrive whole; TCPWrite is how
+	// long an answer has to be written. All must be positive.
+	TCPIdle  time.Duration
+	TCPRead  time.Duration
+	TCPWrite time.Duration
 	// TCPPipeline caps the queries one connection may have in flight.
+	// Must be positive.
 	TCPPipeline int
 
-	Logger *slog.Logger // or nil
+	// Logger is tagged component=responder; nil discards.
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns defaults for everything but Listen.
 func DefaultConfig() Config {
 	return Config{
+		// One socket: the smallest share of the reuseport hash that still
+		// takes traffic over when LocalDNS's sockets close.
 		SocketsPerAddr:   1,
 		ReadersPerSocket: runtime.GOMAXPROCS(0),
 		Batch:            32,
@@ -66,11 +85,47 @@ func DefaultConfig() Config {
 	}
 }
 
+// maxBatch is the kernel's UIO_MAXIOV, the most recvmmsg and sendmmsg take.
+const maxBatch = 1024
+
+// validate checks c; its errors name the Config field.
+func (c *Config) validate() error {
+	if len(c.Listen) == 0 {
+		return errors.New("Listen is empty")
+	}
+	for i, ap := range c.Listen {
+		if !ap.IsValid() || ap.Addr().IsUnspecified() || ap.Port() == 0 {
+			return fmt.Errorf("Listen[%d] %s: want a specific address and port (dnsstandby shares LocalDNS's socket, which is bound to one)", i, ap)
+		}
+	}
+	switch {
+	case c.SocketsPerAddr <= 0:
+		return fmt.Errorf("SocketsPerAddr must be positive, got %d", c.SocketsPerAddr)
+	case c.ReadersPerSocket <= 0:
+		return fmt.Errorf("ReadersPerSocket must be positive, got %d", c.ReadersPerSocket)
+	case c.Batch < 1 || c.Batch > maxBatch:
+		return fmt.Errorf("Batch must be from 1 to %d, got %d", maxBatch, c.Batch)
+	case c.RcvBuf < 0:
+		return fmt.Errorf("RcvBuf must not be negative, got %d", c.RcvBuf)
+	case c.MaxTCPConns <= 0:
+		return fmt.Errorf("MaxTCPConns must be positive, got %d", c.MaxTCPConns)
+	case c.TCPIdle <= 0:
+		return fmt.Errorf("TCPIdle must be positive, got %s", c.TCPIdle)
+	case c.TCPRead <= 0:
+		return fmt.Errorf("TCPRead must be positive, got %s", c.TCPRead)
+	case c.TCPWrite <= 0:
+		return fmt.Errorf("TCPWrite must be positive, got %s", c.TCPWrite)
+	case c.TCPPipeline <= 0:
+		return fmt.Errorf("TCPPipeline must be positive, got %d", c.TCPPipeline)
+	}
+	return nil
+}
+
 // Server is a set of listeners feeding one pipeline.
 type Server struct {
 	cfg  Config
 	pipe *pipeline.Pipeline // always non-nil
-	log  *slog.Logger       // always non-nil
+	log  *slog.Logger       // always non-nil, tagged component=responder
 
 	udp []*net.UDPConn
 	tcp []*tcpServer
@@ -81,37 +136,22 @@ type Server struct {
 	stats serverStats
 }
 
-// Listen opens every socket, so that address and permission errors surface
-// before the daemon reports ready. It starts nothing.
+// Listen validates cfg, taken as given, and opens every socket, so that
+// address and permission errors surface before the daemon reports ready.
+// It starts nothing.
 func Listen(cfg Config, p *pipeline.Pipeline) (*Server, error) {
-	if len(cfg.Listen) == 0 {
-		return nil, errors.New("responder: no listen address")
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("responder: %w", err)
 	}
 	if p == nil {
 		return nil, errors.New("responder: no pipeline")
 	}
-	def := DefaultConfig()
-	if cfg.SocketsPerAddr <= 0 {
-		cfg.SocketsPerAddr = def.SocketsPerAddr
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ReadersPerSocket <= 0 {
-		cfg.ReadersPerSocket = def.ReadersPerSocket
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = def.Batch
-	}
-	if cfg.MaxTCPConns <= 0 || cfg.TCPIdle <= 0 || cfg.TCPRead <= 0 || cfg.TCPWrite <= 0 || cfg.TCPPipeline <= 0 {
-		return nil, errors.New("responder: TCP limits must be positive")
-	}
-	s := &Server{cfg: cfg, pipe: p, log: cfg.Logger}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
+	s := &Server{cfg: cfg, pipe: p, log: log.With("component", "responder")}
 	for _, ap := range cfg.Listen {
-		if !ap.IsValid() || ap.Addr().IsUnspecified() || ap.Port() == 0 {
-			s.closeAll()
-			return nil, fmt.Errorf("responder: listen address %s: want a specific address and port (dnsstandby shares LocalDNS's socket, which is bound to one)", ap)
-		}
 		for range cfg.SocketsPerAddr {
 			conn, err := listenUDP(ap, cfg.RcvBuf)
 			if err != nil {
@@ -153,8 +193,8 @@ func (s *Server) Start() error {
 		s.readers.Add(1)
 		go func() { defer s.readers.Done(); t.acceptLoop() }()
 	}
-	s.log.Info("listening", "addresses", fmt.Sprint(s.cfg.Listen), "udp_sockets", len(s.udp),
-		"udp_readers", len(s.loops), "batch", s.cfg.Batch)
+	s.log.Info("listening", slog.String("listen", fmt.Sprint(s.cfg.Listen)), slog.Int("udp_sockets", len(s.udp)),
+		slog.Int("udp_readers", len(s.loops)), slog.Int("batch", s.cfg.Batch))
 	return nil
 }
 
