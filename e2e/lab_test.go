@@ -8,31 +8,39 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 const (
-	clusterIP   = "10.0.0.10" // kube-dns's ClusterIP
-	kubeDNS     = clusterIP + ":53"
-	standbyIP   = "169.254.10.11" // dnsstandby: the pods' nameserver
+	clusterIP = "10.0.0.10" // kube-dns's ClusterIP
+	kubeDNS   = clusterIP + ":53"
+	// standbyIP is the pods' nameserver, LocalDNS's pod listener: where
+	// dnsstandby listens, and LocalDNS (the reference CoreDNS) too when
+	// a test has both share it.
+	standbyIP   = testkit.PodListener
 	standbyAddr = standbyIP + ":53"
-	// refIP is a LocalDNS-shaped CoreDNS on another address of the same
-	// link, so the two can be asked the same questions side by side.
-	refIP   = "169.254.10.12"
-	refAddr = refIP + ":53"
-	timeout = 2 * time.Second
+	// asideIP is another address of the same link, for a dnsstandby that
+	// is asked the same questions as LocalDNS side by side.
+	asideIP   = "169.254.10.12"
+	asideAddr = asideIP + ":53"
+	timeout   = 2 * time.Second
 )
 
 // binary is the dnsstandby built once for the package by TestMain.
@@ -57,8 +65,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// lab is a node namespace holding 169.254.10.11 and .12 on a `localdns`
-// link, joined by a veth to a kube-dns namespace where CoreDNS serves the
+// lab is a node namespace holding LocalDNS's listeners (169.254.10.10 and
+// .11) and 169.254.10.12 on a `localdns` link, joined by a veth to a kube-dns namespace where CoreDNS serves the
 // generated zones at 10.0.0.10.
 type lab struct {
 	node, kube *nstest.Namespace
@@ -76,7 +84,7 @@ func newLab(t *testing.T) *lab {
 		zones: nstest.KubeDNSZones(nstest.ZoneOptions{Services: 50, Namespaces: []string{"default", "kube-system"}}),
 	}
 	must(t, l.kube.AddLink("kubedns", "", clusterIP+"/32"))
-	must(t, l.node.AddLink("localdns", "", standbyIP+"/32", refIP+"/32"))
+	must(t, l.node.AddLink("localdns", "", testkit.NodeListener+"/32", standbyIP+"/32", asideIP+"/32"))
 	must(t, nstest.AddVeth(
 		nstest.End{NS: l.node, Name: "to-kubedns", Addrs: []string{"10.200.0.1/30"}},
 		nstest.End{NS: l.kube, Name: "to-node", Addrs: []string{"10.200.0.2/30"}},
@@ -90,34 +98,14 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-// localDNSCorefile is the .11 root block AgentBaker generates (forward to
-// kube-dns with prefer_udp, LocalDNS's cache settings, nsid), bound to addr.
-func localDNSCorefile(addr string) string {
-	return fmt.Sprintf(`.:53 {
-    errors
-    bind %s
-    forward . %s {
-        prefer_udp
-        policy sequential
-        max_concurrent 1000
-    }
-    cache 3600 {
-        success 9984
-        denial 9984
-        serve_stale 72000s verify
-        servfail 0
-    }
-    nsid localdns-pod
-}
-`, addr, clusterIP)
-}
-
-// startReference runs the LocalDNS-shaped CoreDNS on addr.
-func (l *lab) startReference(t *testing.T, addr string) *nstest.CoreDNS {
+// startReference runs LocalDNS: CoreDNS with the Corefile AgentBaker
+// renders (testkit's fixture), its pod block forwarding to kube-dns with
+// AKS's serve_stale, on LocalDNS's listeners.
+func (l *lab) startReference(t *testing.T) *nstest.CoreDNS {
 	t.Helper()
 	return nstest.StartCoreDNS(t, l.node, nstest.CoreDNSConfig{
-		Corefile: localDNSCorefile(addr),
-		Probe:    addr + ":53",
+		Corefile: testkit.Corefile{KubeDNS: clusterIP, ServeStale: "72000s verify"}.String(),
+		Probe:    standbyAddr,
 	})
 }
 
@@ -131,26 +119,27 @@ type standby struct {
 // forwarding to kube-dns, with extra flags, and waits until /readyz says so.
 func (l *lab) startStandby(t *testing.T, extra ...string) *standby {
 	t.Helper()
-	args := append([]string{"run", "--listen", standbyAddr, "--upstream", kubeDNS,
+	return l.startStandbyOn(t, standbyAddr, extra...)
+}
+
+// startStandbyOn is startStandby listening on addr.
+func (l *lab) startStandbyOn(t *testing.T, addr string, extra ...string) *standby {
+	t.Helper()
+	args := append([]string{"run", "--listen", addr, "--upstream", kubeDNS,
 		"--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
 		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir()}, extra...)
-	p := nstest.Start(t, l.node, binary, args...)
+	p := nstest.Start(t, l.node, binary, args...) // shows its output if the test fails
 	s := &standby{Process: p, metrics: "127.0.0.1:9355"}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if code, _, err := l.get(s, "/readyz"); err == nil && code == http.StatusOK {
-			return s
-		}
+	testkit.Eventually(t, 10*time.Second, "dnsstandby ready", func() bool {
 		select {
 		case <-p.Done():
-			t.Fatalf("dnsstandby exited: %v\n%s", p.Err(), p.Output())
+			t.Fatalf("dnsstandby exited: %v", p.Err())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dnsstandby not ready after 10s:\n%s", p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		code, _, err := l.get(s, "/readyz")
+		return err == nil && code == http.StatusOK
+	})
+	return s
 }
 
 // get fetches path from dnsstandby's HTTP endpoint inside the node
@@ -174,22 +163,59 @@ func (l *lab) get(s *standby, path string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// metric returns the value of one series from /metrics, or -1.
-func (l *lab) metric(t *testing.T, s *standby, series string) float64 {
+// metric returns the value of the sample called name with exactly the
+// given labels (name, value pairs) on dnsstandby's /metrics, or -1 if
+// there is none. Histograms come as their _bucket, _sum and _count samples.
+func (l *lab) metric(t *testing.T, s *standby, name string, labels ...string) float64 {
 	t.Helper()
 	_, body, err := l.get(s, "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
-	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest, &v); err == nil {
-				return v
-			}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	samples, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{}, slices.Collect(maps.Values(families))...)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	want := model.Metric{model.MetricNameLabel: model.LabelValue(name)}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[model.LabelName(labels[i])] = model.LabelValue(labels[i+1])
+	}
+	for _, x := range samples {
+		if x.Metric.Equal(want) {
+			return float64(x.Value)
 		}
 	}
 	return -1
+}
+
+// eventuallyMetric waits until cond (which reads l.metric) holds; if it
+// does not, the test log shows the lines of /metrics containing any of
+// show.
+func (l *lab) eventuallyMetric(t *testing.T, s *standby, within time.Duration, what string, cond func() bool, show ...string) {
+	t.Helper()
+	defer func() {
+		if t.Failed() {
+			_, body, _ := l.get(s, "/metrics")
+			t.Logf("/metrics:\n%s", grepLines(body, show...))
+		}
+	}()
+	testkit.Eventually(t, within, what, cond)
+}
+
+// grepLines is the lines of text that contain any of substrs.
+func grepLines(text string, substrs ...string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if slices.ContainsFunc(substrs, func(s string) bool { return strings.Contains(line, s) }) {
+			out = append(out, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // ask sends m to server from the node namespace.
