@@ -5,14 +5,16 @@
 // by entries and bytes, keeps expired entries servable for a stale window
 // (RFC 8767), and can be written to and loaded from a snapshot.
 //
-// Insert (validation) and Serve (the hot path) are the two ways in; the
-// cache never talks to the network.
+// Entries come in through InsertMsg (upstream replies, from the pipeline),
+// Insert and InsertMirror (LocalDNS's replies, from the mirror feed) and
+// Load (a snapshot), each validating what it stores; Serve is the hot path
+// out. The cache never talks to the network and starts no goroutine.
 package cache
 
 import (
-	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +57,11 @@ type Config struct {
 
 	// Now is the clock; nil means time.Now. Tests inject their own.
 	Now func() time.Time
+
+	// Logger is tagged component=cache; nil discards. The cache logs
+	// only snapshot loads and saves, at debug level: the caller reports
+	// them.
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns the settings LocalDNS gives CoreDNS's cache in the
@@ -75,26 +82,39 @@ func DefaultConfig() Config {
 	}
 }
 
+// validate checks c; its errors name the Config field.
 func (c *Config) validate() error {
 	switch {
 	case c.MaxEntries <= 0:
-		return fmt.Errorf("max entries must be positive, got %d", c.MaxEntries)
+		return fmt.Errorf("MaxEntries must be positive, got %d", c.MaxEntries)
 	case c.MaxBytes <= 0:
-		return fmt.Errorf("max bytes must be positive, got %d", c.MaxBytes)
-	case c.MaxTTL < time.Second || c.MaxNegTTL < time.Second:
-		return errors.New("ttl caps must be at least 1s")
-	case c.MinTTL < 0 || c.MinNegTTL < 0 || c.ServfailTTL < 0 || c.MaxStale < 0 || c.StaleTTL < 0:
-		return errors.New("ttl floors, servfail ttl, max stale and stale ttl must not be negative")
-	case c.MinTTL > c.MaxTTL || c.MinNegTTL > c.MaxNegTTL:
-		return errors.New("ttl floor above ttl cap")
+		return fmt.Errorf("MaxBytes must be positive, got %d", c.MaxBytes)
+	case c.MaxTTL < time.Second:
+		return fmt.Errorf("MaxTTL must be at least 1s, got %s", c.MaxTTL)
+	case c.MaxNegTTL < time.Second:
+		return fmt.Errorf("MaxNegTTL must be at least 1s, got %s", c.MaxNegTTL)
+	case c.MinTTL < 0:
+		return fmt.Errorf("MinTTL must not be negative, got %s", c.MinTTL)
+	case c.MinNegTTL < 0:
+		return fmt.Errorf("MinNegTTL must not be negative, got %s", c.MinNegTTL)
+	case c.ServfailTTL < 0:
+		return fmt.Errorf("ServfailTTL must not be negative, got %s", c.ServfailTTL)
+	case c.MaxStale < 0:
+		return fmt.Errorf("MaxStale must not be negative, got %s", c.MaxStale)
+	case c.StaleTTL < 0:
+		return fmt.Errorf("StaleTTL must not be negative, got %s", c.StaleTTL)
+	case c.MinTTL > c.MaxTTL:
+		return fmt.Errorf("MinTTL %s is above MaxTTL %s", c.MinTTL, c.MaxTTL)
+	case c.MinNegTTL > c.MaxNegTTL:
+		return fmt.Errorf("MinNegTTL %s is above MaxNegTTL %s", c.MinNegTTL, c.MaxNegTTL)
 	case c.StaleTTL > time.Duration(maxTTL)*time.Second:
-		return fmt.Errorf("stale ttl %s too large", c.StaleTTL)
+		return fmt.Errorf("StaleTTL %s is above the largest TTL, %ds", c.StaleTTL, maxTTL)
 	case c.UDPSize < 512:
-		return fmt.Errorf("udp size %d below 512", c.UDPSize)
+		return fmt.Errorf("UDPSize must be at least 512, got %d", c.UDPSize)
 	case len(c.NSID) > 512:
-		return errors.New("nsid longer than 512 bytes")
+		return fmt.Errorf("NSID must be at most 512 bytes, got %d", len(c.NSID))
 	case c.Shards < 0 || c.Shards&(c.Shards-1) != 0:
-		return fmt.Errorf("shards must be a power of two, got %d", c.Shards)
+		return fmt.Errorf("Shards must be 0 or a power of two, got %d", c.Shards)
 	}
 	return nil
 }
@@ -142,6 +162,7 @@ func (s Status) IsFresh() bool { return s == Fresh || s == Expiring }
 type Cache struct {
 	cfg      Config
 	now      func() time.Time // always non-nil
+	log      *slog.Logger     // always non-nil, tagged component=cache
 	nsid     []byte           // or nil
 	seed     maphash.Seed
 	shards   []shard
@@ -164,10 +185,10 @@ type shard struct {
 	_                                           [64]byte // keep shards on separate cache lines
 }
 
-// New returns an empty cache.
+// New validates cfg, taken as given, and returns an empty cache.
 func New(cfg Config) (*Cache, error) {
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("cache config: %w", err)
+		return nil, fmt.Errorf("cache: %w", err)
 	}
 	n := cfg.Shards
 	if n == 0 {
@@ -186,6 +207,11 @@ func New(cfg Config) (*Cache, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c.log = log.With("component", "cache")
 	if cfg.NSID != "" {
 		c.nsid = []byte(cfg.NSID)
 	}

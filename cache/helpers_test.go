@@ -7,6 +7,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
@@ -37,6 +38,7 @@ func newTestCache(t testing.TB, mod func(*Config)) (*Cache, *testClock) {
 	clk := newClock()
 	cfg := DefaultConfig()
 	cfg.Now = clk.Now
+	cfg.Logger = testkit.Logger(t)
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
+	"time"
 )
 
 // Snapshot format, version 1 (all integers big-endian):
@@ -46,8 +48,9 @@ func (c *Cache) Save(w io.Writer) (int, error) {
 	if err := put(hdr); err != nil {
 		return 0, fmt.Errorf("write snapshot header: %w", err)
 	}
+	start := time.Now()
 	now := c.now().UnixNano()
-	count := 0
+	count, expired := 0, 0
 	var fixed [recordFixedLen]byte
 	for i := range c.shards {
 		s := &c.shards[i]
@@ -56,6 +59,7 @@ func (c *Cache) Save(w io.Writer) (int, error) {
 		s.mu.Unlock()
 		for _, e := range entries {
 			if now >= c.staleUntil(e) {
+				expired++
 				continue
 			}
 			binary.BigEndian.PutUint16(fixed[0:], e.klen)
@@ -82,6 +86,8 @@ func (c *Cache) Save(w io.Writer) (int, error) {
 	if err := bw.Flush(); err != nil {
 		return count, fmt.Errorf("write snapshot: %w", err)
 	}
+	c.log.Debug("snapshot saved", slog.Int("entries", count), slog.Int("expired", expired),
+		slog.String("took", time.Since(start).String()))
 	return count, nil
 }
 
@@ -91,14 +97,16 @@ func (c *Cache) Save(w io.Writer) (int, error) {
 // added: on any error the cache is left exactly as it was — at start-up,
 // empty — and the error matches ErrSnapshot.
 func (c *Cache) Load(r io.Reader) (int, error) {
+	start := time.Now()
 	entries, err := c.readSnapshot(bufio.NewReader(r))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrSnapshot, err)
 	}
 	now := c.now().UnixNano()
-	added := 0
+	added, expired := 0, 0
 	for _, e := range entries {
 		if now >= c.staleUntil(e) {
+			expired++
 			continue
 		}
 		h := c.hash(e.key())
@@ -107,6 +115,10 @@ func (c *Cache) Load(r io.Reader) (int, error) {
 			added++
 		}
 	}
+	// Entries neither added nor expired were too large for a shard, or an
+	// error entry that did not replace a servable answer.
+	c.log.Debug("snapshot loaded", slog.Int("read", len(entries)), slog.Int("added", added),
+		slog.Int("expired", expired), slog.String("took", time.Since(start).String()))
 	return added, nil
 }
 
