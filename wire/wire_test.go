@@ -229,11 +229,28 @@ func TestPutOPT(t *testing.T) {
 }
 
 func TestLowerName(t *testing.T) {
-	in := []byte("\x03WwW\x07Ex-AmPlE\x00")
-	out := make([]byte, len(in))
-	LowerName(out, in)
-	if string(out) != "\x03www\x07ex-ample\x00" {
-		t.Fatalf("got %q", out)
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{"mixed case", "\x03WwW\x07Ex-AmPlE\x00", "\x03www\x07ex-ample\x00"},
+		{"root", "\x00", "\x00"},
+		{"already lower", "\x01a\x00", "\x01a\x00"},
+		// Only A-Z change: their neighbours '@' and '[', and bytes past
+		// ASCII (label lengths, or octets in a label), stay.
+		{"A-Z edges", "\x04@AZ[\x00", "\x04@az[\x00"},
+		{"octets past ASCII", "\x02\xc1\xda\x00", "\x02\xc1\xda\x00"},
+		// A label is at most 63 octets: no length byte is in A-Z.
+		{"longest label", "\x3f" + strings.Repeat("X", 63) + "\x00", "\x3f" + strings.Repeat("x", 63) + "\x00"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := make([]byte, len(tt.in)+3)
+			if n := LowerName(out, []byte(tt.in)); n != len(tt.in) || string(out[:n]) != tt.want {
+				t.Fatalf("LowerName(%q) = %d, %q; want %q", tt.in, n, out[:n], tt.want)
+			}
+		})
 	}
 }
 
