@@ -65,8 +65,12 @@ func (c *conn) finish(start time.Time, records uint64, why cause, err error) {
 	}
 	// Last, so that a reader who sees the disconnect sees the rest.
 	st.disconnects[why].Add(1)
-	c.r.log.Log(context.Background(), level, "dnstap connection closed", "conn", c.id, "cause", why.String(),
-		"records", records, "duration", time.Since(start).Round(time.Millisecond), "error", err)
+	attrs := []slog.Attr{slog.Uint64("conn", c.id), slog.String("cause", why.String()),
+		slog.Uint64("records", records), slog.String("duration", time.Since(start).Round(time.Millisecond).String())}
+	if err != nil {
+		attrs = append(attrs, slog.Any("err", err))
+	}
+	c.r.log.LogAttrs(context.Background(), level, "dnstap connection closed", attrs...)
 }
 
 // run does the handshake and then reads data frames until the stream

@@ -1,16 +1,11 @@
 package dnstap
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +13,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
@@ -39,12 +35,20 @@ const (
 	steadyInterval = 2 * time.Millisecond
 )
 
-// TestCoreDNS runs a real CoreDNS 1.13.1 with `dnstap unix://SOCK full`
-// on a high loopback port (no root, no namespace), mirrors its replies
+// TestCoreDNS runs a real CoreDNS 1.13.1 as LocalDNS (the AgentBaker-shaped
+// Corefile, testkit.Corefile, in a namespace holding LocalDNS's addresses)
+// with `dnstap unix://SOCK full` in its pods' block, mirrors its replies
 // into a real cache, and measures what happens when the receiver restarts
 // under CoreDNS's feet. The numbers are logged (go test -v) and the README
 // quotes them.
+//
+// The waits here that are not testkit.Eventually are the measurement: how
+// long CoreDNS, a separate process with its own 1 s flush timer, takes to
+// do something, or whether it does it within a window at all. They run
+// against the wall clock on purpose (testing/synctest cannot hold a real
+// process or socket).
 func TestCoreDNS(t *testing.T) {
+	nstest.RequireRoot(t)
 	bin := nstest.CoreDNSBinary(t)
 	z := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 200})
 	var names []string // the cacheable questions: every service's A and SRV
@@ -52,17 +56,16 @@ func TestCoreDNS(t *testing.T) {
 		names = append(names, s.FQDN, s.SRV)
 	}
 
-	path := socketPath(t)
+	cfg := testConfig(t)
 	c := newCache(t)
-	cfg := Config{Path: path, Logger: testLogger(t)}
 	r := listen(t, cfg, c.Insert)
-	cd := startCoreDNS(t, bin, z, path)
+	ld := startLocalDNS(t, bin, z, cfg.Path)
 
 	t.Run("every reply mirrored", func(t *testing.T) {
-		waitFor(t, "CoreDNS to connect", func() bool { return r.Stats().Connections == 1 })
-		// The readiness probes' replies come first.
-		waitFor(t, "the probes' replies", func() bool { return received(r.Stats()) == uint64(cd.probes) })
-		base := r.Stats()
+		testkit.Eventually(t, testTimeout, "CoreDNS to connect", func() bool { return r.Stats().Connections == 1 })
+		// The readiness probes' replies, and the loop plugin's, come first.
+		base := ld.sync(t, r, c)
+		baseLen := c.Len()
 
 		const rounds, workers = 5, 8
 		var answered atomic.Uint64
@@ -70,7 +73,7 @@ func TestCoreDNS(t *testing.T) {
 		for w := range workers {
 			wg.Go(func() {
 				for i := w; i < rounds*len(names); i += workers {
-					if exchange(cd.addr, names[i%len(names)]) != nil {
+					if ld.exchange(names[i%len(names)]) != nil {
 						answered.Add(1)
 					}
 				}
@@ -81,25 +84,26 @@ func TestCoreDNS(t *testing.T) {
 		if n != rounds*uint64(len(names)) {
 			t.Logf("%d of %d queries answered", n, rounds*len(names))
 		}
-		waitFor(t, "every reply to be mirrored", func() bool { return received(r.Stats())-received(base) >= n })
-		time.Sleep(lull) // anything more would show now
-		st := r.Stats()
+		// Anything more than n would be in by the sentinel's reply, which
+		// sync waits for and which is counted here too.
+		st := ld.sync(t, r, c)
+		const sentinel = 1
 		queries := st.Rejected[ReasonNotClientResponse] - base.Rejected[ReasonNotClientResponse]
 		t.Logf("%d queries answered by CoreDNS, %d replies mirrored: %d accepted; rejected %v (CoreDNS taps each query too)",
-			n, received(st)-received(base), st.Accepted-base.Accepted, nonzero(st.Rejected))
-		if st.Accepted-base.Accepted != n || received(st) != st.Accepted {
-			t.Errorf("accepted %d, %d other replies, of %d", st.Accepted-base.Accepted, received(st)-st.Accepted, n)
+			n, received(st)-received(base)-sentinel, st.Accepted-base.Accepted-sentinel, nonzero(st.Rejected))
+		if st.Accepted-base.Accepted != n+sentinel || received(st)-received(base) != st.Accepted-base.Accepted {
+			t.Errorf("accepted %d, %d other replies, of %d", st.Accepted-base.Accepted-sentinel, received(st)-received(base)-(st.Accepted-base.Accepted), n)
 		}
-		if queries != n {
-			t.Errorf("%d CLIENT_QUERY records for %d queries", queries, n)
+		if queries != n+sentinel {
+			t.Errorf("%d CLIENT_QUERY records for %d queries", queries-sentinel, n)
 		}
-		if want := len(names) + 1; c.Len() != want { // + the probe's name
+		if want := baseLen + len(names) + sentinel; c.Len() != want {
 			t.Errorf("cache holds %d entries, want %d", c.Len(), want)
 		}
 		// The cache answers as CoreDNS did.
 		for _, name := range []string{names[0], names[1], names[len(names)-1]} {
 			var got *dns.Msg
-			want := exchange(cd.addr, name)
+			want := ld.exchange(name)
 			got = serveFromCache(t, c, want.Question[0])
 			if got == nil || got.Rcode != want.Rcode || !sameRRs(got.Answer, want.Answer) {
 				t.Errorf("%s: cache answers %v, CoreDNS %v", name, got, want)
@@ -129,8 +133,8 @@ func TestCoreDNS(t *testing.T) {
 	}
 
 	steadyRestart := func(t *testing.T, down time.Duration) (reconnect, string) {
-		tr := startTraffic(cd.addr, names)
-		time.Sleep(200 * time.Millisecond)
+		tr := startTraffic(ld, names)
+		time.Sleep(200 * time.Millisecond) // the scenario: traffic flowing before the restart
 		before, answered0 := r.Stats(), tr.answered.Load()
 		old := restart(t, down)
 		m := measureReconnect(r, tr, 2*time.Second)
@@ -160,7 +164,7 @@ func TestCoreDNS(t *testing.T) {
 		start := time.Now()
 		sent := 0
 		for sent < queries && received(r.Stats()) == 0 {
-			exchange(cd.addr, names[sent])
+			ld.exchange(names[sent])
 			sent++
 			deadline := time.Now().Add(spacing)
 			for time.Now().Before(deadline) && received(r.Stats()) == 0 {
@@ -178,12 +182,10 @@ func TestCoreDNS(t *testing.T) {
 	})
 
 	t.Run("CoreDNS started before the receiver", func(t *testing.T) {
-		path2 := socketPath(t)
-		cd2 := startCoreDNS(t, bin, z, path2) // nobody listens: its dial at start-up fails
-		tr := startTraffic(cd2.addr, names)
-		time.Sleep(200 * time.Millisecond)
-		cfg2 := cfg
-		cfg2.Path = path2
+		cfg2 := testConfig(t)
+		ld2 := startLocalDNS(t, bin, z, cfg2.Path) // nobody listens: its dial at start-up fails
+		tr := startTraffic(ld2, names)
+		time.Sleep(200 * time.Millisecond) // the scenario: traffic flowing before the receiver starts
 		r2 := listen(t, cfg2, newCache(t).Insert)
 		listenAt := time.Now()
 		const window = 3 * time.Second
@@ -197,92 +199,75 @@ func TestCoreDNS(t *testing.T) {
 			t.Logf("CoreDNS started first, then the receiver, under steady traffic: connected after %v", time.Since(listenAt).Round(time.Millisecond))
 			return
 		}
-		waitFor(t, "CoreDNS to connect after the traffic stopped", func() bool { return r2.Stats().ConnectionsTotal > 0 })
+		testkit.Eventually(t, testTimeout, "CoreDNS to connect after the traffic stopped", func() bool { return r2.Stats().ConnectionsTotal > 0 })
 		t.Logf("CoreDNS started first, then the receiver: NOT connected during %v of steady traffic (%d replies lost); connected %v after the traffic paused",
 			window, tr.answered.Load(), time.Since(lullAt).Round(time.Millisecond))
 		for _, name := range names[:10] {
-			exchange(cd2.addr, name)
+			ld2.exchange(name)
 		}
-		waitFor(t, "replies after the connect", func() bool { return r2.Stats().Accepted == 10 })
+		testkit.Eventually(t, testTimeout, "replies after the connect", func() bool { return r2.Stats().Accepted == 10 })
 	})
 }
 
-// coreDNS is a CoreDNS serving z's cluster.local on a loopback port.
-type coreDNS struct {
-	addr   string // "127.0.0.1:PORT"
-	probes int    // readiness probes it answered (each one tapped)
+// localDNS is a CoreDNS run as LocalDNS in a namespace of its own: the
+// AgentBaker-shaped Corefile with, in its pods' block, the dnstap line and
+// cluster.local served from a zone file where AKS forwards to kube-dns.
+type localDNS struct {
+	ns    *nstest.Namespace
+	addr  string // the pods' listener, "169.254.10.11:53"
+	syncs int    // sentinel queries sent by sync
 }
 
-// startCoreDNS starts CoreDNS with dnstap to sock and waits until it
-// answers; it is killed when the test ends.
-func startCoreDNS(t *testing.T, bin string, z *nstest.Zones, sock string) *coreDNS {
+// startLocalDNS starts LocalDNS tapping to sock and returns once it
+// answers; it is stopped, and its namespace removed, when the test ends.
+func startLocalDNS(t *testing.T, bin string, z *nstest.Zones, sock string) *localDNS {
 	t.Helper()
-	dir := t.TempDir()
-	ap := nstest.FreeLoopbackAddr(t)
-	corefile := fmt.Sprintf("cluster.local:%d {\n    bind %s\n    errors\n    dnstap unix://%s full\n    file db.cluster.local\n}\n", ap.Port(), ap.Addr(), sock)
-	files := map[string]string{"Corefile": corefile, "db.cluster.local": z.Files["db.cluster.local"]}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var out lockedBuffer
-	cmd := exec.Command(bin, "-conf", filepath.Join(dir, "Corefile"))
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	ns := nstest.New(t, "localdns")
+	if err := ns.AddLink("localdns", "", testkit.NodeListener+"/32", testkit.PodListener+"/32"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("coredns output:\n%s", out.String())
-		}
+	l := &localDNS{ns: ns, addr: testkit.PodListener + ":53"}
+	cf := testkit.Corefile{Extra: "dnstap unix://" + sock + " full\nfile db.cluster.local cluster.local"}
+	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{
+		Binary:   bin,
+		Corefile: cf.String(),
+		Files:    map[string]string{"db.cluster.local": z.Files["db.cluster.local"]},
+		Probe:    l.addr,
 	})
-	cd := &coreDNS{addr: ap.String()}
-	waitFor(t, "CoreDNS to answer", func() bool {
-		if exchange(cd.addr, "kubernetes.default.svc.cluster.local.") != nil {
-			cd.probes++
-			return true
-		}
-		return false
-	})
-	return cd
+	return l
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// exchange asks server for name (SRV for _-names, else A) over UDP and
+// exchange asks LocalDNS for name (SRV for _-names, else A) over UDP and
 // returns the reply, or nil.
-func exchange(server, name string) *dns.Msg {
+func (l *localDNS) exchange(name string) *dns.Msg {
 	qtype := dns.TypeA
 	if name[0] == '_' {
 		qtype = dns.TypeSRV
 	}
 	q := new(dns.Msg)
 	q.SetQuestion(name, qtype)
-	cl := dns.Client{Net: "udp", Timeout: 500 * time.Millisecond}
-	r, _, err := cl.Exchange(q, server)
+	r, err := l.ns.Exchange("udp", "", l.addr, q, 500*time.Millisecond)
 	if err != nil {
 		return nil
 	}
 	return r
+}
+
+// sync asks LocalDNS for a name never asked before (NXDOMAIN, cacheable)
+// and waits until its reply is in c, then returns r's counters. CoreDNS
+// writes its records in order on one connection, so every reply it sent
+// before has been counted by then: the deterministic way to say "nothing
+// more is coming" without waiting for it not to.
+func (l *localDNS) sync(t *testing.T, r *Receiver, c *cache.Cache) Stats {
+	t.Helper()
+	l.syncs++
+	name := fmt.Sprintf("sync-%d.cluster.local.", l.syncs)
+	if m := l.exchange(name); m == nil || m.Rcode != dns.RcodeNameError {
+		t.Fatalf("sentinel %s: %v, want NXDOMAIN", name, m)
+	}
+	q := dns.Question{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}
+	testkit.Eventually(t, testTimeout, "the sentinel's reply in the cache", func() bool { return serveFromCache(t, c, q) != nil })
+	return r.Stats()
 }
 
 // serveFromCache asks the cache for q as a client would.
@@ -353,7 +338,7 @@ type traffic struct {
 	done     chan struct{}
 }
 
-func startTraffic(server string, names []string) *traffic {
+func startTraffic(l *localDNS, names []string) *traffic {
 	ctx, cancel := context.WithCancel(context.Background())
 	tr := &traffic{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -366,7 +351,7 @@ func startTraffic(server string, names []string) *traffic {
 				return
 			case <-tick.C:
 			}
-			if exchange(server, names[i%len(names)]) != nil {
+			if l.exchange(names[i%len(names)]) != nil {
 				tr.answered.Add(1)
 			}
 		}

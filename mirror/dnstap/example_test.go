@@ -21,7 +21,9 @@ func ExampleListen() {
 	dir, _ := os.MkdirTemp("", "dnstap-example")
 	defer os.RemoveAll(dir)
 	c, _ := cache.New(cache.DefaultConfig())
-	r, err := dnstap.Listen(context.Background(), dnstap.Config{Path: filepath.Join(dir, "dnstap.sock")}, c.Insert)
+	cfg := dnstap.DefaultConfig()
+	cfg.Path = filepath.Join(dir, "dnstap.sock")
+	r, err := dnstap.Listen(context.Background(), cfg, c.Insert)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -66,7 +66,7 @@ func FuzzFrames(f *testing.F) {
 			stream = append(handshakeBytes(), stream...)
 		}
 		r := &Receiver{
-			cfg: Config{MaxFrameSize: maxFrame, HandshakeTimeout: DefaultHandshakeTimeout},
+			cfg: Config{MaxFrameSize: maxFrame, HandshakeTimeout: DefaultConfig().HandshakeTimeout},
 			log: slog.New(slog.DiscardHandler),
 			sink: func(resp []byte) error {
 				if len(resp) > maxFrame {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"sync"
@@ -20,28 +19,25 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // testTimeout bounds every wait in these tests; each normally takes
 // milliseconds.
 const testTimeout = 10 * time.Second
 
-// testLogger writes the receiver's logs to the test's log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tlogWriter struct{ t testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(bytes.TrimRight(p, "\n")))
-	return len(p), nil
-}
-
 // socketPath returns a fresh socket path in the test's temp directory.
 func socketPath(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "dnstap.sock")
+}
+
+// testConfig is DefaultConfig with a fresh socket path and the test's
+// logger.
+func testConfig(t testing.TB) Config {
+	cfg := DefaultConfig()
+	cfg.Path = socketPath(t)
+	cfg.Logger = testkit.Logger(t)
+	return cfg
 }
 
 // newCache returns a real cache with the default configuration.
@@ -54,16 +50,10 @@ func newCache(t testing.TB) *cache.Cache {
 	return c
 }
 
-// listen starts a receiver on path (a new one if "") with cfg's other
-// fields, closing it at the end of the test.
+// listen starts a receiver with cfg as given, closing it at the end of the
+// test.
 func listen(t testing.TB, cfg Config, sink Sink) *Receiver {
 	t.Helper()
-	if cfg.Path == "" {
-		cfg.Path = socketPath(t)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
-	}
 	r, err := Listen(context.Background(), cfg, sink)
 	if err != nil {
 		t.Fatal(err)
@@ -76,23 +66,11 @@ func listen(t testing.TB, cfg Config, sink Sink) *Receiver {
 	return r
 }
 
-// waitFor polls cond until it holds or testTimeout passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitClosed waits until the receiver has closed n connections in all.
 func waitClosed(t testing.TB, r *Receiver, n uint64) Stats {
 	t.Helper()
 	var s Stats
-	waitFor(t, "connections to close", func() bool {
+	testkit.Eventually(t, testTimeout, "connections to close", func() bool {
 		s = r.Stats()
 		var closed uint64
 		for _, v := range s.Disconnects {

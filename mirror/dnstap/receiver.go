@@ -22,27 +22,6 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 )
 
-// Defaults for Config's zero values.
-const (
-	// DefaultMode lets only root connect: LocalDNS's CoreDNS runs as root
-	// (localdns.service has no User=).
-	DefaultMode os.FileMode = 0o600
-	// DefaultMaxConns bounds concurrent connections. CoreDNS opens one per
-	// dnstap directive (one per server block that has it: one for the .11
-	// block), and briefly a second during a reload; 8 is ample.
-	DefaultMaxConns = 8
-	// DefaultMaxFrameSize bounds a data frame. CoreDNS's CLIENT_RESPONSE
-	// carries one packed reply (at most 65,535 bytes) plus addresses,
-	// times, identity and version (a few hundred bytes); 128 KiB leaves
-	// room for a sender that also includes the query.
-	DefaultMaxFrameSize = 128 << 10
-	// DefaultHandshakeTimeout bounds READY through START. CoreDNS sends
-	// READY as soon as it connects and START as soon as ACCEPT arrives,
-	// and gives up itself after 4 s (its tcpTimeout), so a sender still
-	// silent after 5 s never will be.
-	DefaultHandshakeTimeout = 5 * time.Second
-)
-
 // There is no read deadline once a stream has started, on purpose. CoreDNS
 // 1.13.1 (plugin/dnstap/io.go) sends nothing while it has nothing to tap
 // (its 1 s flush of an empty buffer writes no bytes), and it learns that we
@@ -69,48 +48,68 @@ const (
 	acceptBackoffMax = time.Second
 )
 
-// Config says where and how to listen. The zero values of all fields but
-// Path mean their defaults.
+// Config says where and how to listen. Start from DefaultConfig and set
+// Path.
 type Config struct {
-	Path             string        // unix socket path; created by Listen, removed by Close
-	Mode             os.FileMode   // the socket file's permissions; 0 means DefaultMode
-	Logger           *slog.Logger  // or nil: no logs
-	MaxConns         int           // concurrent connections; 0 means DefaultMaxConns
-	MaxFrameSize     int           // data frame limit in bytes; 0 means DefaultMaxFrameSize
-	HandshakeTimeout time.Duration // READY to START; 0 means DefaultHandshakeTimeout
+	// Path is the unix socket's path, at most 107 bytes; Listen creates
+	// it and Close removes it. Required.
+	Path string
+	// Mode is the socket file's permissions (permission bits only).
+	Mode os.FileMode
+	// Logger receives lifecycle and connection lines; nil discards.
+	Logger *slog.Logger
+	// MaxConns bounds concurrent connections, at least 1; at the bound
+	// the longest-idle one is evicted to admit a new one.
+	MaxConns int
+	// MaxFrameSize bounds a data frame, in bytes, at least 1; a larger
+	// frame closes its connection.
+	MaxFrameSize int
+	// HandshakeTimeout bounds READY through START; positive.
+	HandshakeTimeout time.Duration
+}
+
+// DefaultConfig returns the receiver's limits for CoreDNS's dnstap plugin;
+// Path is left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		// Only root may connect: LocalDNS's CoreDNS runs as root
+		// (localdns.service has no User=).
+		Mode: 0o600,
+		// CoreDNS opens one connection per dnstap directive (one per
+		// server block that has it: one for the .11 block), and briefly a
+		// second during a reload; 8 is ample.
+		MaxConns: 8,
+		// CoreDNS's CLIENT_RESPONSE carries one packed reply (at most
+		// 65,535 bytes) plus addresses, times, identity and version (a few
+		// hundred bytes); 128 KiB leaves room for a sender that also
+		// includes the query.
+		MaxFrameSize: 128 << 10,
+		// CoreDNS sends READY as soon as it connects and START as soon as
+		// ACCEPT arrives, and gives up itself after 4 s (its tcpTimeout),
+		// so a sender still silent after 5 s never will be.
+		HandshakeTimeout: 5 * time.Second,
+	}
 }
 
 // maxSocketPath is the longest path a unix socket address holds
 // (sun_path is 108 bytes with its terminating NUL).
 const maxSocketPath = 107
 
-func (c *Config) setDefaults() error {
-	if c.Path == "" {
-		return errors.New("dnstap: Config.Path is empty")
-	}
-	if len(c.Path) > maxSocketPath {
-		return fmt.Errorf("dnstap: socket path %q is %d bytes, longer than a unix socket address holds (%d)", c.Path, len(c.Path), maxSocketPath)
-	}
-	if c.Mode == 0 {
-		c.Mode = DefaultMode
-	}
-	if c.Mode&^os.ModePerm != 0 {
-		return fmt.Errorf("dnstap: Config.Mode %v has bits other than permissions", c.Mode)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
-	}
-	if c.MaxFrameSize == 0 {
-		c.MaxFrameSize = DefaultMaxFrameSize
-	}
-	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
-	if c.MaxConns < 0 || c.MaxFrameSize < 0 || c.HandshakeTimeout < 0 {
-		return fmt.Errorf("dnstap: negative limit in Config (MaxConns %d, MaxFrameSize %d, HandshakeTimeout %v)", c.MaxConns, c.MaxFrameSize, c.HandshakeTimeout)
+// validate checks c as Listen takes it; errors name the field.
+func (c *Config) validate() error {
+	switch {
+	case c.Path == "":
+		return errors.New("dnstap: Path is empty")
+	case len(c.Path) > maxSocketPath:
+		return fmt.Errorf("dnstap: Path %q is %d bytes, longer than a unix socket address holds (%d)", c.Path, len(c.Path), maxSocketPath)
+	case c.Mode&^os.ModePerm != 0:
+		return fmt.Errorf("dnstap: Mode %v has bits other than permissions", c.Mode)
+	case c.MaxConns < 1:
+		return fmt.Errorf("dnstap: MaxConns must be positive, got %d", c.MaxConns)
+	case c.MaxFrameSize < 1:
+		return fmt.Errorf("dnstap: MaxFrameSize must be positive, got %d", c.MaxFrameSize)
+	case c.HandshakeTimeout <= 0:
+		return fmt.Errorf("dnstap: HandshakeTimeout must be positive, got %s", c.HandshakeTimeout)
 	}
 	return nil
 }
@@ -125,7 +124,7 @@ type Sink func(resp []byte) error
 // Receiver accepts Frame Streams connections on a unix socket and mirrors
 // the CLIENT_RESPONSE replies they carry into a Sink.
 type Receiver struct {
-	cfg  Config            // defaults applied
+	cfg  Config            // as Listen was given it, valid
 	sink Sink              // always non-nil
 	log  *slog.Logger      // always non-nil
 	ln   *net.UnixListener // always non-nil
@@ -149,13 +148,18 @@ type Receiver struct {
 // until ctx ends or Close is called. A socket file left by a dead process
 // is removed; a socket another process still listens on, and a file that
 // is no socket, are refused (ErrInUse, ErrNotSocket). A missing parent
-// directory is created with mode 0750.
+// directory is created with mode 0750. cfg is taken as given (start from
+// DefaultConfig); an invalid one is an error naming the field.
 func Listen(ctx context.Context, cfg Config, sink Sink) (*Receiver, error) {
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if sink == nil {
 		return nil, errors.New("dnstap: nil sink")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	ln, sock, err := listenUnix(cfg.Path, cfg.Mode)
 	if err != nil {
@@ -164,7 +168,7 @@ func Listen(ctx context.Context, cfg Config, sink Sink) (*Receiver, error) {
 	r := &Receiver{
 		cfg:   cfg,
 		sink:  sink,
-		log:   cfg.Logger.With("mirror", "dnstap", "socket", cfg.Path),
+		log:   log.With("component", "dnstap", "listen", cfg.Path),
 		ln:    ln,
 		sock:  sock,
 		done:  make(chan struct{}),
@@ -176,7 +180,8 @@ func Listen(ctx context.Context, cfg Config, sink Sink) (*Receiver, error) {
 	r.mu.Lock()
 	r.stopCtx = context.AfterFunc(ctx, func() { r.Close() })
 	r.mu.Unlock()
-	r.log.Info("dnstap receiver listening", "mode", cfg.Mode, "max_conns", cfg.MaxConns, "max_frame", cfg.MaxFrameSize)
+	r.log.Info("dnstap receiver listening", "mode", cfg.Mode.String(), "max_conns", cfg.MaxConns, "max_frame", cfg.MaxFrameSize,
+		"handshake_timeout", cfg.HandshakeTimeout.String())
 	return r, nil
 }
 
@@ -212,7 +217,11 @@ func (r *Receiver) shutdown() error {
 	r.mu.Unlock()
 	r.wg.Wait()
 	err = errors.Join(err, removeSocket(r.cfg.Path, r.sock))
-	r.log.Info("dnstap receiver closed", "error", err)
+	if err != nil {
+		r.log.Warn("dnstap receiver closed", slog.Any("err", err))
+	} else {
+		r.log.Info("dnstap receiver closed")
+	}
 	return err
 }
 
@@ -226,7 +235,7 @@ func (r *Receiver) acceptLoop() {
 				return
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), acceptBackoffMax)
-			r.log.Warn("dnstap accept failed; retrying", "error", err, "retry_in", backoff)
+			r.log.Warn("dnstap accept failed; retrying", slog.Any("err", err), "retry_in", backoff.String())
 			select {
 			case <-r.done:
 				return
@@ -264,8 +273,8 @@ func (r *Receiver) admit(nc *net.UnixConn) {
 		// open-connections gauge counts it too).
 		delete(r.conns, victim)
 		victim.shut(causeEvicted)
-		r.log.Warn("dnstap connection limit reached; evicted the longest idle connection",
-			"max_conns", r.cfg.MaxConns, "evicted", victim.id, "idle", time.Since(time.Unix(0, victim.lastFrame.Load())).Round(time.Millisecond))
+		r.log.Info("dnstap connection limit reached; evicted the longest idle connection",
+			"max_conns", r.cfg.MaxConns, "evicted", victim.id, "idle", time.Since(time.Unix(0, victim.lastFrame.Load())).Round(time.Millisecond).String())
 	}
 	r.nextID++
 	c := newConn(r, nc, r.nextID)
@@ -307,6 +316,7 @@ func (r *Receiver) record(frame []byte) {
 		r.stats.cacheRejects[re.Reason].Add(1)
 		return
 	}
+	// Counted, not logged: this runs per record (the cache's sink
+	// returns nothing but *cache.RejectError).
 	r.stats.sinkErrors.Add(1)
-	r.log.Debug("dnstap sink failed", "error", err)
 }

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // TestRecords sends records of every kind through golang-framestream's
@@ -89,7 +90,7 @@ func TestRecords(t *testing.T) {
 			if tt.sinkErr != nil {
 				sink = func([]byte) error { return tt.sinkErr }
 			}
-			r := listen(t, Config{}, sink)
+			r := listen(t, testConfig(t), sink)
 			s := dialSender(t, r.Addr())
 			s.send(t, tt.frames(t)...)
 			s.stop(t)
@@ -189,7 +190,9 @@ func TestBadStreams(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := listen(t, Config{MaxFrameSize: 1 << 20}, newCache(t).Insert)
+			cfg := testConfig(t)
+			cfg.MaxFrameSize = 1 << 20
+			r := listen(t, cfg, newCache(t).Insert)
 			conn, err := net.Dial("unix", r.Addr())
 			if err != nil {
 				t.Fatal(err)
@@ -210,7 +213,7 @@ func TestBadStreams(t *testing.T) {
 			s := dialSender(t, r.Addr())
 			s.send(t, tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "after.example.com")))
 			s.stop(t)
-			waitFor(t, "the next connection's record", func() bool { return r.Stats().Accepted == tt.accepted+1 })
+			testkit.Eventually(t, testTimeout, "the next connection's record", func() bool { return r.Stats().Accepted == tt.accepted+1 })
 		})
 	}
 }
@@ -219,7 +222,9 @@ func TestBadStreams(t *testing.T) {
 // does not.
 func TestMaxFrameSize(t *testing.T) {
 	sink := &countingSink{}
-	r := listen(t, Config{MaxFrameSize: 1000}, sink.sink)
+	cfg := testConfig(t)
+	cfg.MaxFrameSize = 1000
+	r := listen(t, cfg, sink.sink)
 	// An unknown field (number 16) pads the frame to exactly the limit.
 	base := tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "a.example.com"))
 	var f []byte
@@ -231,7 +236,7 @@ func TestMaxFrameSize(t *testing.T) {
 	}
 	s := dialSender(t, r.Addr())
 	s.send(t, f)
-	waitFor(t, "the frame at the limit", func() bool { return sink.n() == 1 })
+	testkit.Eventually(t, testTimeout, "the frame at the limit", func() bool { return sink.n() == 1 })
 	s.send(t, append(f, 0))
 	st := waitClosed(t, r, 1)
 	if st.Disconnects["oversize"] != 1 || st.Rejected[ReasonBadFrame] != 1 {
@@ -244,7 +249,9 @@ func TestMaxFrameSize(t *testing.T) {
 func TestHandshakeTimeout(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	sink := &countingSink{}
-	r := listen(t, Config{HandshakeTimeout: timeout}, sink.sink)
+	cfg := testConfig(t)
+	cfg.HandshakeTimeout = timeout
+	r := listen(t, cfg, sink.sink)
 
 	idle := dialSender(t, r.Addr()) // handshakes, then stays quiet
 	silent, err := net.Dial("unix", r.Addr())
@@ -269,9 +276,12 @@ func TestHandshakeTimeout(t *testing.T) {
 	}
 	expectClosed(t, silent)
 
-	time.Sleep(3 * timeout)
+	// No sleep is needed to show that the idle connection outlives the
+	// timeout: its handshake deadline was set before dialSender returned,
+	// the silent ones' after, and they have expired. Had the receiver kept
+	// the deadline after START, the idle one's read would fail now.
 	idle.send(t, tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "late.example.com")))
-	waitFor(t, "the idle connection's record", func() bool { return sink.n() == 1 })
+	testkit.Eventually(t, testTimeout, "the idle connection's record", func() bool { return sink.n() == 1 })
 	if st := r.Stats(); st.Connections != 1 {
 		t.Errorf("%d connections open, want the idle one", st.Connections)
 	}
@@ -281,13 +291,15 @@ func TestHandshakeTimeout(t *testing.T) {
 // that has gone longest without a frame.
 func TestMaxConnsEvictsIdlest(t *testing.T) {
 	sink := &countingSink{}
-	r := listen(t, Config{MaxConns: 2}, sink.sink)
+	cfg := testConfig(t)
+	cfg.MaxConns = 2
+	r := listen(t, cfg, sink.sink)
 	frame := func(name string) []byte { return tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, name)) }
 
 	old := dialSender(t, r.Addr()) // handshakes, then never sends: like a connection CoreDNS abandoned
 	busy := dialSender(t, r.Addr())
 	busy.send(t, frame("busy.example.com"))
-	waitFor(t, "the busy connection's record", func() bool { return sink.n() == 1 })
+	testkit.Eventually(t, testTimeout, "the busy connection's record", func() bool { return sink.n() == 1 })
 
 	fresh := dialSender(t, r.Addr())
 	st := waitClosed(t, r, 1)
@@ -297,7 +309,7 @@ func TestMaxConnsEvictsIdlest(t *testing.T) {
 	expectClosed(t, old.conn)
 	busy.send(t, frame("busy2.example.com"))
 	fresh.send(t, frame("fresh.example.com"))
-	waitFor(t, "both survivors' records", func() bool { return sink.n() == 3 })
+	testkit.Eventually(t, testTimeout, "both survivors' records", func() bool { return sink.n() == 3 })
 	if st := r.Stats(); st.Connections != 2 || st.ConnectionsTotal != 3 {
 		t.Errorf("open %d total %d, want 2 and 3", st.Connections, st.ConnectionsTotal)
 	}
@@ -308,7 +320,7 @@ func TestMaxConnsEvictsIdlest(t *testing.T) {
 func TestConcurrentSenders(t *testing.T) {
 	const senders, records = 6, 300
 	c := newCache(t)
-	r := listen(t, Config{}, c.Insert)
+	r := listen(t, testConfig(t), c.Insert)
 	frames := make([][]byte, records)
 	for i := range frames {
 		frames[i] = tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "n"+strconv.Itoa(i)+".example.com"))
@@ -341,16 +353,16 @@ func TestConcurrentSenders(t *testing.T) {
 // again on the same path; the sender's next write fails, and a new
 // connection works (what CoreDNS does is measured in TestCoreDNS).
 func TestRestart(t *testing.T) {
-	path := socketPath(t)
+	cfg := testConfig(t)
+	path := cfg.Path
 	sink := &countingSink{}
-	cfg := Config{Path: path, Logger: testLogger(t)}
 	r1, err := Listen(context.Background(), cfg, sink.sink)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := dialSender(t, path)
 	s.send(t, tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "one.example.com")))
-	waitFor(t, "the first record", func() bool { return sink.n() == 1 })
+	testkit.Eventually(t, testTimeout, "the first record", func() bool { return sink.n() == 1 })
 	if err := r1.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -363,21 +375,18 @@ func TestRestart(t *testing.T) {
 	r2 := listen(t, cfg, sink.sink)
 	// The old connection is dead: the first flush may still land in the
 	// kernel buffer of a closed socket, a later one fails.
-	var werr error
-	for i := 0; i < 100 && werr == nil; i++ {
-		_, werr = s.w.WriteFrame(tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "lost.example.com")))
-		if werr == nil {
-			werr = s.w.Flush()
+	lost := tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "lost.example.com"))
+	testkit.Eventually(t, testTimeout, "a write on the closed receiver's connection to fail", func() bool {
+		_, err := s.w.WriteFrame(lost)
+		if err == nil {
+			err = s.w.Flush()
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if werr == nil {
-		t.Error("writes on the closed receiver's connection keep succeeding")
-	}
+		return err != nil
+	})
 	s2 := dialSender(t, path)
 	s2.send(t, tapFrame(t, tap.Message_CLIENT_RESPONSE, reply(t, "two.example.com")))
 	s2.stop(t)
-	waitFor(t, "the record after the restart", func() bool { return r2.Stats().Accepted == 1 })
+	testkit.Eventually(t, testTimeout, "the record after the restart", func() bool { return r2.Stats().Accepted == 1 })
 	if sink.n() != 2 {
 		t.Errorf("sink got %d records, want 2", sink.n())
 	}
@@ -414,7 +423,9 @@ func TestSocketFile(t *testing.T) {
 			t.Cleanup(func() { ln.Close() })
 		}},
 		{name: "live receiver", wantErr: ErrInUse, prepare: func(t *testing.T, path string) {
-			listen(t, Config{Path: path}, nop)
+			cfg := testConfig(t)
+			cfg.Path = path
+			listen(t, cfg, nop)
 		}},
 		{name: "regular file", wantErr: ErrNotSocket, prepare: func(t *testing.T, path string) {
 			if err := os.WriteFile(path, []byte("precious"), 0o644); err != nil {
@@ -437,7 +448,9 @@ func TestSocketFile(t *testing.T) {
 				tt.prepare(t, path)
 			}
 			before, _ := os.Lstat(path)
-			r, err := Listen(context.Background(), Config{Path: path, Mode: tt.mode}, nop)
+			cfg := testConfig(t)
+			cfg.Path, cfg.Mode = path, tt.mode
+			r, err := Listen(context.Background(), cfg, nop)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("Listen: %v, want %v", err, tt.wantErr)
@@ -470,8 +483,9 @@ func TestSocketFile(t *testing.T) {
 
 // TestCloseKeepsAReplacedFile: Close removes only the file Listen made.
 func TestCloseKeepsAReplacedFile(t *testing.T) {
-	path := socketPath(t)
-	r, err := Listen(context.Background(), Config{Path: path}, func([]byte) error { return nil })
+	cfg := testConfig(t)
+	path := cfg.Path
+	r, err := Listen(context.Background(), cfg, func([]byte) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,15 +503,16 @@ func TestCloseKeepsAReplacedFile(t *testing.T) {
 
 // TestContextCancelCloses: the receiver closes when Listen's context ends.
 func TestContextCancelCloses(t *testing.T) {
-	path := socketPath(t)
+	cfg := testConfig(t)
+	path := cfg.Path
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := Listen(ctx, Config{Path: path}, func([]byte) error { return nil })
+	r, err := Listen(ctx, cfg, func([]byte) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := dialSender(t, path)
 	cancel()
-	waitFor(t, "the socket file to go", func() bool {
+	testkit.Eventually(t, testTimeout, "the socket file to go", func() bool {
 		_, err := os.Lstat(path)
 		return errors.Is(err, os.ErrNotExist)
 	})
@@ -513,50 +528,70 @@ func TestContextCancelCloses(t *testing.T) {
 // TestListenWithEndedContext: a context that has already ended closes the
 // receiver at once.
 func TestListenWithEndedContext(t *testing.T) {
-	path := socketPath(t)
+	cfg := testConfig(t)
+	path := cfg.Path
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r, err := Listen(ctx, Config{Path: path}, func([]byte) error { return nil })
+	r, err := Listen(ctx, cfg, func([]byte) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the socket file to go", func() bool {
+	testkit.Eventually(t, testTimeout, "the socket file to go", func() bool {
 		_, err := os.Lstat(path)
 		return errors.Is(err, os.ErrNotExist)
 	})
 	r.Close()
 }
 
+// TestConfig: Listen takes DefaultConfig with a Path, and refuses each
+// invalid field by name, before it touches the path.
 func TestConfig(t *testing.T) {
-	long := "/" + string(make([]byte, 200))
+	nop := func([]byte) error { return nil }
 	tests := []struct {
-		name string
-		cfg  Config
-		ok   bool
+		name    string
+		set     func(c *Config)
+		sink    Sink
+		wantErr string // "" for success
 	}{
-		{"defaults", Config{Path: "/run/dnsstandby/dnstap.sock"}, true},
-		{"no path", Config{}, false},
-		{"path too long", Config{Path: long}, false},
-		{"negative conns", Config{Path: "/x", MaxConns: -1}, false},
-		{"negative frame", Config{Path: "/x", MaxFrameSize: -1}, false},
-		{"negative timeout", Config{Path: "/x", HandshakeTimeout: -1}, false},
-		{"mode with type bits", Config{Path: "/x", Mode: os.ModeSocket | 0o600}, false},
+		{name: "defaults", set: func(*Config) {}, sink: nop},
+		{name: "mode 0", set: func(c *Config) { c.Mode = 0 }, sink: nop},
+		{name: "no path", set: func(c *Config) { c.Path = "" }, sink: nop, wantErr: "dnstap: Path is empty"},
+		{name: "path too long", set: func(c *Config) { c.Path = "/" + strings.Repeat("x", 200) }, sink: nop, wantErr: "dnstap: Path "},
+		{name: "zero conns", set: func(c *Config) { c.MaxConns = 0 }, sink: nop, wantErr: "dnstap: MaxConns must be positive, got 0"},
+		{name: "negative frame", set: func(c *Config) { c.MaxFrameSize = -1 }, sink: nop, wantErr: "dnstap: MaxFrameSize must be positive, got -1"},
+		{name: "zero frame", set: func(c *Config) { c.MaxFrameSize = 0 }, sink: nop, wantErr: "dnstap: MaxFrameSize must be positive, got 0"},
+		{name: "zero timeout", set: func(c *Config) { c.HandshakeTimeout = 0 }, sink: nop, wantErr: "dnstap: HandshakeTimeout must be positive, got 0s"},
+		{name: "mode with type bits", set: func(c *Config) { c.Mode = os.ModeSocket | 0o600 }, sink: nop, wantErr: "dnstap: Mode "},
+		{name: "nil sink", set: func(*Config) {}, wantErr: "dnstap: nil sink"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := tt.cfg
-			err := c.setDefaults()
-			if (err == nil) != tt.ok {
-				t.Fatalf("setDefaults: %v, want ok=%v", err, tt.ok)
+			cfg := DefaultConfig()
+			cfg.Path = socketPath(t)
+			tt.set(&cfg)
+			r, err := Listen(context.Background(), cfg, tt.sink)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Listen: %v", err)
+				}
+				if err := r.Close(); err != nil {
+					t.Error(err)
+				}
+				return
 			}
-			if tt.ok && (c.Mode != DefaultMode || c.MaxConns != DefaultMaxConns || c.MaxFrameSize != DefaultMaxFrameSize ||
-				c.HandshakeTimeout != DefaultHandshakeTimeout || c.Logger == nil) {
-				t.Errorf("defaults not applied: %+v", c)
+			if err == nil {
+				r.Close()
+				t.Fatalf("Listen succeeded, want an error starting %q", tt.wantErr)
+			}
+			if !strings.HasPrefix(err.Error(), tt.wantErr) {
+				t.Errorf("Listen: %q, want it to start %q", err, tt.wantErr)
+			}
+			if cfg.Path != "" && len(cfg.Path) <= maxSocketPath {
+				if _, err := os.Lstat(cfg.Path); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a refused Config left %s: %v", cfg.Path, err)
+				}
 			}
 		})
-	}
-	if _, err := Listen(context.Background(), Config{Path: "/x"}, nil); err == nil {
-		t.Error("Listen accepted a nil sink")
 	}
 }
 
@@ -572,7 +607,9 @@ func BenchmarkStream(b *testing.B) {
 		{"cache", func(b *testing.B) Sink { return newCache(b).Insert }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			r := listen(b, Config{Logger: slog.New(slog.DiscardHandler)}, bc.sink(b))
+			cfg := DefaultConfig()
+			cfg.Path = socketPath(b)
+			r := listen(b, cfg, bc.sink(b))
 			s := dialSender(b, r.Addr())
 			frames := make([][]byte, 1000)
 			for i := range frames {
