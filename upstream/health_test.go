@@ -57,11 +57,7 @@ func TestMarkedDownAndBack(t *testing.T) {
 			}
 
 			// Skipped: the next query goes straight to the second server.
-			start := time.Now()
 			mustAnswer(t, g, newReq("c.example.", dns.TypeA), "192.0.2.2")
-			if d := time.Since(start); d >= 100*time.Millisecond {
-				t.Errorf("query took %s: the down server was not skipped", d)
-			}
 			if n := s1.seen(); n != 2 {
 				t.Errorf("down server got %d queries, want 2", n)
 			}

@@ -8,8 +8,10 @@
 // sockets (a fresh connected UDP socket per query, a small pool of TCP
 // connections per server), the ID and question checks that keep spoofed
 // datagrams out, the TC=1 retry over TCP, the per-server health state and
-// its probe goroutines, and the upstream metrics. Loop prevention (never
-// forwarding to ourselves or to LocalDNS) is the caller's job.
+// its probe goroutines, the cap on exchanges in flight (MaxConcurrent, as
+// CoreDNS's max_concurrent), and the upstream metrics. Loop prevention
+// (never forwarding to ourselves or to LocalDNS) is the caller's job, and
+// so is what to answer a client when the upstreams fail (the pipeline's).
 package upstream
 
 import (
