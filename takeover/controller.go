@@ -49,7 +49,7 @@ type Config struct {
 	TCPMigrate bool
 
 	// Healthy reports whether our serving loops make progress; the
-	// steering heartbeat is sent only while it returns nil.
+	// steering heartbeat is sent only while it returns nil. Nil: always.
 	Healthy func() error
 	// Answered is the running total of queries dnsstandby answered.
 	Answered func() uint64
@@ -59,7 +59,9 @@ type Config struct {
 	// on the wire from the listen address are LocalDNS's, never our own.
 	// Called at start and whenever that changes, from one goroutine.
 	OnMirrorSafe func(bool)
-	Logger       *slog.Logger
+	// Logger receives the controller's lines (component=takeover) and its
+	// parts' (anchor, peer, steer); nil discards.
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns the defaults for everything but Sockets, Healthy
@@ -92,15 +94,21 @@ const (
 	stallAfter     = 1500 * time.Millisecond
 )
 
+// operatorWait bounds how long Hold and Release wait for the controller's
+// loop to take the command.
+const operatorWait = 5 * time.Second
+
 // Controller runs takeover: anchor, peer watch, probes, mode machine and
-// steering. It implements admin.Handler.
+// steering. Hold, Release, Status and Events serve the admin socket; it is
+// a prometheus.Collector (metrics.go).
 type Controller struct {
 	cfg      Config
-	log      *slog.Logger // always non-nil
-	anchor   *anchor.Anchor
-	steer    *steer.Steerer
-	watch    *peer.Watcher
-	prober   *peer.Prober // or nil until it can be made; owned by run
+	log      *slog.Logger // always non-nil; component=takeover
+	parts    parts
+	anchor   anchorPart // or nil: none asked for, or it could not be made
+	steer    steering
+	watch    peerWatch
+	prober   prober // or nil until it can be made; owned by run
 	probeCfg peer.ProbeConfig
 	events   *EventLog
 	stats    *stats
@@ -108,9 +116,17 @@ type Controller struct {
 	// anchorFailed: an anchor was asked for and could not be made.
 	anchorFailed bool
 
-	ops    chan operatorCmd
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// safe is the last OnMirrorSafe value told: -1 none yet, 0 false, 1
+	// true. Owned by the goroutine that runs the machine (Start, then
+	// run).
+	safe int8
+
+	ops       chan operatorCmd
+	ctx       context.Context // the goroutines': Start's ctx, ended early by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 
 	mu       sync.Mutex // guards following
 	machine  *Machine
@@ -118,8 +134,6 @@ type Controller struct {
 	adopted  map[string][]uint64 // group -> peer socket inodes handled: in its map, or MPTCP
 	mptcp    map[string]int      // group -> how many of those are MPTCP, so not in the map
 	lastProb peer.ProbeResult
-	closed   bool
-	safe     int8 // last OnMirrorSafe value told: -1 none yet, 0 false, 1 true
 }
 
 type operatorCmd struct {
@@ -132,17 +146,42 @@ type operatorCmd struct {
 // before anything is decided), then the steering program on every socket,
 // then the peer watch; it applies the first mode before returning, so that
 // a caller reporting READY afterwards reports a standby in place.
-func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
+//
+// Every goroutine of the controller and its parts (anchor watch, peer
+// watch, heartbeat, the machine's loop) runs under a context derived from
+// ctx: it stops when ctx is done or when Close is called, whichever comes
+// first. Ending ctx only stops them — the heartbeat too, so the programs
+// stop selecting our sockets after the stall limit; it neither detaches
+// the steering nor removes the anchor. Close must be called even after
+// ctx is done: it releases the parts, leaving the steering programs
+// attached in their last mode.
+func Start(ctx context.Context, cfg Config) (*Controller, error) {
+	return start(ctx, cfg, realParts())
+}
+
+func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) {
 	if len(cfg.Sockets) == 0 {
-		return nil, errors.New("takeover: no sockets")
+		return nil, errors.New("takeover: Sockets must not be empty")
+	}
+	if cfg.ProbeInterval <= 0 {
+		return nil, fmt.Errorf("takeover: ProbeInterval must be positive, got %s", cfg.ProbeInterval)
+	}
+	if !cfg.ProbeAddr.IsValid() {
+		return nil, errors.New("takeover: ProbeAddr must be set")
+	}
+	if cfg.ProbeName == "" {
+		return nil, errors.New("takeover: ProbeName must be set")
 	}
 	if cfg.Healthy == nil {
 		cfg.Healthy = func() error { return nil }
 	}
-	c = &Controller{cfg: cfg, log: cfg.Logger, ops: make(chan operatorCmd), adopted: map[string][]uint64{}, mptcp: map[string]int{}, stats: newStats(), safe: -1}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	c = &Controller{cfg: cfg, log: log.With("component", "takeover"), parts: p, ops: make(chan operatorCmd),
+		adopted: map[string][]uint64{}, mptcp: map[string]int{}, stats: newStats(), safe: -1}
+	c.ctx, c.cancel = context.WithCancel(ctx)
 	defer func() {
 		if err != nil {
 			c.shutdown()
@@ -151,15 +190,17 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 	}()
 
 	if cfg.Anchor != nil {
-		c.anchor = c.startAnchor(ctx, *cfg.Anchor)
+		c.anchor = c.startAnchor(*cfg.Anchor)
 	}
 	if cfg.TCPMigrate {
 		if err := os.WriteFile("/proc/sys/net/ipv4/tcp_migrate_req", []byte("1\n"), 0o644); err != nil {
-			c.log.Warn("tcp_migrate_req not set: TCP connections queued on a dying LocalDNS will be reset", "err", err.Error())
+			c.log.Warn("tcp_migrate_req not set: TCP connections queued on a dying LocalDNS will be reset", slog.Any("err", err))
 		}
 	}
 
-	c.steer, err = steer.New(steer.Config{Want: cfg.Steering, StallAfter: stallAfter, Logger: c.log})
+	sc := steer.DefaultConfig()
+	sc.Want, sc.StallAfter, sc.Logger = cfg.Steering, stallAfter, cfg.Logger
+	c.steer, err = p.newSteering(sc)
 	if err != nil {
 		return c, fmt.Errorf("takeover: %w", err)
 	}
@@ -168,30 +209,31 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 		// A group the program cannot steer stays plain SO_REUSEPORT: we
 		// keep serving; the level is reported per group.
 		if err := c.steer.AddGroup(groupName(s.Addr, s.UDP), s.Conn, s.UDP); err != nil {
-			c.log.Warn("steering not attached: this group shares by the kernel's hash", "group", groupName(s.Addr, s.UDP), "err", err.Error())
+			c.log.Warn("steering not attached: this group shares by the kernel's hash", "group", groupName(s.Addr, s.UDP), slog.Any("err", err))
 		}
-		ino, err := peer.SocketInode(s.Conn)
+		ino, err := p.socketInode(s.Conn)
 		if err != nil {
 			return c, fmt.Errorf("takeover: %w", err)
 		}
 		ours[ino] = true
 	}
 
-	c.probeCfg = peer.ProbeConfig{Server: cfg.ProbeAddr, Name: cfg.ProbeName, Timeout: probeTimeout}
+	c.probeCfg = peer.DefaultProbeConfig()
+	c.probeCfg.Server, c.probeCfg.Name, c.probeCfg.Timeout = cfg.ProbeAddr, cfg.ProbeName, probeTimeout
 	if c.steer.Level() == steer.Adopt {
 		c.probeCfg.Server = firstUDP(cfg.Sockets) // the program routes the probe port to LocalDNS's socket
 	}
 	c.ensureProber()
 
-	var addrs []netip.AddrPort
+	wc := peer.DefaultWatcherConfig()
 	for _, s := range cfg.Sockets {
-		if !slices.Contains(addrs, s.Addr) {
-			addrs = append(addrs, s.Addr)
+		if !slices.Contains(wc.Addrs, s.Addr) {
+			wc.Addrs = append(wc.Addrs, s.Addr)
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.watch, err = peer.StartWatcher(runCtx, peer.WatcherConfig{Addrs: addrs, Exclude: func(ino uint64) bool { return ours[ino] }, Logger: c.log})
+	wc.Exclude = func(ino uint64) bool { return ours[ino] }
+	wc.Logger = cfg.Logger
+	c.watch, err = p.startWatch(c.ctx, wc)
 	if err != nil {
 		return c, fmt.Errorf("takeover: %w", err)
 	}
@@ -212,8 +254,8 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 	c.log.Info("takeover started", "mode", mode.String(), "peer_bound", c.peer.Bound, "peer_sockets", len(c.peer.Sockets))
 
 	c.wg.Add(2)
-	go func() { defer c.wg.Done(); c.heartbeat(runCtx) }()
-	go func() { defer c.wg.Done(); c.run(runCtx) }()
+	go func() { defer c.wg.Done(); c.heartbeat(c.ctx) }()
+	go func() { defer c.wg.Done(); c.run(c.ctx) }()
 	return c, nil
 }
 
@@ -221,17 +263,17 @@ func Start(ctx context.Context, cfg Config) (c *Controller, err error) {
 // gets a bridge (an empty bridge holds local addresses just as well); an
 // anchor that cannot be made at all is logged and reported as not ready,
 // but never stops dnsstandby from serving.
-func (c *Controller) startAnchor(ctx context.Context, cfg anchor.Config) *anchor.Anchor {
-	cfg.Logger = c.log
-	a, err := anchor.Start(ctx, cfg)
+func (c *Controller) startAnchor(cfg anchor.Config) anchorPart {
+	cfg.Logger = c.cfg.Logger
+	a, err := c.parts.startAnchor(c.ctx, cfg)
 	if errors.Is(err, anchor.ErrUnknownKind) && cfg.Kind != "bridge" {
-		c.log.Warn("anchor: link kind unavailable, using bridge", "kind", cfg.Kind, "err", err.Error())
+		c.log.Warn("anchor: link kind unavailable, using bridge", "kind", cfg.Kind, slog.Any("err", err))
 		cfg.Kind = "bridge"
-		a, err = anchor.Start(ctx, cfg)
+		a, err = c.parts.startAnchor(c.ctx, cfg)
 	}
 	if err != nil {
 		c.anchorFailed = true
-		c.log.Error("anchor not in place: the listen addresses disappear with LocalDNS's link", "err", err.Error())
+		c.log.Error("anchor not in place: the listen addresses disappear with LocalDNS's link", slog.Any("err", err))
 		return nil
 	}
 	return a
@@ -260,13 +302,13 @@ func (c *Controller) ensureProber() bool {
 	if c.prober != nil {
 		return true
 	}
-	p, err := peer.NewProber(c.probeCfg)
+	p, err := c.parts.newProber(c.probeCfg)
 	if err != nil {
 		return false
 	}
 	if c.steer.Level() == steer.Adopt {
 		if err := c.steer.SetProbePort(p.SourcePort()); err != nil {
-			c.log.Warn("steering: probe port not set; probes may reach dnsstandby itself", "err", err.Error())
+			c.log.Warn("steering: probe port not set; probes may reach dnsstandby itself", slog.Any("err", err))
 		}
 	}
 	c.prober = p
@@ -340,7 +382,18 @@ func (c *Controller) run(ctx context.Context) {
 			} else {
 				probe.Reset(min(c.cfg.ProbeInterval, retryProbeAfter))
 			}
-			c.handle(func(m *Machine, now time.Time) *Transition { return m.ProbeResult(now, res.OK) })
+			hung := false
+			tr := c.step(func(m *Machine, now time.Time) *Transition {
+				was := m.Trusted()
+				tr := m.ProbeResult(now, res.OK)
+				hung = was && !m.Trusted()
+				return tr
+			})
+			if hung {
+				c.log.Warn("LocalDNS hung: it is bound but failed its probes", "failed_in_a_row", c.cfg.Machine.HungAfter,
+					slog.Any("err", res.Err))
+			}
+			c.carry(tr)
 		case op := <-c.ops:
 			c.handle(func(m *Machine, now time.Time) *Transition {
 				if op.hold {
@@ -357,20 +410,31 @@ func (c *Controller) run(ctx context.Context) {
 
 // handle runs one input through the machine and carries out a transition.
 func (c *Controller) handle(input func(*Machine, time.Time) *Transition) {
+	c.carry(c.step(input))
+}
+
+// step runs one input through the machine.
+func (c *Controller) step(input func(*Machine, time.Time) *Transition) *Transition {
 	c.mu.Lock()
-	tr := input(c.machine, time.Now())
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	return input(c.machine, time.Now())
+}
+
+// carry carries out a transition (nil: none): steering, OnMirrorSafe,
+// events, metrics and the log.
+func (c *Controller) carry(tr *Transition) {
 	if tr == nil {
 		return
 	}
 	if err := c.apply(tr.To); err != nil {
-		c.log.Error("steering not applied", "mode", tr.To.String(), "err", err.Error())
+		c.log.Error("steering not applied", "mode", tr.To.String(), slog.Any("err", err))
 	}
 	c.tellMirrorSafe()
 	ended := c.events.Record(*tr)
 	c.stats.transition(*tr, ended.DurationS)
+	lasted := time.Duration(ended.DurationS * float64(time.Second)).Round(time.Millisecond)
 	c.log.Info("mode change", "from", tr.From.String(), "to", tr.To.String(), "reason", string(tr.Reason),
-		"after_s", ended.DurationS, "answered", ended.Answered)
+		"after", lasted.String(), "answered", ended.Answered)
 }
 
 // mirrorSafe reports whether every query goes to LocalDNS: mirror mode,
@@ -430,7 +494,7 @@ func (c *Controller) adopt(st peer.State) {
 		g := groupName(s.Addr, s.Proto == peer.UDP)
 		byGroup[g] = append(byGroup[g], s)
 	}
-	procs := map[int]*peer.Process{}
+	procs := map[int]peerProcess{}
 	defer func() {
 		for _, p := range procs {
 			p.Close()
@@ -450,7 +514,7 @@ func (c *Controller) adopt(st peer.State) {
 			continue
 		}
 		if err := c.steer.ClearPeers(g); err != nil {
-			c.log.Warn("steering: clear peers", "group", g, "err", err.Error())
+			c.log.Warn("steering: clear peers", "group", g, slog.Any("err", err))
 		}
 		var done []uint64
 		mptcp := 0
@@ -461,9 +525,9 @@ func (c *Controller) adopt(st peer.State) {
 			p := procs[ps.PID]
 			if p == nil {
 				var err error
-				if p, err = peer.OpenProcess(ps.PID); err != nil {
+				if p, err = c.parts.openProcess(ps.PID); err != nil {
 					c.stats.adoptErrors.Add(1)
-					c.log.Warn("cannot adopt LocalDNS socket", "group", g, "pid", ps.PID, "err", err.Error())
+					c.log.Warn("cannot adopt LocalDNS socket", "group", g, "pid", ps.PID, slog.Any("err", err))
 					continue
 				}
 				procs[ps.PID] = p
@@ -471,7 +535,7 @@ func (c *Controller) adopt(st peer.State) {
 			fd, err := p.DupSocket(ps.Inode)
 			if err != nil {
 				c.stats.adoptErrors.Add(1)
-				c.log.Warn("cannot adopt LocalDNS socket", "group", g, "pid", ps.PID, "err", err.Error())
+				c.log.Warn("cannot adopt LocalDNS socket", "group", g, "pid", ps.PID, slog.Any("err", err))
 				continue
 			}
 			_, err = c.steer.Adopt(g, fd)
@@ -485,7 +549,7 @@ func (c *Controller) adopt(st peer.State) {
 				mptcp++ // handled: not tried again until the sockets change
 			case err != nil:
 				c.stats.adoptErrors.Add(1)
-				c.log.Warn("cannot adopt LocalDNS socket", "group", g, "err", err.Error())
+				c.log.Warn("cannot adopt LocalDNS socket", "group", g, slog.Any("err", err))
 				continue
 			}
 			done = append(done, ps.Inode)
@@ -496,19 +560,24 @@ func (c *Controller) adopt(st peer.State) {
 	}
 }
 
-// Hold implements admin.Handler.
+// Hold keeps the traffic away from LocalDNS for d (0: until Release), as
+// `dnsstandby hold` asks.
 func (c *Controller) Hold(d time.Duration) error { return c.operator(operatorCmd{hold: true, d: d}) }
 
-// Release implements admin.Handler.
+// Release ends an operator hold, as `dnsstandby release` asks.
 func (c *Controller) Release() error { return c.operator(operatorCmd{}) }
 
 func (c *Controller) operator(op operatorCmd) error {
 	op.done = make(chan error, 1)
+	t := time.NewTimer(operatorWait)
+	defer t.Stop()
 	select {
 	case c.ops <- op:
 		return <-op.done
-	case <-time.After(5 * time.Second):
-		return errors.New("controller busy or stopped")
+	case <-c.ctx.Done():
+		return errors.New("controller stopped")
+	case <-t.C:
+		return errors.New("controller busy")
 	}
 }
 
@@ -545,8 +614,8 @@ type Status struct {
 	Events      []Event `json:"events"`
 }
 
-// Status implements admin.Handler.
-func (c *Controller) Status() any {
+// Status returns what `dnsstandby status` shows.
+func (c *Controller) Status() Status {
 	var s Status
 	c.mu.Lock()
 	mode, reason, since := c.machine.Mode()
@@ -592,26 +661,19 @@ func (c *Controller) Mode() Mode {
 	return m
 }
 
-// Close stops the controller: goroutines first, then steering ends with
-// the programs left attached in their last mode (steer.Leave: in mirror,
-// LocalDNS keeps every query while our sockets close, and a successor
-// replaces the program), then the peer watch and the anchor (kept unless
-// configured to clean up). Safe twice.
+// Close stops the controller: goroutines first (if ctx has not already),
+// then steering ends with the programs left attached in their last mode
+// (steer.Leave: in mirror, LocalDNS keeps every query while our sockets
+// close, and a successor replaces the program), then the peer watch, the
+// prober and the anchor (kept unless configured to clean up). It is safe
+// to call more than once, and after Start's ctx is done.
 func (c *Controller) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	c.mu.Unlock()
-	return c.shutdown()
+	c.closeOnce.Do(func() { c.closeErr = c.shutdown() })
+	return c.closeErr
 }
 
 func (c *Controller) shutdown() error {
-	if c.cancel != nil {
-		c.cancel()
-	}
+	c.cancel()
 	c.wg.Wait()
 	var errs []error
 	if c.steer != nil {

@@ -1,12 +1,7 @@
-// Package takeover decides who answers 169.254.10.11 — LocalDNS or
-// dnsstandby — and makes the kernel follow: it keeps the listen addresses
-// local (anchor), watches LocalDNS's sockets and health (peer), steers the
-// reuseport groups with eBPF (steer), and runs the mode machine that ties
-// them together. It never touches the pipeline: it only chooses where the
-// kernel sends queries.
 package takeover
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -72,11 +67,17 @@ func DefaultMachineConfig() MachineConfig {
 }
 
 func (c MachineConfig) validate() error {
-	if c.HungAfter < 1 || c.HealthyProbes < 1 || c.HealthyFor < 0 {
-		return fmt.Errorf("mode machine: hung-after %d and healthy-probes %d must be at least 1, healthy-for %s not negative",
-			c.HungAfter, c.HealthyProbes, c.HealthyFor)
+	var errs []error
+	if c.HungAfter < 1 {
+		errs = append(errs, fmt.Errorf("takeover: Machine.HungAfter must be at least 1, got %d", c.HungAfter))
 	}
-	return nil
+	if c.HealthyProbes < 1 {
+		errs = append(errs, fmt.Errorf("takeover: Machine.HealthyProbes must be at least 1, got %d", c.HealthyProbes))
+	}
+	if c.HealthyFor < 0 {
+		errs = append(errs, fmt.Errorf("takeover: Machine.HealthyFor must not be negative, got %s", c.HealthyFor))
+	}
+	return errors.Join(errs...)
 }
 
 // Transition is one change of mode.
@@ -120,6 +121,11 @@ func NewMachine(cfg MachineConfig, now time.Time, bound bool) (*Machine, error) 
 
 // Mode returns the current mode, why it was entered, and since when.
 func (m *Machine) Mode() (Mode, Reason, time.Time) { return m.mode, m.reason, m.since }
+
+// Trusted reports whether LocalDNS is trusted with traffic: it was bound
+// when the machine started, or passed the hold-down since it last exited
+// or hung.
+func (m *Machine) Trusted() bool { return m.trusted }
 
 // Holding reports whether an operator hold is in force, and until when
 // (zero: until released).
