@@ -14,7 +14,7 @@ var (
 	// levelDesc is 1 for the steering level in use, 0 for the others.
 	levelDesc = prometheus.NewDesc("dnsstandby_steer_level",
 		"Steering level in use (1) among off, own and adopt.", []string{"level"}, nil)
-	// wantedDesc is 1 for the highest level asked for (--steering; auto
+	// wantedDesc is 1 for the highest level asked for (Config.Want; auto
 	// asks for adopt), so that an alert can compare it with the level in
 	// use whatever level a node is deployed with.
 	wantedDesc = prometheus.NewDesc("dnsstandby_steer_level_wanted",
