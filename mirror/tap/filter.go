@@ -40,24 +40,26 @@ type filterSpec struct {
 	excludeMark uint32       // skb mark of packets to leave out; 0 = none
 }
 
+// newFilterSpec checks the addresses and port a Config gives; its errors
+// name the Config fields, and Start puts the package's name before them.
 func newFilterSpec(addrs []netip.Addr, port uint16, excludeMark uint32) (filterSpec, error) {
 	s := filterSpec{port: port, excludeMark: excludeMark}
 	if len(addrs) == 0 {
-		return s, errors.New("no source addresses")
+		return s, errors.New("Addrs is empty")
 	}
 	if len(addrs) > maxFilterAddrs {
-		return s, fmt.Errorf("%d source addresses, at most %d", len(addrs), maxFilterAddrs)
+		return s, fmt.Errorf("Addrs has %d addresses, at most %d", len(addrs), maxFilterAddrs)
 	}
 	if port == 0 {
-		return s, errors.New("source port 0")
+		return s, errors.New("Port must not be 0")
 	}
 	for _, a := range addrs {
 		a = a.Unmap()
 		switch {
 		case !a.IsValid():
-			return s, errors.New("invalid source address")
+			return s, errors.New("Addrs holds an invalid address")
 		case a.Zone() != "":
-			return s, fmt.Errorf("source address %s: zones are not supported", a)
+			return s, fmt.Errorf("Addrs: %s: zones are not supported", a)
 		case a.Is4():
 			s.v4 = append(s.v4, a)
 		default:

@@ -2,7 +2,6 @@ package tap
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"testing"
 
@@ -190,13 +189,6 @@ func TestFilterKernelMatchesVM(t *testing.T) {
 }
 
 func TestFilterSpecLimits(t *testing.T) {
-	many := func(n int) []netip.Addr {
-		var a []netip.Addr
-		for i := range n {
-			a = append(a, netip.MustParseAddr(fmt.Sprintf("fd00::%x", i+1)))
-		}
-		return a
-	}
 	// The most addresses allowed, all IPv6 (the longest program), assemble.
 	spec, err := newFilterSpec(many(maxFilterAddrs), 53, 1)
 	if err != nil {

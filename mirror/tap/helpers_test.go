@@ -2,6 +2,7 @@ package tap
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -91,4 +92,13 @@ func withIPv6NextHeader(pkt []byte, nh uint8) []byte {
 
 func mutate(pkt []byte, fn func(p []byte) []byte) []byte {
 	return fn(append([]byte(nil), pkt...))
+}
+
+// many returns n distinct IPv6 addresses (the longest filter program).
+func many(n int) []netip.Addr {
+	var a []netip.Addr
+	for i := range n {
+		a = append(a, netip.MustParseAddr(fmt.Sprintf("fd00::%x", i+1)))
+	}
+	return a
 }

@@ -144,13 +144,16 @@ func TestTapCPU(t *testing.T) {
 	b := newBed(t, false)
 	const n = 20000
 	server := bedAddr4 + ":53"
+	var tp *Tap // the tap measured, nil for none
 	measure := func(prefix string) (self, coredns time.Duration, answered int) {
 		cs0 := ctxSwitches()
 		defer func() { t.Logf("%s: %d context switches", prefix, ctxSwitches()-cs0) }()
 		u0, s0 := cpuTimes(t)
 		d0 := procCPU(t, b.coredns.Pid())
 		answered = runLoad(t, b.pod, server, n, prefix)
-		time.Sleep(100 * time.Millisecond) // let the tap drain
+		if tp != nil {
+			drained(t, tp)
+		}
 		u1, s1 := cpuTimes(t)
 		t.Logf("%s: user %v, system %v", prefix, u1-u0, s1-s0)
 		return u1 - u0 + s1 - s0, procCPU(t, b.coredns.Pid()) - d0, answered
@@ -160,7 +163,7 @@ func TestTapCPU(t *testing.T) {
 	idle, dnsIdle, got0 := measure("idle")
 
 	var calls atomic.Int64
-	tp := startTap(t, b.node, Config{}, func([]byte) error { calls.Add(1); return nil })
+	tp = startTap(t, b.node, bedConfig(t), func([]byte) error { calls.Add(1); return nil })
 	bare, dnsBare, got1 := measure("bare")
 	st := tp.Stats()
 	must(t, tp.Close())
@@ -170,7 +173,7 @@ func TestTapCPU(t *testing.T) {
 
 	rec := newRecorder(t)
 	c := rec.cache
-	tp = startTap(t, b.node, Config{}, c.Insert)
+	tp = startTap(t, b.node, bedConfig(t), c.Insert)
 	full, dnsFull, got2 := measure("cache")
 	st2 := tp.Stats()
 	must(t, tp.Close())
@@ -217,9 +220,9 @@ func TestTapFloodIgnored(t *testing.T) {
 	}
 	without, sent0 := flood()
 	rec := newRecorder(t)
-	tp := startTap(t, b.node, Config{}, rec.sink)
+	tp := startTap(t, b.node, bedConfig(t), rec.sink)
 	with, sent1 := flood()
-	st := settle(t, tp, 0)
+	st := drained(t, tp)
 	if st.Seen != 0 || st.KernelPackets != 0 {
 		t.Errorf("the flood reached the tap: seen %d, kernel passed %d", st.Seen, st.KernelPackets)
 	}
@@ -240,16 +243,14 @@ func TestTapBurstDrops(t *testing.T) {
 	const n = 20000
 	server := bedAddr4 + ":53"
 
-	slow := startTap(t, b.node, Config{RcvBuf: 64 << 10}, func([]byte) error { time.Sleep(50 * time.Microsecond); return nil })
+	cfg := bedConfig(t)
+	cfg.RcvBuf = 64 << 10
+	// The sink's sleep is the load, not a wait: a slow consumer.
+	slow := startTap(t, b.node, cfg, func([]byte) error { time.Sleep(50 * time.Microsecond); return nil })
 	got, took := runLoadTimed(t, b.pod, server, n, "slow")
-	deadline := time.Now().Add(5 * time.Second)
-	st := slow.Stats()
-	for st.Seen+st.KernelDrops < uint64(got) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-		st = slow.Stats()
-	}
+	drained(t, slow)
 	must(t, slow.Close())
-	st = slow.Stats()
+	st := slow.Stats()
 	if st.KernelDrops == 0 || st.Seen+st.KernelDrops != uint64(got) || st.KernelPackets != uint64(got) {
 		t.Errorf("slow tap, 64 KiB buffer: %d answered, seen %d, kernel passed %d, dropped %d; want drops, and seen+dropped = answered",
 			got, st.Seen, st.KernelPackets, st.KernelDrops)
@@ -258,14 +259,14 @@ func TestTapBurstDrops(t *testing.T) {
 	t.Logf("burst of %d replies (%d/s) into a 64 KiB buffer, a sink sleeping 50 µs: seen %d, kernel drops %d", got, rate(got, took), st.Seen, st.KernelDrops)
 
 	rec := newRecorder(t)
-	tp := startTap(t, b.node, Config{}, rec.cache.Insert)
+	tp := startTap(t, b.node, bedConfig(t), rec.cache.Insert)
 	got, took = runLoadTimed(t, b.pod, server, n, "burst")
-	st = settle(t, tp, uint64(got))
+	st = drained(t, tp)
 	if st.Accepted+st.KernelDrops != uint64(got) {
 		t.Errorf("default buffer: %d answered, accepted %d, drops %d", got, st.Accepted, st.KernelDrops)
 	}
 	t.Logf("burst of %d replies (%d/s), default %d MiB buffer, cache.Insert: accepted %d, kernel drops %d",
-		got, rate(got, took), DefaultRcvBuf>>20, st.Accepted, st.KernelDrops)
+		got, rate(got, took), DefaultConfig().RcvBuf>>20, st.Accepted, st.KernelDrops)
 }
 
 // ctxSwitches sums the context switches of this process's threads: what

@@ -49,12 +49,13 @@ func (c *counters) wrappedSinkError(err error) {
 	c.tapRejects[reasonSinkError].Add(1)
 }
 
-// Stats is a snapshot of the tap's counters. Seen = Accepted + the sum of
-// Rejected.
+// Stats is a snapshot of the tap's counters: what the daemon's status
+// shows (Enabled, Accepted, RejectedTotal) and more. Seen = Accepted +
+// RejectedTotal(). The records metric is Accepted and Rejected.
 type Stats struct {
 	Seen     uint64            // packets read from the socket (the kernel filter passed them)
-	Accepted uint64            // responses the sink took (returned nil)
-	Rejected map[string]uint64 // the rest by reason: the tap's own, and the cache's passed through
+	Accepted uint64            // responses the sink took (returned nil): records into the cache
+	Rejected map[string]uint64 // the rest by reason, only those counted at least once: the tap's own, and the cache's passed through
 	// Reads counts the recvmmsg calls that returned packets: Seen/Reads is
 	// the mean batch.
 	Reads uint64
@@ -64,7 +65,18 @@ type Stats struct {
 	// filter passed, and of those the ones dropped for a full receive
 	// buffer (never read, so not in Seen).
 	KernelPackets, KernelDrops uint64
-	Enabled                    bool
+	// Enabled is whether the tap inserts what it reads (SetEnabled); a
+	// paused tap's reads are rejected as "disabled".
+	Enabled bool
+}
+
+// RejectedTotal sums Rejected: every record read and not inserted.
+func (s Stats) RejectedTotal() uint64 {
+	var n uint64
+	for _, v := range s.Rejected {
+		n += v
+	}
+	return n
 }
 
 // pollKernelStats adds the kernel's counters since the last poll. It fails

@@ -19,25 +19,12 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
-)
-
-// Defaults for Config's zero values.
-const (
-	DefaultPort = 53
-	// DefaultBatch packets per recvmmsg: at 20k replies/s a batch of 64
-	// fills in about 3 ms, so a busy tap makes a few hundred system calls a
-	// second instead of 20,000.
-	DefaultBatch = 64
-	// DefaultRcvBuf is the socket's receive buffer. The kernel doubles
-	// it (8 MiB) and charges each queued packet its whole skb, about 830
-	// bytes for a small reply from a veth: measured, it holds 10,000
-	// replies, half a second at 20k replies/s with the reader stopped.
-	DefaultRcvBuf = 4 << 20
 )
 
 // slotSize is the largest packet the tap reads whole. Replies leaving on a
@@ -53,28 +40,63 @@ const slotSize = 16 << 10
 // chain; other CPUs' packets may fall between the copies.
 const dedupeWindow = 16
 
-// Config says what the tap takes; zero values mean the defaults above.
+// Config says what the tap takes. Start from DefaultConfig and set Addrs.
 type Config struct {
 	// Addrs are LocalDNS's listen addresses (169.254.10.11); replies from
-	// these with source port Port are taken. IPv4 and IPv6 may be mixed.
+	// these with source port Port are taken. IPv4 and IPv6 may be mixed;
+	// at least one, at most 16.
 	Addrs []netip.Addr
-	// Port is LocalDNS's port; 0 means DefaultPort.
+	// Port is LocalDNS's UDP port; not 0.
 	Port uint16
-	// Batch is the number of packets read per recvmmsg; 0 means
-	// DefaultBatch.
+	// Batch is the number of packets read per recvmmsg, 1 to 1024 (the
+	// kernel's UIO_MAXIOV, the most one call returns). Each costs a 16 KiB
+	// slot.
 	Batch int
 	// RcvBuf is the socket's receive buffer in bytes, set with
 	// SO_RCVBUFFORCE when privileged (SO_RCVBUF, capped by
-	// net.core.rmem_max, otherwise); 0 means DefaultRcvBuf, negative
-	// leaves the system default.
+	// net.core.rmem_max, otherwise); 0 leaves the system's default.
 	RcvBuf int
 	// ExcludeMark, when not 0, leaves out packets whose skb mark equals
 	// it: dnsstandby's own replies, if its sockets set SO_MARK to it, so
 	// that mirroring can go on while it answers a share of the traffic.
 	ExcludeMark uint32
-	// Logger receives start, stop and read errors; nil means
-	// slog.Default().
+	// Logger receives start, stop, pause and read errors; nil discards.
 	Logger *slog.Logger
+}
+
+// maxBatch is the most packets one recvmmsg returns (UIO_MAXIOV): a larger
+// Batch would only hold slots that are never filled.
+const maxBatch = 1024
+
+// DefaultConfig returns the tap's settings for LocalDNS on port 53; Addrs
+// is left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		Port: 53,
+		// At 20k replies/s a batch of 64 fills in about 3 ms, so a busy
+		// tap makes a few hundred system calls a second instead of 20,000.
+		Batch: 64,
+		// The kernel doubles it (8 MiB) and charges each queued packet its
+		// whole skb, about 830 bytes for a small reply from a veth:
+		// measured, it holds 10,000 replies, half a second at 20k
+		// replies/s with the reader stopped.
+		RcvBuf: 4 << 20,
+	}
+}
+
+// validate checks c as Start takes it; errors name the field.
+func (c *Config) validate() (filterSpec, error) {
+	if c.Batch < 1 || c.Batch > maxBatch {
+		return filterSpec{}, fmt.Errorf("tap: Batch must be 1 to %d, got %d", maxBatch, c.Batch)
+	}
+	if c.RcvBuf < 0 {
+		return filterSpec{}, fmt.Errorf("tap: RcvBuf must not be negative, got %d", c.RcvBuf)
+	}
+	spec, err := newFilterSpec(c.Addrs, c.Port, c.ExcludeMark)
+	if err != nil {
+		return filterSpec{}, fmt.Errorf("tap: %w", err)
+	}
+	return spec, nil
 }
 
 // Sink takes one DNS response, usually (*cache.Cache).Insert. It is called
@@ -112,42 +134,36 @@ type Tap struct {
 // daemon calls it in the node's; tests call it inside nstest's ns.Do, the
 // socket staying in that namespace afterwards) and starts its reader. The
 // tap runs, inserting, until ctx ends or Close. It needs CAP_NET_RAW.
+// cfg is taken as given (start from DefaultConfig); an invalid one is an
+// error naming the field.
 func Start(ctx context.Context, cfg Config, sink Sink) (*Tap, error) {
 	if sink == nil {
-		return nil, errors.New("start packet tap: nil sink")
+		return nil, errors.New("tap: nil sink")
 	}
-	if cfg.Port == 0 {
-		cfg.Port = DefaultPort
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = DefaultBatch
-	}
-	if cfg.RcvBuf == 0 {
-		cfg.RcvBuf = DefaultRcvBuf
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	spec, err := newFilterSpec(cfg.Addrs, cfg.Port, cfg.ExcludeMark)
+	spec, err := cfg.validate()
 	if err != nil {
-		return nil, fmt.Errorf("start packet tap: %w", err)
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	prog, err := spec.program(kernelLoads)
 	if err != nil {
-		return nil, fmt.Errorf("start packet tap: build filter: %w", err)
+		return nil, fmt.Errorf("tap: build filter: %w", err)
 	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		return nil, fmt.Errorf("start packet tap: eventfd: %w", err)
+		return nil, fmt.Errorf("tap: eventfd: %w", err)
 	}
 	fd, err := openSocket(prog, cfg.RcvBuf)
 	if err != nil {
 		unix.Close(wake)
-		return nil, fmt.Errorf("start packet tap: %w", err)
+		return nil, fmt.Errorf("tap: %w", err)
 	}
 	t := &Tap{
 		sink:   sink,
-		log:    cfg.Logger.With("component", "mirror-tap"),
+		log:    log.With("component", "tap"),
 		spec:   spec,
 		b:      newBatch(cfg.Batch, slotSize),
 		w:      newWaiter(fd, wake, batchPause),
@@ -159,10 +175,19 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Tap, error) {
 	}
 	t.enabled.Store(true)
 	t.stop = context.AfterFunc(ctx, t.interrupt)
-	t.log.Info("packet tap started", "addrs", cfg.Addrs, "port", cfg.Port, "batch", cfg.Batch,
-		"rcvbuf", cfg.RcvBuf, "filter_instructions", len(prog))
+	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
+		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "filter_instructions", len(prog))
 	go t.run()
 	return t, nil
+}
+
+// addrList is addrs for a log line: one string, comma-separated.
+func addrList(addrs []netip.Addr) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // SetEnabled pauses (false) or resumes (true) inserting. While paused the
@@ -225,7 +250,7 @@ func (t *Tap) run() {
 		n, err := t.b.recv(t.fd)
 		if err != nil {
 			t.stats.readErrors.Add(1)
-			t.log.Warn("packet tap read", "err", err)
+			t.log.Warn("packet tap read failed", slog.Any("err", err), "retry_in", readErrorPause.String())
 			select {
 			case <-time.After(readErrorPause):
 				continue
@@ -261,7 +286,7 @@ func (t *Tap) run() {
 			}
 			if err != nil {
 				t.stats.readErrors.Add(1)
-				t.log.Warn("packet tap wait", "err", err)
+				t.log.Warn("packet tap wait failed", slog.Any("err", err), "retry_in", readErrorPause.String())
 				select {
 				case <-time.After(readErrorPause):
 				case <-t.quit:

@@ -1,13 +1,15 @@
 package tap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // The test bed: a node namespace holding LocalDNS's addresses on an anchor
@@ -86,28 +89,11 @@ func newBed(t *testing.T, bridged bool) *bed {
 // from the link watch).
 func waitUp(t *testing.T, ns *nstest.Namespace, link string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out := nstest.Run(t, ns, "ip", "-o", "link", "show", link)
-		if !containsAny(out, "NO-CARRIER", "state DOWN") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not up: %s", link, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func containsAny(s string, subs ...string) bool {
-	for _, sub := range subs {
-		for i := 0; i+len(sub) <= len(s); i++ {
-			if s[i:i+len(sub)] == sub {
-				return true
-			}
-		}
-	}
-	return false
+	var out string
+	testkit.Eventually(t, 5*time.Second, link+" up", func() bool {
+		out = nstest.Run(t, ns, "ip", "-o", "link", "show", link)
+		return !strings.Contains(out, "NO-CARRIER") && !strings.Contains(out, "state DOWN")
+	})
 }
 
 func must(t testing.TB, err error) {
@@ -145,15 +131,18 @@ func (r *recorder) count(name string) int {
 	return r.calls[name]
 }
 
-// startTap starts a tap in the node namespace.
+// bedConfig is DefaultConfig for the bed's LocalDNS addresses, logging to
+// the test.
+func bedConfig(t testing.TB) Config {
+	cfg := DefaultConfig()
+	cfg.Addrs = []netip.Addr{netip.MustParseAddr(bedAddr4), netip.MustParseAddr(bedAddr6)}
+	cfg.Logger = testkit.Logger(t)
+	return cfg
+}
+
+// startTap starts a tap with cfg as given in the namespace ns.
 func startTap(t *testing.T, ns *nstest.Namespace, cfg Config, sink Sink) *Tap {
 	t.Helper()
-	if cfg.Addrs == nil {
-		cfg.Addrs = []netip.Addr{netip.MustParseAddr(bedAddr4), netip.MustParseAddr(bedAddr6)}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
-	}
 	var tp *Tap
 	must(t, ns.Do(func() error {
 		var err error
@@ -162,11 +151,6 @@ func startTap(t *testing.T, ns *nstest.Namespace, cfg Config, sink Sink) *Tap {
 	}))
 	t.Cleanup(func() { tp.Close() })
 	return tp
-}
-
-// testLogger logs into the test's output (shown with -v or on failure).
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), nil))
 }
 
 // ask sends one query from ns to server and checks that an answer came.
@@ -183,16 +167,21 @@ func ask(t testing.TB, ns *nstest.Namespace, server, name string, qtype uint16) 
 	}
 }
 
-// settle waits until the tap has read want packets, then a little longer
-// to catch any that should not come, and returns its counters.
-func settle(t testing.TB, tp *Tap, want uint64) Stats {
+// drained waits until the tap has read every packet the kernel queued for
+// it, and returns its counters. Called once the replies it should see have
+// reached their clients, it is exact, with no wait for packets that should
+// not come: the kernel hands the tap its copy of a packet as it transmits
+// it (dev_queue_xmit_nit, in the sender's call), before any receiver can
+// have it, and counts it then in PACKET_STATISTICS (KernelPackets, which
+// includes the drops).
+func drained(t testing.TB, tp *Tap) Stats {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for tp.Stats().Seen < want && time.Now().Before(deadline) {
-		time.Sleep(2 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
-	return tp.Stats()
+	var st Stats
+	testkit.Eventually(t, 10*time.Second, "the tap to read what the kernel queued", func() bool {
+		st = tp.Stats()
+		return st.Seen+st.KernelDrops == st.KernelPackets
+	})
+	return st
 }
 
 func checkStats(t testing.TB, st Stats, seen, accepted uint64, rejected map[string]uint64) {
@@ -210,7 +199,7 @@ func checkStats(t testing.TB, st Stats, seen, accepted uint64, rejected map[stri
 func TestTapMirrors(t *testing.T) {
 	b := newBed(t, false)
 	rec := newRecorder(t)
-	tp := startTap(t, b.node, Config{}, rec.sink)
+	tp := startTap(t, b.node, bedConfig(t), rec.sink)
 	server4, server6 := bedAddr4+":53", "["+bedAddr6+"]:53"
 
 	const pods, pods6, locals = 200, 50, 50
@@ -231,7 +220,7 @@ func TestTapMirrors(t *testing.T) {
 		names = append(names, name)
 	}
 	n := uint64(len(names))
-	st := settle(t, tp, n)
+	st := drained(t, tp)
 	checkStats(t, st, n, n, map[string]uint64{})
 	for _, name := range names {
 		if c := rec.count(name); c != 1 {
@@ -253,7 +242,7 @@ func TestTapMirrors(t *testing.T) {
 		ask(t, b.pod, fmt.Sprintf("%s:%d", bedAddr4, bedOtherPort), fmt.Sprintf("other-port-%d.%s", i, bedZone), dns.TypeA)
 		ask(t, b.node, fmt.Sprintf("%s:%d", bedAddr4, bedOtherPort), fmt.Sprintf("other-port-lo-%d.%s", i, bedZone), dns.TypeA)
 	}
-	st = settle(t, tp, before.Seen)
+	st = drained(t, tp)
 	if st.Seen != before.Seen || st.KernelPackets != before.KernelPackets {
 		t.Errorf("replies from elsewhere reached the tap: seen %d -> %d, kernel passed %d -> %d",
 			before.Seen, st.Seen, before.KernelPackets, st.KernelPackets)
@@ -264,14 +253,14 @@ func TestTapMirrors(t *testing.T) {
 	for i := range 20 {
 		ask(t, b.pod, server4, fmt.Sprintf("paused-%d.%s", i, bedZone), dns.TypeA)
 	}
-	st = settle(t, tp, n+20)
+	st = drained(t, tp)
 	checkStats(t, st, n+20, n, map[string]uint64{"disabled": 20})
 	if got := rec.cache.Stats().Inserts; got != n {
 		t.Errorf("paused tap inserted: %d inserts, want %d", got, n)
 	}
 	tp.SetEnabled(true)
 	ask(t, b.pod, server4, "resumed."+bedZone, dns.TypeA)
-	st = settle(t, tp, n+21)
+	st = drained(t, tp)
 	checkStats(t, st, n+21, n+1, map[string]uint64{"disabled": 20})
 	if rec.count("resumed."+bedZone) != 1 || rec.count("paused-0."+bedZone) != 0 {
 		t.Error("resume: wrong names inserted")
@@ -284,12 +273,12 @@ func TestTapMirrors(t *testing.T) {
 func TestTapBridge(t *testing.T) {
 	b := newBed(t, true)
 	rec := newRecorder(t)
-	tp := startTap(t, b.node, Config{}, rec.sink)
+	tp := startTap(t, b.node, bedConfig(t), rec.sink)
 	const n = 100
 	for i := range n {
 		ask(t, b.pod, bedAddr4+":53", fmt.Sprintf("bridged-%d.%s", i, bedZone), dns.TypeA)
 	}
-	st := settle(t, tp, 2*n)
+	st := drained(t, tp)
 	checkStats(t, st, 2*n, n, map[string]uint64{"duplicate": n})
 	for i := range n {
 		if c := rec.count(fmt.Sprintf("bridged-%d.%s", i, bedZone)); c != 1 {
@@ -304,13 +293,17 @@ func TestTapBridge(t *testing.T) {
 func TestTapClose(t *testing.T) {
 	nstest.RequireRoot(t)
 	node := nstest.New(t, "node")
-	cfg := Config{Addrs: []netip.Addr{netip.MustParseAddr(bedAddr4)}, Logger: testLogger(t)}
+	cfg := bedConfig(t)
+	cfg.Addrs = cfg.Addrs[:1]
 	var tp *Tap
 	must(t, node.Do(func() (err error) {
 		tp, err = Start(context.Background(), cfg, func([]byte) error { return nil })
 		return err
 	}))
-	time.Sleep(20 * time.Millisecond) // let it block in its read
+	testkit.Eventually(t, 5*time.Second, "the reader to wait in ppoll", func() bool {
+		buf := make([]byte, 1<<20)
+		return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*waiter).forPackets"))
+	})
 	start := time.Now()
 	must(t, tp.Close())
 	if d := time.Since(start); d > time.Second {
@@ -396,7 +389,9 @@ func TestFilterLoopbackKernel(t *testing.T) {
 			total += k
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	// No wait: the kernel queued both copies of each reply before the
+	// reply reached its client (an outgoing one as it was sent, the
+	// incoming one on lo before IP took it), so ask returned after both.
 	if got := count(full); got != n {
 		t.Errorf("tap's filter: %d packets for %d replies over lo, want %d", got, n, n)
 	}
@@ -448,13 +443,16 @@ func TestTapExcludeMark(t *testing.T) {
 		}
 	}()
 	addrs := []netip.Addr{netip.MustParseAddr(bedAddr4)}
-	excluding := startTap(t, node, Config{Addrs: addrs, ExcludeMark: mark}, func([]byte) error { return nil })
-	other := startTap(t, node, Config{Addrs: addrs, ExcludeMark: mark + 1}, func([]byte) error { return nil })
+	cfg := bedConfig(t)
+	cfg.Addrs, cfg.ExcludeMark = addrs, mark
+	excluding := startTap(t, node, cfg, func([]byte) error { return nil })
+	cfg.ExcludeMark = mark + 1
+	other := startTap(t, node, cfg, func([]byte) error { return nil })
 	const n = 30
 	for i := range n {
 		ask(t, pod, bedAddr4+":53", fmt.Sprintf("marked-%d.%s", i, bedZone), dns.TypeA)
 	}
-	if st := settle(t, other, n); st.Accepted != n {
+	if st := drained(t, other); st.Accepted != n {
 		t.Errorf("tap excluding another mark took %d of %d replies", st.Accepted, n)
 	}
 	if st := excluding.Stats(); st.Seen != 0 || st.KernelPackets != 0 {
