@@ -26,11 +26,14 @@ type OurSocket struct {
 
 // Config configures the controller.
 type Config struct {
-	Sockets []OurSocket // always non-empty
+	// Sockets are our listening sockets, at least one: their groups are
+	// steered, and they are told apart from LocalDNS's.
+	Sockets []OurSocket
 
 	// Anchor keeps the listen addresses on a link of our own; nil: none.
 	Anchor *anchor.Config
-	// Steering is the wanted level: auto, adopt, own or off.
+	// Steering is the highest steering level to try: auto, adopt, own or
+	// off (steer.Config.Want).
 	Steering string
 	// ProbeInterval is how often LocalDNS is probed while bound.
 	ProbeInterval time.Duration
@@ -43,7 +46,8 @@ type Config struct {
 	// without going upstream, so a kube-dns outage does not look like a
 	// hung LocalDNS.
 	ProbeName string
-	Machine   MachineConfig
+	// Machine holds the mode machine's thresholds.
+	Machine MachineConfig
 	// TCPMigrate sets net.ipv4.tcp_migrate_req, so connections queued on
 	// a dying LocalDNS listener move to ours instead of being reset.
 	TCPMigrate bool
@@ -51,7 +55,8 @@ type Config struct {
 	// Healthy reports whether our serving loops make progress; the
 	// steering heartbeat is sent only while it returns nil. Nil: always.
 	Healthy func() error
-	// Answered is the running total of queries dnsstandby answered.
+	// Answered is the running total of queries dnsstandby answered, for
+	// the event log; nil counts none.
 	Answered func() uint64
 	// OnMirrorSafe, if set, is told whether a packet tap may mirror
 	// LocalDNS's replies into the cache: only while LocalDNS gets every

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
@@ -566,6 +567,52 @@ func TestHeartbeatFollowsHealthy(t *testing.T) {
 		_, again, _ := r.steer.state()
 		if healthy == 0 || unhealthy != healthy || again <= unhealthy {
 			t.Errorf("heartbeats: %d while healthy, %d after 5s unhealthy, %d healthy again; want none while unhealthy", healthy, unhealthy, again)
+		}
+	})
+}
+
+// TestControllerMetrics: a crash is counted as a failover, and every
+// possible transition's counter is there from the start.
+func TestControllerMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, true, steer.Adopt)
+		r.do("gone")
+		const want = `
+# HELP dnsstandby_failbacks_total Changes back to mirror, by reason.
+# TYPE dnsstandby_failbacks_total counter
+dnsstandby_failbacks_total{reason="operator-release"} 0
+dnsstandby_failbacks_total{reason="peer-healthy"} 0
+# HELP dnsstandby_failovers_total Changes from mirror to hold or takeover, by reason.
+# TYPE dnsstandby_failovers_total counter
+dnsstandby_failovers_total{reason="operator"} 0
+dnsstandby_failovers_total{reason="peer-exit"} 1
+dnsstandby_failovers_total{reason="peer-hung"} 0
+# HELP dnsstandby_mode 1 for the current mode: mirror (LocalDNS answers), hold (LocalDNS bound but kept from traffic), takeover (LocalDNS gone).
+# TYPE dnsstandby_mode gauge
+dnsstandby_mode{mode="hold"} 0
+dnsstandby_mode{mode="mirror"} 0
+dnsstandby_mode{mode="takeover"} 1
+# HELP dnsstandby_mode_transitions_total Mode changes by from, to and reason.
+# TYPE dnsstandby_mode_transitions_total counter
+dnsstandby_mode_transitions_total{from="hold",reason="operator-release",to="mirror"} 0
+dnsstandby_mode_transitions_total{from="hold",reason="operator-release",to="takeover"} 0
+dnsstandby_mode_transitions_total{from="hold",reason="peer-exit",to="takeover"} 0
+dnsstandby_mode_transitions_total{from="hold",reason="peer-healthy",to="mirror"} 0
+dnsstandby_mode_transitions_total{from="mirror",reason="operator",to="hold"} 0
+dnsstandby_mode_transitions_total{from="mirror",reason="peer-exit",to="takeover"} 1
+dnsstandby_mode_transitions_total{from="mirror",reason="peer-hung",to="hold"} 0
+dnsstandby_mode_transitions_total{from="takeover",reason="operator",to="hold"} 0
+dnsstandby_mode_transitions_total{from="takeover",reason="peer-restarted",to="hold"} 0
+# HELP dnsstandby_peer_sockets LocalDNS sockets seen in our reuseport groups.
+# TYPE dnsstandby_peer_sockets gauge
+dnsstandby_peer_sockets 0
+# HELP dnsstandby_peer_sockets_adopted LocalDNS sockets in the steering maps.
+# TYPE dnsstandby_peer_sockets_adopted gauge
+dnsstandby_peer_sockets_adopted 0
+`
+		if err := testutil.CollectAndCompare(r.c, strings.NewReader(want), "dnsstandby_failbacks_total", "dnsstandby_failovers_total",
+			"dnsstandby_mode", "dnsstandby_mode_transitions_total", "dnsstandby_peer_sockets", "dnsstandby_peer_sockets_adopted"); err != nil {
+			t.Error(err)
 		}
 	})
 }
