@@ -319,14 +319,16 @@ func deadlineIn(d time.Duration) func() (context.Context, context.CancelFunc) {
 }
 
 // TestConcurrentExchanges runs many exchanges at once over UDP, TC+TCP
-// and TCP; with -race it checks the pool and the counters.
+// and TCP; with -race it checks the pool and the counters. It is not about
+// timing: the attempt timeout is generous, for a loaded two-core machine.
 func TestConcurrentExchanges(t *testing.T) {
 	s := newServer(t)
 	tc := newServer(t)
 	tc.setUDP(replyUDP(truncated))
-	udp, _ := newGroup(t, nil, s.addr)
-	tcp, _ := newGroup(t, func(c *Config) { c.ForceTCP = true }, s.addr)
-	trunc, _ := newGroup(t, nil, tc.addr)
+	patient := func(c *Config) { c.Timeout = 2 * time.Second }
+	udp, _ := newGroup(t, patient, s.addr)
+	tcp, _ := newGroup(t, func(c *Config) { patient(c); c.ForceTCP = true }, s.addr)
+	trunc, _ := newGroup(t, patient, tc.addr)
 	var wg sync.WaitGroup
 	for _, g := range []*Group{udp, tcp, trunc, udp, tcp, trunc} {
 		wg.Go(func() {
