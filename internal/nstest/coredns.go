@@ -26,9 +26,8 @@ const (
 	// coreDNSReadyTimeout bounds CoreDNS's start-up: it is up in about 100 ms
 	// here; a slow CI machine under `go test ./...` gets ample margin.
 	coreDNSReadyTimeout = 15 * time.Second
-	// probeInterval spaces readiness probes; each also waits this long for
-	// an answer.
-	probeInterval = 25 * time.Millisecond
+	// probeTimeout is how long a readiness probe waits for its answer.
+	probeTimeout = 25 * time.Millisecond
 )
 
 // ErrNoCoreDNS means no coredns binary was found.
@@ -205,21 +204,20 @@ func launchCoreDNS(ns *Namespace, cfg CoreDNSConfig, dir string) (*CoreDNS, erro
 func waitAnswering(ns *Namespace, p *Process, addr string, timeout time.Duration) error {
 	q := new(dns.Msg)
 	q.SetQuestion(".", dns.TypeNS)
-	deadline := time.Now().Add(timeout)
 	var lastErr error
-	for time.Now().Before(deadline) {
+	err := poll(timeout, func() (bool, error) {
 		select {
 		case <-p.Done():
-			return fmt.Errorf("%s exited before answering on %s: %v", p, addr, p.Err())
+			return false, fmt.Errorf("%s exited before answering on %s: %v", p, addr, p.Err())
 		default:
 		}
-		if _, err := ns.Exchange("udp", "", addr, q, probeInterval); err == nil {
-			return nil
-		} else {
-			lastErr = err
-		}
-		// A refused UDP port answers at once with ICMP; do not spin.
-		time.Sleep(probeInterval / 5)
+		// A refused UDP port answers at once with ICMP; poll's pause keeps
+		// that from spinning.
+		_, lastErr = ns.Exchange("udp", "", addr, q, probeTimeout)
+		return lastErr == nil, nil
+	})
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("%s not answering on %s after %v: %v", p, addr, timeout, lastErr)
 	}
-	return fmt.Errorf("%s not answering on %s after %v: %v", p, addr, timeout, lastErr)
+	return err
 }

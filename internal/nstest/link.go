@@ -267,21 +267,19 @@ func (n *Namespace) setUp(name string) error {
 }
 
 func (n *Namespace) waitOperUp(name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	var state netlink.LinkOperState
+	err := poll(timeout, func() (bool, error) {
 		link, err := n.link(name)
 		if err != nil {
-			return err
+			return false, err
 		}
-		state := link.Attrs().OperState
-		if state == netlink.OperUp {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: link %s not up after %v (state %s)", n.name, name, timeout, state)
-		}
-		time.Sleep(5 * time.Millisecond)
+		state = link.Attrs().OperState
+		return state == netlink.OperUp, nil
+	})
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("%s: link %s not up after %v (state %s)", n.name, name, timeout, state)
 	}
+	return err
 }
 
 func checkLinkName(name string) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 const (
@@ -425,11 +426,19 @@ func TestDoRestoresThreads(t *testing.T) {
 	ns := nstest.New(t, "threads")
 	own, err := os.Readlink("/proc/self/ns/net")
 	must(t, err)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for range 64 {
+	const calls = 64
+	var wg, inside sync.WaitGroup
+	inside.Add(calls)
+	all := make(chan struct{}) // closed once every call is inside at once
+	go func() { inside.Wait(); close(all) }()
+	errs := make(chan error, calls)
+	for range calls {
 		wg.Go(func() {
-			errs <- ns.Do(func() error {
+			ran := false
+			err := ns.Do(func() error {
+				ran = true
+				defer func() { <-all }() // hold the thread until every call holds one
+				inside.Done()
 				link, err := os.Readlink(fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid()))
 				if err != nil {
 					return err
@@ -437,9 +446,12 @@ func TestDoRestoresThreads(t *testing.T) {
 				if link == own {
 					return errors.New("Do's thread is still in the test's namespace")
 				}
-				time.Sleep(time.Millisecond)
 				return nil
 			})
+			if !ran { // Do failed before fn: do not hold the others forever
+				inside.Done()
+			}
+			errs <- err
 		})
 	}
 	wg.Wait()
@@ -488,28 +500,19 @@ func TestProcess(t *testing.T) {
 	}
 	p := nstest.Start(t, ns, "sh", "-c", "sleep 60 & echo child $!; wait")
 	var child int
-	deadline := time.Now().Add(5 * time.Second)
-	for child == 0 && time.Now().Before(deadline) {
+	testkit.Eventually(t, 5*time.Second, "the child's pid in the output", func() bool {
 		if _, rest, ok := strings.Cut(p.Output(), "child "); ok && strings.HasSuffix(rest, "\n") {
 			child, _ = strconv.Atoi(strings.TrimSpace(rest))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if child == 0 {
-		t.Fatalf("no child pid in output %q", p.Output())
-	}
+		return child != 0
+	})
 	must(t, p.Stop())
 	if p.Err() == nil {
 		t.Error("stopped process reports a clean exit")
 	}
 	// The group's SIGKILL reaches the child asynchronously, and the orphan
 	// is reaped by init in its own time: dead within a moment is enough.
-	for deadline := time.Now().Add(2 * time.Second); alive(child); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("child %d of the stopped process still alive 2s after Stop", child)
-			break
-		}
-	}
+	testkit.Eventually(t, 2*time.Second, fmt.Sprintf("child %d of the stopped process to die", child), func() bool { return !alive(child) })
 }
 
 // TestKubeDNSZones checks the generated zones without a kernel: every file

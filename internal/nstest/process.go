@@ -154,20 +154,19 @@ func (p *Process) Freeze() error {
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	pid := p.Pid()
-	for deadline := time.Now().Add(freezeTimeout); ; {
-		running, err := runningThreads(pid)
-		if err != nil {
-			return fmt.Errorf("freeze %s: %w", p, err)
-		}
-		if running == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("freeze %s: %d threads not stopped %v after SIGSTOP", p, running, freezeTimeout)
-		}
-		time.Sleep(time.Millisecond)
+	var running int
+	err := poll(freezeTimeout, func() (bool, error) {
+		var err error
+		running, err = runningThreads(p.Pid())
+		return running == 0, err
+	})
+	switch {
+	case errors.Is(err, errPollTimeout):
+		return fmt.Errorf("freeze %s: %d threads not stopped %v after SIGSTOP", p, running, freezeTimeout)
+	case err != nil:
+		return fmt.Errorf("freeze %s: %w", p, err)
 	}
+	return nil
 }
 
 // runningThreads counts the threads of process pid not in the stopped
