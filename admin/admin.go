@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/status"
 )
 
 // Request is what a client sends.
@@ -32,9 +34,13 @@ type Response struct {
 	Status json.RawMessage `json:"status,omitempty"`
 }
 
+// DefaultSocket is where the daemon listens and its clients connect
+// unless told otherwise.
+const DefaultSocket = "/run/dnsstandby/admin.sock"
+
 // Handler carries out requests.
 type Handler interface {
-	Status() any
+	Status() status.Daemon
 	Hold(d time.Duration) error // 0: until released
 	Release() error
 }
@@ -61,6 +67,7 @@ func Listen(path string, h Handler, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = log.With("component", "admin")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/status"
 )
 
 type fakeHandler struct {
@@ -18,10 +20,14 @@ type fakeHandler struct {
 	held    bool
 }
 
-func (f *fakeHandler) Status() any {
+// Status reports the hold in the status's Holding, and its duration in
+// Reason, where the test can read them back.
+func (f *fakeHandler) Status() status.Daemon {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return map[string]any{"held": f.held, "for": f.holding.String()}
+	var st status.Daemon
+	st.Holding, st.Reason = f.held, f.holding.String()
+	return st
 }
 func (f *fakeHandler) Hold(d time.Duration) error {
 	f.mu.Lock()
@@ -53,26 +59,26 @@ func TestRequests(t *testing.T) {
 	tests := []struct {
 		req     Request
 		wantErr string
-		check   func(t *testing.T, status map[string]any)
+		check   func(t *testing.T, st status.Daemon)
 	}{
-		{Request{Cmd: "status"}, "", func(t *testing.T, s map[string]any) {
-			if s["held"] != false {
-				t.Errorf("status %v", s)
+		{Request{Cmd: "status"}, "", func(t *testing.T, s status.Daemon) {
+			if s.Holding {
+				t.Errorf("status %+v", s)
 			}
 		}},
-		{Request{Cmd: "hold", For: "30s"}, "", func(t *testing.T, s map[string]any) {
-			if s["held"] != true || s["for"] != "30s" {
-				t.Errorf("status after hold %v", s)
+		{Request{Cmd: "hold", For: "30s"}, "", func(t *testing.T, s status.Daemon) {
+			if !s.Holding || s.Reason != "30s" {
+				t.Errorf("status after hold %+v", s)
 			}
 		}},
-		{Request{Cmd: "hold"}, "", func(t *testing.T, s map[string]any) {
-			if s["for"] != "0s" {
-				t.Errorf("hold without duration: %v", s)
+		{Request{Cmd: "hold"}, "", func(t *testing.T, s status.Daemon) {
+			if s.Reason != "0s" {
+				t.Errorf("hold without duration: %+v", s)
 			}
 		}},
-		{Request{Cmd: "release"}, "", func(t *testing.T, s map[string]any) {
-			if s["held"] != false {
-				t.Errorf("status after release %v", s)
+		{Request{Cmd: "release"}, "", func(t *testing.T, s status.Daemon) {
+			if s.Holding {
+				t.Errorf("status after release %+v", s)
 			}
 		}},
 		{Request{Cmd: "hold", For: "soon"}, `bad duration "soon"`, nil},
@@ -90,7 +96,7 @@ func TestRequests(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%+v: %v", tt.req, err)
 		}
-		var st map[string]any
+		var st status.Daemon
 		if err := json.Unmarshal(resp.Status, &st); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,8 @@
 package check
 
 import (
+	"github.com/dnsstandby/dnsstandby/admin"
+
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -111,7 +113,7 @@ type Config struct {
 	// (/etc/default/kubelet on AKS).
 	KubeletFlags string
 	// Listen are dnsstandby's (and LocalDNS's) pod-facing addresses; nil
-	// means those the daemon reports, else DefaultListen.
+	// means those the daemon reports, else status.DefaultListen.
 	Listen []netip.AddrPort
 	// AdminSocket is the daemon's control socket.
 	AdminSocket string
@@ -132,7 +134,6 @@ const (
 	DefaultLocalDNSUnit  = "localdns.service"
 	DefaultKubeletConfig = "/var/lib/kubelet/config.yaml"
 	DefaultKubeletFlags  = "/etc/default/kubelet"
-	DefaultAdminSocket   = "/run/dnsstandby/admin.sock"
 	DefaultClusterDomain = "cluster.local"
 	// DefaultTimeout: a reachable upstream on the cluster network answers
 	// a SOA query for its own zone in milliseconds; one that takes longer
@@ -144,15 +145,12 @@ const (
 	DefaultMirrorWindow = time.Second
 )
 
-// DefaultListen is dnsstandby's default --listen, LocalDNS's pod listener.
-var DefaultListen = netip.MustParseAddrPort("169.254.10.11:53")
-
 // DefaultConfig returns the defaults for every field.
 func DefaultConfig() Config {
 	return Config{
 		LocalDNSUnit: DefaultLocalDNSUnit,
 		KubeletFlags: DefaultKubeletFlags,
-		AdminSocket:  DefaultAdminSocket,
+		AdminSocket:  admin.DefaultSocket,
 		Timeout:      DefaultTimeout,
 		MirrorWindow: DefaultMirrorWindow,
 	}

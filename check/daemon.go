@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/dnsstandby/dnsstandby/status"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,66 +13,12 @@ import (
 	"github.com/dnsstandby/dnsstandby/takeover"
 )
 
-// DaemonStatus is what the daemon's admin socket answers to "status": the
-// takeover controller's Status, and the figures this audit weighs beside
-// it (cmd/dnsstandby/status.go fills them). A daemon that does not report
-// the figures leaves them nil; `dnsstandby status` reads the same JSON as
-// a takeover.Status and ignores them.
-type DaemonStatus struct {
-	takeover.Status
-	PID       int              `json:"pid,omitempty"` // the daemon's process
-	Config    *DaemonConfig    `json:"config,omitempty"`
-	Upstreams []DaemonUpstream `json:"upstreams,omitempty"`
-	Mirror    *DaemonMirror    `json:"mirror,omitempty"`
-	Cache     *DaemonCache     `json:"cache,omitempty"`
-}
-
-// DaemonConfig is what the daemon was asked for, where it may differ from
-// what it got.
-type DaemonConfig struct {
-	Steering   string   `json:"steering"`    // --steering: auto, adopt, own, off
-	Mirror     string   `json:"mirror"`      // --mirror: tap, dnstap:PATH, none
-	Listen     []string `json:"listen"`      // --listen
-	AnchorLink string   `json:"anchor_link"` // --anchor-link; "" for none
-}
-
-// DaemonUpstream is one upstream server of one zone.
-type DaemonUpstream struct {
-	Zone    string `json:"zone"`    // "." for the root
-	Server  string `json:"server"`  // ADDR:PORT
-	Healthy bool   `json:"healthy"` // not marked down by the daemon's health checks
-}
-
-// DaemonMirror is the mirror feed: LocalDNS's replies into the cache.
-type DaemonMirror struct {
-	Feed string `json:"feed"` // tap, dnstap or none
-	// Running: the feed's source is up (the tap's socket, the dnstap
-	// listener). False when it could not be started.
-	Running bool `json:"running"`
-	// Enabled: what it reads goes into the cache. The tap pauses while
-	// dnsstandby answers itself; dnstap never does.
-	Enabled bool `json:"enabled"`
-	// Connections: dnstap streams open now (LocalDNS's CoreDNS).
-	Connections int    `json:"connections,omitempty"`
-	Accepted    uint64 `json:"accepted"` // replies inserted since the daemon started
-	Rejected    uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
-}
-
-// DaemonCache is the cache's size and bounds.
-type DaemonCache struct {
-	Entries    int64  `json:"entries"`
-	Bytes      int64  `json:"bytes"`
-	Evictions  uint64 `json:"evictions"`
-	MaxEntries int64  `json:"max_entries"`
-	MaxBytes   int64  `json:"max_bytes"`
-}
-
 // daemonFacts is what the admin socket said, or why it said nothing.
 type daemonFacts struct {
-	Status *DaemonStatus // nil when Err is set
+	Status *status.Daemon // nil when Err is set
 	Err    error
 	// Later is a second status read MirrorWindow after the first, or nil.
-	Later  *DaemonStatus
+	Later  *status.Daemon
 	Window time.Duration
 }
 

@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/dnsstandby/dnsstandby/status"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,14 +21,14 @@ import (
 // daemon returns a healthy daemon's status: mirror at level adopt,
 // LocalDNS's UDP socket adopted, the tap feeding, the anchor ready;
 // edit changes it.
-func daemon(edit ...func(*DaemonStatus)) *DaemonStatus {
+func daemon(edit ...func(*status.Daemon)) *status.Daemon {
 	ready := true
-	st := &DaemonStatus{
+	st := &status.Daemon{
 		PID:       640,
-		Config:    &DaemonConfig{Steering: "auto", Mirror: "tap", Listen: []string{"169.254.10.11:53"}, AnchorLink: "dnsstandby"},
-		Upstreams: []DaemonUpstream{{Zone: ".", Server: "10.0.0.10:53", Healthy: true}},
-		Mirror:    &DaemonMirror{Feed: "tap", Running: true, Enabled: true, Accepted: 1200, Rejected: 30},
-		Cache:     &DaemonCache{Entries: 1000, Bytes: 300 << 10, MaxEntries: 100000, MaxBytes: 64 << 20},
+		Config:    &status.Config{Steering: "auto", Mirror: "tap", Listen: []string{"169.254.10.11:53"}, AnchorLink: "dnsstandby"},
+		Upstreams: []status.Upstream{{Zone: ".", Server: "10.0.0.10:53", Healthy: true}},
+		Mirror:    &status.Mirror{Feed: "tap", Running: true, Enabled: true, Accepted: 1200, Rejected: 30},
+		Cache:     &status.Cache{Entries: 1000, Bytes: 300 << 10, MaxEntries: 100000, MaxBytes: 64 << 20},
 	}
 	st.Mode, st.Reason, st.Since = "mirror", "peer-healthy", time.Now().Add(-time.Minute)
 	st.Steering.Level = "adopt"
@@ -58,17 +60,17 @@ func TestDaemonResult(t *testing.T) {
 		{"not running", daemonFacts{Err: noSocket}, nil, Fail, "not running", "systemctl start dnsstandby"},
 		{"running, admin socket elsewhere", daemonFacts{Err: noSocket}, running, Warn, "runs (pid 640)", "--admin-socket"},
 		{"not root", daemonFacts{Err: denied}, nil, Warn, "permission denied", "as root"},
-		{"takeover", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mode, s.Reason = "takeover", "peer-exit" })}, nil, Warn, "answers everything", "localdns.service"},
-		{"operator hold", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mode, s.Reason, s.Holding, s.HoldUntil = "hold", "operator", true, &until })}, nil, Warn, "operator hold until", "dnsstandby release"},
-		{"hung", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mode, s.Reason = "hold", "peer-hung" })}, nil, Warn, "does not answer its probes", "hung"},
-		{"hold-down", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mode, s.Reason = "hold", "start" })}, nil, Warn, "hold-down", "wait a few seconds"},
-		{"no anchor asked for", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.AnchorReady, s.Config.AnchorLink = nil, "" })}, nil, Warn, "no address anchor (--anchor-link '')", "--anchor-link"},
-		{"anchor failed", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.AnchorReady = nil })}, nil, Warn, "link dnsstandby could not be made", "journalctl -u dnsstandby"},
-		{"no anchor, older daemon", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.AnchorReady, s.Config = nil, nil })}, nil, Warn, "no address anchor", "journalctl -u dnsstandby"},
-		{"anchor not ready", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.AnchorReady = &notReady })}, nil, Warn, "anchor not in place", "CAP_NET_ADMIN"},
+		{"takeover", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mode, s.Reason = "takeover", "peer-exit" })}, nil, Warn, "answers everything", "localdns.service"},
+		{"operator hold", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mode, s.Reason, s.Holding, s.HoldUntil = "hold", "operator", true, &until })}, nil, Warn, "operator hold until", "dnsstandby release"},
+		{"hung", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mode, s.Reason = "hold", "peer-hung" })}, nil, Warn, "does not answer its probes", "hung"},
+		{"hold-down", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mode, s.Reason = "hold", "start" })}, nil, Warn, "hold-down", "wait a few seconds"},
+		{"no anchor asked for", daemonFacts{Status: daemon(func(s *status.Daemon) { s.AnchorReady, s.Config.AnchorLink = nil, "" })}, nil, Warn, "no address anchor (--anchor-link '')", "--anchor-link"},
+		{"anchor failed", daemonFacts{Status: daemon(func(s *status.Daemon) { s.AnchorReady = nil })}, nil, Warn, "link dnsstandby could not be made", "journalctl -u dnsstandby"},
+		{"no anchor, older daemon", daemonFacts{Status: daemon(func(s *status.Daemon) { s.AnchorReady, s.Config = nil, nil })}, nil, Warn, "no address anchor", "journalctl -u dnsstandby"},
+		{"anchor not ready", daemonFacts{Status: daemon(func(s *status.Daemon) { s.AnchorReady = &notReady })}, nil, Warn, "anchor not in place", "CAP_NET_ADMIN"},
 		// A status without the check's figures (an older daemon) still
 		// has everything this row needs but the PID.
-		{"older daemon", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.PID = 0 })}, nil, Pass, "mode mirror", ""},
+		{"older daemon", daemonFacts{Status: daemon(func(s *status.Daemon) { s.PID = 0 })}, nil, Pass, "mode mirror", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,22 +86,22 @@ func TestDaemonResult(t *testing.T) {
 func TestSteeringResult(t *testing.T) {
 	tests := []struct {
 		name      string
-		st        *DaemonStatus
+		st        *status.Daemon
 		want      Status
 		wantFound string
 		wantFix   string
 	}{
 		{"adopt", daemon(), Pass, "level adopt (wanted auto); LocalDNS sockets adopted: 169.254.10.11:53/tcp 0, 169.254.10.11:53/udp 1", ""},
-		{"own by necessity", daemon(func(s *DaemonStatus) {
+		{"own by necessity", daemon(func(s *status.Daemon) {
 			s.Steering.Level, s.Steering.Why = "own", "own: pidfd_getfd not permitted (CAP_SYS_PTRACE missing)"
 		}), Warn, "level own (wanted auto); own: pidfd_getfd not permitted", "CAP_SYS_PTRACE"},
-		{"off by request", daemon(func(s *DaemonStatus) { s.Steering.Level, s.Config.Steering = "off", "off" }), Warn, "wanted off", "--steering auto"},
-		{"udp not adopted in mirror", daemon(func(s *DaemonStatus) { s.Peer.Adopted["169.254.10.11:53/udp"] = 0 }), Warn, "mirror shares by the kernel's hash", "CAP_SYS_PTRACE"},
+		{"off by request", daemon(func(s *status.Daemon) { s.Steering.Level, s.Config.Steering = "off", "off" }), Warn, "wanted off", "--steering auto"},
+		{"udp not adopted in mirror", daemon(func(s *status.Daemon) { s.Peer.Adopted["169.254.10.11:53/udp"] = 0 }), Warn, "mirror shares by the kernel's hash", "CAP_SYS_PTRACE"},
 		// In takeover LocalDNS has nothing to adopt.
-		{"takeover, nothing adopted", daemon(func(s *DaemonStatus) {
+		{"takeover, nothing adopted", daemon(func(s *status.Daemon) {
 			s.Mode, s.Peer.Bound, s.Peer.Adopted = "takeover", false, map[string]int{"169.254.10.11:53/udp": 0}
 		}), Pass, "level adopt", ""},
-		{"older daemon", daemon(func(s *DaemonStatus) { s.Config = nil }), Pass, "wanted auto", ""},
+		{"older daemon", daemon(func(s *status.Daemon) { s.Config = nil }), Pass, "wanted auto", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,7 +118,7 @@ func TestSteeringResult(t *testing.T) {
 }
 
 func TestMirrorResult(t *testing.T) {
-	later := daemon(func(s *DaemonStatus) { s.Mirror.Accepted = 1250 })
+	later := daemon(func(s *status.Daemon) { s.Mirror.Accepted = 1250 })
 	tests := []struct {
 		name      string
 		d         daemonFacts
@@ -125,13 +127,13 @@ func TestMirrorResult(t *testing.T) {
 		wantFix   string
 	}{
 		{"tap feeding", daemonFacts{Status: daemon(), Later: later, Window: time.Second}, Pass, "tap feeding the cache; replies accepted 1200, rejected 30 since start (accepted 50 in the last 1s)", ""},
-		{"tap paused in takeover", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mode, s.Mirror.Enabled = "takeover", false })}, Pass, "paused while dnsstandby answers itself (mode takeover)", ""},
-		{"tap paused in mirror", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mirror.Enabled = false })}, Warn, "tap paused although LocalDNS answers", "steering row"},
-		{"tap not running", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mirror.Running, s.Mirror.Enabled = false, false })}, Warn, "not running", "CAP_NET_RAW"},
-		{"none", daemonFacts{Status: daemon(func(s *DaemonStatus) { *s.Mirror = DaemonMirror{Feed: "none"} })}, Warn, "--mirror none", "--mirror tap"},
-		{"dnstap connected", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mirror.Feed, s.Mirror.Connections = "dnstap", 1 })}, Pass, "dnstap feeding", ""},
-		{"dnstap unconnected", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mirror.Feed = "dnstap" })}, Warn, "not connected", "dnstap SOCKET full"},
-		{"older daemon", daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Mirror = nil })}, Warn, "does not report", "as new"},
+		{"tap paused in takeover", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mode, s.Mirror.Enabled = "takeover", false })}, Pass, "paused while dnsstandby answers itself (mode takeover)", ""},
+		{"tap paused in mirror", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Enabled = false })}, Warn, "tap paused although LocalDNS answers", "steering row"},
+		{"tap not running", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Running, s.Mirror.Enabled = false, false })}, Warn, "not running", "CAP_NET_RAW"},
+		{"none", daemonFacts{Status: daemon(func(s *status.Daemon) { *s.Mirror = status.Mirror{Feed: "none"} })}, Warn, "--mirror none", "--mirror tap"},
+		{"dnstap connected", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Feed, s.Mirror.Connections = "dnstap", 1 })}, Pass, "dnstap feeding", ""},
+		{"dnstap unconnected", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Feed = "dnstap" })}, Warn, "not connected", "dnstap SOCKET full"},
+		{"older daemon", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror = nil })}, Warn, "does not report", "as new"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,20 +149,20 @@ func TestMirrorResult(t *testing.T) {
 func TestCacheResult(t *testing.T) {
 	tests := []struct {
 		name      string
-		c         *DaemonCache
+		c         *status.Cache
 		want      Status
 		wantFound string
 	}{
-		{"room", &DaemonCache{Entries: 1000, Bytes: 300 << 10, MaxEntries: 100000, MaxBytes: 64 << 20}, Pass, "1000 of 100000 entries, 300 KiB of 64.0 MiB, 0 evictions"},
-		{"full by entries", &DaemonCache{Entries: 100000, Bytes: 30 << 20, Evictions: 812, MaxEntries: 100000, MaxBytes: 64 << 20}, Warn, "full, evicting"},
-		{"full by bytes", &DaemonCache{Entries: 50000, Bytes: 64 << 20, Evictions: 3, MaxEntries: 100000, MaxBytes: 64 << 20}, Warn, "full, evicting"},
+		{"room", &status.Cache{Entries: 1000, Bytes: 300 << 10, MaxEntries: 100000, MaxBytes: 64 << 20}, Pass, "1000 of 100000 entries, 300 KiB of 64.0 MiB, 0 evictions"},
+		{"full by entries", &status.Cache{Entries: 100000, Bytes: 30 << 20, Evictions: 812, MaxEntries: 100000, MaxBytes: 64 << 20}, Warn, "full, evicting"},
+		{"full by bytes", &status.Cache{Entries: 50000, Bytes: 64 << 20, Evictions: 3, MaxEntries: 100000, MaxBytes: 64 << 20}, Warn, "full, evicting"},
 		// Full without evictions: just filled, nothing lost yet.
-		{"full, no evictions yet", &DaemonCache{Entries: 100000, MaxEntries: 100000, MaxBytes: 64 << 20}, Pass, "0 evictions"},
+		{"full, no evictions yet", &status.Cache{Entries: 100000, MaxEntries: 100000, MaxBytes: 64 << 20}, Pass, "0 evictions"},
 		{"older daemon", nil, Warn, "does not report"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, ok := cacheResult(daemonFacts{Status: daemon(func(s *DaemonStatus) { s.Cache = tt.c })})
+			r, ok := cacheResult(daemonFacts{Status: daemon(func(s *status.Daemon) { s.Cache = tt.c })})
 			if !ok || r.Status != tt.want {
 				t.Fatalf("%v %s, want %s: %s", ok, r.Status, tt.want, r.Found)
 			}
@@ -170,8 +172,8 @@ func TestCacheResult(t *testing.T) {
 }
 
 func TestUpstreamTargets(t *testing.T) {
-	st := daemon(func(s *DaemonStatus) {
-		s.Upstreams = append(s.Upstreams, DaemonUpstream{Zone: "example.com.", Server: "10.0.0.20:53"})
+	st := daemon(func(s *status.Daemon) {
+		s.Upstreams = append(s.Upstreams, status.Upstream{Zone: "example.com.", Server: "10.0.0.20:53"})
 	})
 	flags := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:53"), netip.MustParseAddrPort("10.0.0.30:53")}
 	got := upstreamTargets(st, flags, "cluster.local")

@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/dnsstandby/dnsstandby/status"
+
 	"bytes"
 	"cmp"
 	"context"
@@ -115,8 +117,8 @@ func withDefaults(cfg Config) Config {
 }
 
 // daemonListen is the daemon's --listen when it reports one (the audit
-// then looks where it actually serves), else DefaultListen.
-func daemonListen(st *DaemonStatus) []netip.AddrPort {
+// then looks where it actually serves), else status.DefaultListen.
+func daemonListen(st *status.Daemon) []netip.AddrPort {
 	var out []netip.AddrPort
 	if st != nil && st.Config != nil {
 		for _, s := range st.Config.Listen {
@@ -126,7 +128,7 @@ func daemonListen(st *DaemonStatus) []netip.AddrPort {
 		}
 	}
 	if len(out) == 0 {
-		out = []netip.AddrPort{DefaultListen}
+		out = []netip.AddrPort{status.DefaultListen}
 	}
 	return out
 }
@@ -220,7 +222,7 @@ func readStatus(ctx context.Context, path string, timeout time.Duration) daemonF
 	if err != nil {
 		return daemonFacts{Err: err}
 	}
-	var st DaemonStatus
+	var st status.Daemon
 	if err := json.Unmarshal(resp.Status, &st); err != nil {
 		return daemonFacts{Err: fmt.Errorf("admin socket %s: unreadable status: %w", path, err)}
 	}

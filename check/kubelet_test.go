@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/dnsstandby/dnsstandby/status"
+
 	"io/fs"
 	"net/netip"
 	"os"
@@ -78,7 +80,7 @@ KUBELET_NODE_LABELS=kubernetes.azure.com/agentpool=nodepool1
 }
 
 func TestClusterDNSResult(t *testing.T) {
-	listen := []netip.AddrPort{DefaultListen}
+	listen := []netip.AddrPort{status.DefaultListen}
 	missing := &fs.PathError{Op: "open", Path: "x", Err: fs.ErrNotExist}
 	denied := &fs.PathError{Op: "open", Path: "x", Err: fs.ErrPermission}
 	facts := func(config []string, configErr error, flags []string, flagsErr error) kubeletFacts {
@@ -130,12 +132,12 @@ func TestReadKubelet(t *testing.T) {
 	if k.ConfigPath != config || k.ConfigErr != nil || k.clusterDomain() != "example.local" {
 		t.Fatalf("read %s (%v), domain %q; want %s", k.ConfigPath, k.ConfigErr, k.clusterDomain(), config)
 	}
-	if r := clusterDNSResult(k, []netip.AddrPort{DefaultListen}); r.Status != Pass {
+	if r := clusterDNSResult(k, []netip.AddrPort{status.DefaultListen}); r.Status != Pass {
 		t.Fatalf("%s: %s", r.Status, r.Found)
 	}
 
 	k = readKubelet(Config{KubeletFlags: filepath.Join(dir, "absent"), KubeletConfig: filepath.Join(dir, "absent.yaml")})
-	if r := clusterDNSResult(k, []netip.AddrPort{DefaultListen}); r.Status != Warn || k.clusterDomain() != "" {
+	if r := clusterDNSResult(k, []netip.AddrPort{status.DefaultListen}); r.Status != Warn || k.clusterDomain() != "" {
 		t.Fatalf("%s: %s", r.Status, r.Found)
 	}
 }

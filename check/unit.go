@@ -136,8 +136,8 @@ func parseTimespan(s string) (time.Duration, error) {
 
 // minCrashLoop is the shortest crash loop a bounded restart budget must
 // outlast to pass: AgentBaker PR 9439's, 30 starts 2 s apart, which the PR
-// measured riding out the seed's crash storm on a live node. The shipped
-// defaults (5 starts 100 ms apart) last 0.5 s: the seed's harness, kills
+// measured riding out the reported crash storm on a live node. The shipped
+// defaults (5 starts 100 ms apart) last 0.5 s: the reported harness, kills
 // 300 ms apart, wedged the unit after six.
 const minCrashLoop = 60 * time.Second
 
@@ -255,7 +255,7 @@ func activeFinding(unit, state string) finding {
 }
 
 // roundSpan prints a crash loop's length for the report in seconds, as
-// the seed and PR 9439 speak of them: "0.5s", "60s".
+// the crash reports and PR 9439 speak of them: "0.5s", "60s".
 func roundSpan(d time.Duration) string {
 	return strconv.FormatFloat(d.Round(100*time.Millisecond).Seconds(), 'f', -1, 64) + "s"
 }

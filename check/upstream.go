@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/dnsstandby/dnsstandby/status"
+
 	"fmt"
 	"net/netip"
 	"slices"
@@ -38,7 +40,7 @@ func (p upstreamProbe) answered() bool {
 
 // upstreamTargets lists what to test: the daemon's upstreams, then those
 // of the flags it does not have, each once.
-func upstreamTargets(d *DaemonStatus, flags []netip.AddrPort, clusterDomain string) []upstreamTarget {
+func upstreamTargets(d *status.Daemon, flags []netip.AddrPort, clusterDomain string) []upstreamTarget {
 	var out []upstreamTarget
 	seen := map[string]bool{}
 	add := func(server, zone string) {

@@ -11,20 +11,20 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/admin"
-	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/status"
 )
 
 // adminCommand runs status, hold or release against a running daemon.
 func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dnsstandby "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	path := fs.String("admin-socket", envOr("DNSSTANDBY_ADMIN_SOCKET", "/run/dnsstandby/admin.sock"), "the daemon's control socket")
+	path := fs.String("admin-socket", admin.DefaultSocket, "the daemon's control socket")
 	asJSON := fs.Bool("json", false, "status: print the daemon's JSON")
 	var holdFor time.Duration
 	if cmd == "hold" {
 		fs.DurationVar(&holdFor, "for", 0, "hold for this long, then release by itself (default: until release)")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
@@ -52,7 +52,7 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n", resp.Status)
 		return exitOK
 	}
-	var st takeover.Status
+	var st status.Daemon
 	if err := json.Unmarshal(resp.Status, &st); err != nil {
 		fmt.Fprintf(stderr, "dnsstandby %s: unreadable status: %v\n", cmd, err)
 		return exitFail
@@ -61,15 +61,8 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func envOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
-
 // printStatus writes the status for a person.
-func printStatus(w io.Writer, st *takeover.Status) {
+func printStatus(w io.Writer, st *status.Daemon) {
 	fmt.Fprintf(w, "mode:      %s (%s) since %s (%s ago)\n", st.Mode, st.Reason, st.Since.Format(time.RFC3339), time.Since(st.Since).Round(time.Second))
 	if st.Holding {
 		until := "until released"

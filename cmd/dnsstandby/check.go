@@ -7,9 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
+	"os"
 	"text/tabwriter"
 
 	"github.com/dnsstandby/dnsstandby/check"
+	"github.com/dnsstandby/dnsstandby/status"
 )
 
 // checkCommand runs `dnsstandby check`: the read-only node audit. Its exit
@@ -17,20 +20,20 @@ import (
 // 2 for a usage error, as for every command).
 func checkCommand(args []string, stdout, stderr io.Writer) int {
 	cfg := check.DefaultConfig()
-	var listen, upstreams addrPorts
+	var listen, upstreams []netip.AddrPort
 	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.LocalDNSUnit, "localdns-unit", cfg.LocalDNSUnit, "LocalDNS's systemd `UNIT`")
 	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", "", "kubelet's config `FILE` (YAML or JSON) (default: the --config the kubelet flags name, else "+check.DefaultKubeletConfig+")")
 	fs.StringVar(&cfg.KubeletFlags, "kubelet-flags", cfg.KubeletFlags, "the environment `FILE` holding kubelet's flags")
-	fs.Var(&listen, "listen", "`ADDR:PORT` pods ask, repeatable (default: the daemon's --listen, else "+check.DefaultListen.String()+")")
-	fs.Var(&upstreams, "upstream", "`ADDR:PORT` to test besides the daemon's upstreams, repeatable")
+	fs.Var(&addrList{p: &listen}, "listen", "`ADDR:PORT` pods ask, repeatable (default: the daemon's --listen, else "+status.DefaultListen.String()+")")
+	fs.Var(&addrList{p: &upstreams}, "upstream", "`ADDR:PORT` to test besides the daemon's upstreams, repeatable")
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "the daemon's control socket")
 	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", "", "domain whose SOA the upstreams are asked for (default: kubelet's, else "+check.DefaultClusterDomain+")")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each DNS query and admin request")
 	fs.DurationVar(&cfg.MirrorWindow, "mirror-window", cfg.MirrorWindow, "how long to watch the mirror feed's counters (0: read once)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fmt.Fprintln(stdout, "usage: dnsstandby check [flags]\n\nA read-only audit of this node for dnsstandby. Exit code: 0 all PASS, 1 some WARN, 2 any FAIL.")
@@ -66,16 +69,6 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 		printReport(stdout, rep)
 	}
 	return rep.ExitCode()
-}
-
-// parseWithEnv parses args, then takes each flag not given from
-// DNSSTANDBY_<NAME>, as `dnsstandby run` does, so that a shell with the
-// daemon's environment audits what the daemon was given.
-func parseWithEnv(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	return applyEnv(fs, map[string]bool{})
 }
 
 // printReport writes the report as a table: status, check, what was

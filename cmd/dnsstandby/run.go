@@ -2,42 +2,28 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/signal"
-	"slices"
-	"sync"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/dnsstandby/dnsstandby/admin"
-	"github.com/dnsstandby/dnsstandby/cache"
-	"github.com/dnsstandby/dnsstandby/clock"
 	"github.com/dnsstandby/dnsstandby/corefile"
-	"github.com/dnsstandby/dnsstandby/mirror/dnstap"
-	"github.com/dnsstandby/dnsstandby/mirror/tap"
+	"github.com/dnsstandby/dnsstandby/daemon"
 	"github.com/dnsstandby/dnsstandby/pipeline"
-	"github.com/dnsstandby/dnsstandby/responder"
-	"github.com/dnsstandby/dnsstandby/takeover"
-	"github.com/dnsstandby/dnsstandby/takeover/anchor"
-	"github.com/dnsstandby/dnsstandby/upstream"
+	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
 func runCommand(args []string, stdout, stderr io.Writer) int {
-	o, err := parseRunFlags(args, stdout)
+	cfg, o, err := runConfig(args, os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
+		printRunHelp(stdout)
 		return exitOK
 	}
 	if err != nil {
@@ -45,7 +31,10 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(o, stderr)
-	pl, err := buildPlan(o, log)
+	if o.corefileErr != nil {
+		log.Error("LocalDNS Corefile unusable, continuing with the flags' upstreams", slog.Any("err", o.corefileErr))
+	}
+	d, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
 		return exitUsage
@@ -56,409 +45,214 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, o, pl, log); err != nil {
-		log.Error("dnsstandby stopped", "err", err.Error())
+	if err := d.Run(ctx); err != nil {
+		log.Error("dnsstandby stopped", slog.Any("err", err))
 		return exitFail
 	}
 	return exitOK
 }
 
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	err := l.UnmarshalText([]byte(s))
-	return l, err
+// runOptions are the settings of `dnsstandby run` that are not the
+// daemon's: how to log, whether only to validate, and what went wrong
+// with the Corefile when the flags could do without it.
+type runOptions struct {
+	validate    bool
+	logFormat   string
+	logLevel    slog.Level
+	corefileErr error
 }
 
-func newLogger(o *runOptions, w io.Writer) *slog.Logger {
-	level, _ := parseLevel(o.logLevel) // checked by parseRunFlags
-	hopts := &slog.HandlerOptions{Level: level}
+// runConfig layers the settings of `dnsstandby run`, each layer winning
+// over those before it: the defaults, the LocalDNS Corefile, the
+// DNSSTANDBY_* environment (lookup), the command line. The Corefile's
+// path and the listen addresses it is read for come from the last two, so
+// they are parsed once to find it and once more over what it gave.
+func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config, runOptions, error) {
+	cfg := daemon.DefaultConfig()
+	o, err := parseRunFlags(&cfg, args, lookup)
+	if err != nil || cfg.Corefile == "" {
+		return cfg, o, err
+	}
+	s, err := corefile.Load(cfg.Corefile, cfg.Listen)
+	if err != nil {
+		if len(cfg.Routes) == 0 {
+			return cfg, o, fmt.Errorf("no upstream: --upstream not given and %w", err)
+		}
+		o.corefileErr = err
+		return cfg, o, nil
+	}
+	layered := daemon.DefaultConfig()
+	daemon.ApplyCorefile(&layered, s)
+	if o, err = parseRunFlags(&layered, args, lookup); err != nil {
+		return layered, o, err
+	}
+	if len(layered.Routes) == 0 {
+		return layered, o, fmt.Errorf("no upstream: --upstream not given and no block of %s bound to %v forwards anywhere", cfg.Corefile, cfg.Listen)
+	}
+	return layered, o, nil
+}
+
+// parseRunFlags sets cfg from the command line, then from the environment
+// for the flags the command line did not give, and checks what no field
+// of the daemon's checks by itself: that misses have somewhere to go.
+func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (string, bool)) (runOptions, error) {
+	fs, o := runFlags(cfg)
+	if err := parseWithEnv(fs, args, lookup); err != nil {
+		return *o, err
+	}
+	if fs.NArg() > 0 {
+		return *o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if len(cfg.Routes) == 0 && cfg.Corefile == "" {
+		return *o, errors.New("no upstream: give --upstream ADDR:PORT (the kube-dns ClusterIP) or a --localdns-corefile whose blocks forward somewhere")
+	}
+	return *o, nil
+}
+
+// runFlags binds every flag of `dnsstandby run` to the field of cfg it
+// sets; each flag's default is the field's value when it is bound.
+func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
+	o := &runOptions{logFormat: "json", logLevel: slog.LevelInfo}
+	fs := flag.NewFlagSet("dnsstandby run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c, p, r, t := &cfg.Cache, &cfg.Pipeline, &cfg.Responder, &cfg.Takeover
+
+	fs.Var(&addrList{p: &cfg.Listen}, "listen", "`ADDR:PORT` to serve, repeatable")
+	fs.Var(&upstreamFlag{cfg: cfg}, "upstream", "`ADDR:PORT` misses are forwarded to, repeatable, tried in order (the kube-dns ClusterIP); replaces the Corefile's forwards")
+	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`: take upstreams, zones and cache policy from its blocks bound to the listen addresses; flags override")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "`ADDR:PORT` for /metrics, /healthz and /readyz (empty: off)")
+
+	fs.Var(positive(&c.MaxEntries), "cache-max-entries", "cache bound in entries")
+	fs.Var(parsed[int64]{&c.MaxBytes, parseSize, formatSize}, "cache-max-bytes", "cache bound in `BYTES` (units Ki, Mi, Gi, KiB, MiB, GiB, K, M, G)")
+	fs.Var(positive(&c.MaxTTL), "cache-max-ttl", "cap on how long positive answers stay fresh")
+	fs.Var(positive(&c.MaxNegTTL), "cache-max-neg-ttl", "cap on how long negative answers stay fresh")
+	fs.Var(minTTL{&c.MinTTL, &c.MinNegTTL}, "cache-min-ttl", "floor on how long answers stay fresh (the TTL served is never raised)")
+	fs.Var(notNegative(&c.ServfailTTL), "servfail-ttl", "how long SERVFAIL is cached (0: never)")
+	fs.Var(notNegative(&c.MaxStale), "serve-stale", "how long past expiry an answer may be served stale (0: never)")
+	fs.Var(parsed[pipeline.StaleMode]{&p.StaleMode, pipeline.ParseStaleMode, pipeline.StaleMode.String}, "stale-mode", "verify: ask upstreams first, serve stale if they fail within --stale-budget; immediate: serve stale and refresh in the background")
+	fs.Var(positive(&c.StaleTTL), "stale-ttl", "TTL of stale answers (RFC 8767 recommends 30s)")
+	fs.Var(positive(&p.StaleBudget), "stale-budget", "in verify mode, how long a query with a stale answer waits for upstreams")
+
+	fs.Var(positive(&p.UpstreamTimeout), "upstream-timeout", "time to resolve a miss upstream before SERVFAIL (or stale)")
+	fs.Var(positive(&p.MaxInflight), "max-inflight", "cap on concurrent upstream resolutions")
+	fs.Var(positive(&p.MaxPerClient), "max-per-client", "cap on one client address's queries waiting on upstreams")
+	fs.Var(notNegative(&p.RefreshRate), "refresh-rate", "background refreshes per second of entries hit in the last tenth of their life (0: none)")
+	fs.StringVar(&p.NSID, "nsid", p.NSID, "NSID sent to clients that ask (empty: none)")
+
+	fs.Var(positive(&r.ReadersPerSocket), "udp-readers", "read loops per UDP socket")
+	fs.Var(positive(&r.Batch), "udp-batch", "datagrams per recvmmsg/sendmmsg call")
+	fs.Var(positive(&r.SocketsPerAddr), "sockets-per-addr", "UDP sockets per listen address (each takes a share of the reuseport hash from LocalDNS)")
+	fs.Var(positive(&r.MaxTCPConns), "max-tcp-conns", "open TCP connections; at the cap the idlest is closed")
+	fs.Var(positive(&r.TCPIdle), "tcp-idle-timeout", "close a TCP connection idle this long")
+
+	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "control socket for dnsstandby status, hold and release (empty: off)")
+	fs.StringVar(&cfg.Anchor.Link, "anchor-link", cfg.Anchor.Link, "link of our own that keeps the listen addresses local when LocalDNS deletes its link (empty: no anchor)")
+	fs.StringVar(&cfg.Anchor.Kind, "anchor-kind", cfg.Anchor.Kind, "kind of the anchor link (bridge where the dummy driver is missing)")
+	fs.BoolVar(&cfg.Anchor.Cleanup, "anchor-cleanup", cfg.Anchor.Cleanup, "delete the anchor link on exit (by default it stays, so the addresses stay local across restarts)")
+	fs.Var(parsed[string]{&t.Steering, parseSteering, identity}, "steering", "auto, adopt, own or off: how the reuseport groups are steered (see README)")
+	fs.Var(positive(&t.ProbeInterval), "probe-interval", "how often LocalDNS is probed while bound")
+	fs.Var(parsed[netip.AddrPort]{&t.ProbeAddr, parseAddrPort, netip.AddrPort.String}, "peer-probe-addr", "LocalDNS `ADDR:PORT` probed when steering cannot route probes to its socket on the listen address")
+	fs.Var(positive(&t.Machine.HungAfter), "hung-after", "failed probes in a row after which a bound LocalDNS counts as hung")
+	fs.Var(positive(&t.Machine.HealthyProbes), "holddown-probes", "probes in a row a restarted or hung LocalDNS must pass before it gets traffic back")
+	fs.Var(notNegative(&t.Machine.HealthyFor), "holddown", "how long those probes must span")
+	fs.BoolVar(&t.TCPMigrate, "tcp-migrate", t.TCPMigrate, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
+
+	fs.Var(parsed[daemon.Mirror]{&cfg.Mirror, parseMirror, daemon.Mirror.String}, "mirror", "how LocalDNS's answers fill the cache: tap (a packet tap on the listen addresses' replies), dnstap:`PATH` (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshot, loaded at start and written periodically and on SIGTERM (empty: none)")
+	fs.Var(positive(&cfg.SnapshotInterval), "snapshot-interval", "how often the cache snapshot is written")
+	fs.Var(positive(&cfg.ShutdownTimeout), "shutdown-timeout", "on SIGTERM, how long queries in flight may take to finish")
+
+	fs.BoolVar(&o.validate, "validate", false, "check the options (and the Corefile) and exit: 0 if dnsstandby would start with them, 2 if not")
+	fs.Var(parsed[string]{&o.logFormat, parseLogFormat, identity}, "log-format", "json or text")
+	fs.TextVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
+	return fs, o
+}
+
+func printRunHelp(w io.Writer) {
+	cfg := daemon.DefaultConfig()
+	fs, _ := runFlags(&cfg)
+	fs.SetOutput(w)
+	fmt.Fprintln(w, "usage: dnsstandby run [flags]\n\nEvery flag may also be set as DNSSTANDBY_<NAME> (e.g. DNSSTANDBY_LISTEN=169.254.10.11:53).\nFlags win over the environment, and both over the --localdns-corefile.")
+	fs.PrintDefaults()
+}
+
+// upstreamFlag is --upstream: the first value replaces the routes (from
+// the defaults or the Corefile) by one root route; later values add
+// servers to it, tried in the order given.
+type upstreamFlag struct {
+	cfg *daemon.Config
+	set bool
+}
+
+func (u *upstreamFlag) String() string {
+	if u == nil || u.cfg == nil || len(u.cfg.Routes) == 0 {
+		return ""
+	}
+	return fmt.Sprint(u.cfg.Routes[0].Upstream.Servers)
+}
+
+func (u *upstreamFlag) Set(v string) error {
+	aps, err := parseAddrPorts(v)
+	if err != nil {
+		return err
+	}
+	if !u.set {
+		u.cfg.Routes, u.set = []daemon.Route{daemon.NewRoute(".")}, true
+	}
+	r := &u.cfg.Routes[0].Upstream
+	r.Servers = append(r.Servers, aps...)
+	return nil
+}
+
+// minTTL is --cache-min-ttl, the floor for positive and negative answers
+// alike.
+type minTTL struct{ pos, neg *time.Duration }
+
+func (m minTTL) String() string {
+	if m.pos == nil {
+		return ""
+	}
+	return m.pos.String()
+}
+
+func (m minTTL) Set(s string) error {
+	var d time.Duration
+	if err := notNegative(&d).Set(s); err != nil {
+		return err
+	}
+	*m.pos, *m.neg = d, d
+	return nil
+}
+
+// parseMirror reads --mirror: tap, dnstap:PATH or none.
+func parseMirror(v string) (daemon.Mirror, error) {
+	switch {
+	case v == daemon.MirrorTap || v == daemon.MirrorNone:
+		return daemon.Mirror{Kind: v}, nil
+	case strings.HasPrefix(v, "dnstap:") && len(v) > len("dnstap:"):
+		return daemon.Mirror{Kind: daemon.MirrorDnstap, DnstapPath: strings.TrimPrefix(v, "dnstap:")}, nil
+	}
+	return daemon.Mirror{}, fmt.Errorf("%q: want tap, dnstap:PATH or none", v)
+}
+
+func parseSteering(v string) (string, error) {
+	_, err := steer.ParseLevel(v)
+	return v, err
+}
+
+func parseLogFormat(v string) (string, error) {
+	if v != "json" && v != "text" {
+		return "", fmt.Errorf("%q: want json or text", v)
+	}
+	return v, nil
+}
+
+func identity(s string) string { return s }
+
+func newLogger(o runOptions, w io.Writer) *slog.Logger {
+	hopts := &slog.HandlerOptions{Level: o.logLevel}
 	if o.logFormat == "text" {
 		return slog.New(slog.NewTextHandler(w, hopts))
 	}
 	return slog.New(slog.NewJSONHandler(w, hopts))
-}
-
-// plan is what run starts: the options merged with the Corefile.
-type plan struct {
-	cache    cache.Config
-	pipeline pipeline.Config // Cache and Routes filled by run
-	routes   []routePlan
-	resp     responder.Config
-	takeover takeover.Config // Sockets, Healthy and Answered filled by run
-}
-
-// routePlan is one zone's upstream servers.
-type routePlan struct {
-	zone     string
-	servers  []netip.AddrPort
-	forceTCP bool
-}
-
-// buildPlan merges flags with the LocalDNS Corefile (flags win) and checks
-// the result: at least one upstream, and none of them ourselves.
-func buildPlan(o *runOptions, log *slog.Logger) (*plan, error) {
-	p := &plan{cache: cache.DefaultConfig(), pipeline: pipeline.DefaultConfig(), resp: responder.DefaultConfig()}
-	var zones []corefile.Zone
-	if o.corefile != "" {
-		s, err := corefile.Load(o.corefile, o.listen)
-		switch {
-		case err != nil && len(o.upstream) == 0:
-			return nil, fmt.Errorf("no upstream: --upstream not given and %w", err)
-		case err != nil:
-			log.Error("LocalDNS Corefile unusable, continuing with flags", "err", err.Error())
-		default:
-			zones = s.Zones
-			log.Info("LocalDNS Corefile read", "file", o.corefile, "zones", len(zones))
-		}
-	}
-	cc := rootCache(zones)
-	applyCorefileCache(p, cc)
-
-	if len(o.upstream) > 0 {
-		p.routes = []routePlan{{zone: ".", servers: o.upstream}}
-	} else {
-		for _, z := range zones {
-			if len(z.Upstreams) > 0 {
-				p.routes = append(p.routes, routePlan{zone: z.Name, servers: z.Upstreams, forceTCP: z.ForceTCP})
-			}
-		}
-	}
-	if len(p.routes) == 0 {
-		return nil, errors.New("no upstream: give --upstream ADDR:PORT (the kube-dns ClusterIP) or a --localdns-corefile whose blocks forward somewhere")
-	}
-	for _, r := range p.routes {
-		for _, s := range r.servers {
-			if slices.Contains(o.listen, s) {
-				return nil, fmt.Errorf("upstream %s is one of dnsstandby's listen addresses: forwarding there would loop", s)
-			}
-		}
-	}
-
-	// Flags given explicitly override the Corefile.
-	c := &p.cache
-	c.MaxEntries = o.cacheEntries
-	c.MaxBytes = int64(o.cacheBytes)
-	c.NSID = o.nsid
-	c.UDPSize = p.pipeline.UDPSize
-	override := func(name string, dst *time.Duration, v time.Duration) {
-		if o.set[name] || cc == nil {
-			*dst = v
-		}
-	}
-	override("cache-max-ttl", &c.MaxTTL, o.maxTTL)
-	override("cache-max-neg-ttl", &c.MaxNegTTL, o.maxNegTTL)
-	override("cache-min-ttl", &c.MinTTL, o.minTTL)
-	override("cache-min-ttl", &c.MinNegTTL, o.minTTL)
-	override("servfail-ttl", &c.ServfailTTL, o.servfailTTL)
-	override("serve-stale", &c.MaxStale, o.serveStale)
-	c.StaleTTL = o.staleTTL
-	if o.set["stale-mode"] || cc == nil {
-		p.pipeline.StaleMode, _ = pipeline.ParseStaleMode(o.staleMode)
-	}
-
-	pc := &p.pipeline
-	pc.StaleBudget = o.staleBudget
-	pc.UpstreamTimeout = o.upstreamTimeout
-	pc.MaxInflight = o.maxInflight
-	pc.MaxPerClient = o.maxPerClient
-	pc.RefreshRate = o.refreshRate
-	pc.NSID = o.nsid
-	pc.Logger = log
-
-	t := &p.takeover
-	*t = takeover.DefaultConfig()
-	t.Steering = o.steering
-	t.ProbeInterval = o.probeInterval
-	if len(o.peerProbe) == 1 {
-		t.ProbeAddr = o.peerProbe[0]
-	}
-	t.Machine = takeover.MachineConfig{HungAfter: o.hungAfter, HealthyProbes: o.holdProbes, HealthyFor: o.holdDown}
-	t.TCPMigrate = o.tcpMigrate
-	t.Logger = log
-	if o.anchorLink != "" {
-		a := &anchor.Config{Link: o.anchorLink, Kind: o.anchorKind, Cleanup: o.anchorCleanup}
-		for _, ap := range o.listen {
-			if !slices.Contains(a.Addrs, ap.Addr()) {
-				a.Addrs = append(a.Addrs, ap.Addr())
-			}
-		}
-		t.Anchor = a
-	}
-
-	r := &p.resp
-	r.Listen = o.listen
-	r.ReadersPerSocket = o.udpReaders
-	r.Batch = o.udpBatch
-	r.SocketsPerAddr = o.socketsPerAddr
-	r.MaxTCPConns = o.maxTCPConns
-	r.TCPIdle = o.tcpIdle
-	r.Logger = log
-	return p, nil
-}
-
-// rootCache returns the cache block of the Corefile's root zone, or nil.
-// When present, its values replace the built-in defaults.
-func rootCache(zones []corefile.Zone) *corefile.Cache {
-	for _, z := range zones {
-		if z.Name == "." && z.Cache != nil {
-			return z.Cache
-		}
-	}
-	return nil
-}
-
-// applyCorefileCache takes the cache policy of the Corefile's root block:
-// dnsstandby should keep answers exactly as long as LocalDNS would.
-func applyCorefileCache(p *plan, cc *corefile.Cache) {
-	if cc == nil {
-		return
-	}
-	c := &p.cache
-	c.MaxTTL, c.MaxNegTTL = cc.MaxTTL, cc.MaxNegTTL
-	c.MinTTL, c.MinNegTTL = cc.MinTTL, cc.MinNegTTL
-	c.ServfailTTL = cc.ServfailTTL
-	c.MaxStale = cc.ServeStale
-	if cc.StaleVerify {
-		p.pipeline.StaleMode = pipeline.StaleVerify
-	} else {
-		p.pipeline.StaleMode = pipeline.StaleImmediate
-	}
-}
-
-// run starts everything, waits for ctx, and shuts down in order: stop
-// reading, finish what is in flight, close.
-func run(ctx context.Context, o *runOptions, pl *plan, log *slog.Logger) error {
-	ver := readBuildVersion()
-	log.Info("dnsstandby starting", "version", ver.Version, "revision", ver.revision(), "go", ver.GoVersion)
-	var wg sync.WaitGroup
-	bg, cancelBG := context.WithCancel(context.Background())
-	defer func() { cancelBG(); wg.Wait() }()
-
-	clk := clock.NewCoarse()
-	wg.Go(func() { clk.Run(bg) })
-	pl.cache.Now = clk.Now
-	c, err := cache.New(pl.cache)
-	if err != nil {
-		return err
-	}
-
-	// A warm cache before the sockets open: a restart during a takeover
-	// answers from what the last process knew.
-	if o.stateDir != "" {
-		if err := os.MkdirAll(o.stateDir, 0o700); err != nil {
-			log.Error("state directory unusable: no cache snapshots", "dir", o.stateDir, "err", err.Error())
-			o.stateDir = ""
-		} else {
-			loadSnapshot(c, o.stateDir, log)
-			wg.Go(func() { snapshotLoop(bg, c, o.stateDir, o.snapshotInterval, log) })
-		}
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), ver.collector(), c)
-
-	var groups []*upstream.Group
-	defer func() {
-		for _, g := range groups {
-			_ = g.Close()
-		}
-	}()
-	for i, r := range pl.routes {
-		g, err := upstream.New(upstream.Config{
-			Servers: r.servers,
-			// Leave room within the resolution's budget to try the next
-			// server after one that does not answer.
-			Timeout:  max(pl.pipeline.UpstreamTimeout/time.Duration(len(r.servers)), 250*time.Millisecond),
-			ForceTCP: r.forceTCP,
-			Logger:   log.With("zone", r.zone),
-		})
-		if err != nil {
-			return fmt.Errorf("upstream for zone %s: %w", r.zone, err)
-		}
-		groups = append(groups, g)
-		// Groups export the same metric names; a zone label keeps their
-		// series apart.
-		if err := prometheus.WrapRegistererWith(prometheus.Labels{"zone": r.zone}, reg).Register(g); err != nil {
-			return fmt.Errorf("register upstream metrics: %w", err)
-		}
-		pl.pipeline.Routes = append(pl.pipeline.Routes, pipeline.Route{Zone: r.zone, Upstream: g})
-		log.Info("upstream", "zone", r.zone, "servers", fmt.Sprint(r.servers), "index", i)
-	}
-
-	pl.pipeline.Cache = c
-	pipe, err := pipeline.New(pl.pipeline)
-	if err != nil {
-		return err
-	}
-	reg.MustRegister(pipe)
-	srv, err := responder.Listen(pl.resp, pipe)
-	if err != nil {
-		return err
-	}
-	reg.MustRegister(srv)
-
-	if err := srv.Start(); err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
-	// Takeover after the read loops run: the steering program may send us
-	// traffic the moment it is attached.
-	socks, err := srv.Sockets()
-	if err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
-	// The mirror feed: LocalDNS's own answers into our cache.
-	mirrorKind, dnstapPath, _ := parseMirror(o.mirror) // checked by parseRunFlags
-	var tp *tap.Tap
-	switch mirrorKind {
-	case "tap":
-		var addrs []netip.Addr
-		for _, ap := range o.listen {
-			if !slices.Contains(addrs, ap.Addr()) {
-				addrs = append(addrs, ap.Addr())
-			}
-		}
-		tp, err = tap.Start(bg, tap.Config{Addrs: addrs, Port: o.listen[0].Port(), Logger: log}, c.InsertMirror)
-		if err != nil {
-			// A node without packet sockets still serves; the cache then
-			// fills only with what dnsstandby answers itself.
-			log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", "tap", "err", err.Error())
-			break
-		}
-		tp.SetEnabled(false) // until takeover says every reply on the wire is LocalDNS's
-		defer tp.Close()
-		reg.MustRegister(tp)
-	case "dnstap":
-		rx, err := dnstap.Listen(bg, dnstap.Config{Path: dnstapPath, Logger: log}, c.InsertMirror)
-		if err != nil {
-			log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", "dnstap", "path", dnstapPath, "err", err.Error())
-			break
-		}
-		defer rx.Close()
-		reg.MustRegister(rx)
-	}
-
-	tc := pl.takeover
-	if tp != nil {
-		tc.OnMirrorSafe = tp.SetEnabled
-	}
-	for _, s := range socks {
-		tc.Sockets = append(tc.Sockets, takeover.OurSocket{Addr: s.Addr, UDP: s.UDP, Conn: s.Conn})
-	}
-	tc.Healthy = srv.Healthy
-	tc.Answered = func() uint64 {
-		var n uint64
-		for src, v := range pipe.Answered() {
-			if src != "error" {
-				n += v
-			}
-		}
-		return n
-	}
-	ctrl, err := takeover.Start(ctx, tc)
-	if err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
-	reg.MustRegister(ctrl)
-
-	if o.adminSocket != "" {
-		as, err := admin.Listen(o.adminSocket, newStatusHandler(ctrl, o, reg), log)
-		if err != nil {
-			ctrl.Close()
-			srv.Shutdown(context.Background())
-			return err
-		}
-		defer as.Close()
-	}
-	var ready readiness
-	if o.metricsAddr != "" {
-		hs, err := serveHTTP(o.metricsAddr, reg, srv, ctrl, &ready, log)
-		if err != nil {
-			ctrl.Close()
-			srv.Shutdown(context.Background())
-			return err
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		}()
-	}
-	ready.set(true)
-	st := ctrl.Status().(takeover.Status)
-	log.Info("dnsstandby ready", "listen", fmt.Sprint(o.listen), "mode", st.Mode, "steering", st.Steering.Level,
-		"stale_mode", pl.pipeline.StaleMode.String(), "cache_max_entries", pl.cache.MaxEntries, "serve_stale", pl.cache.MaxStale.String())
-	// takeover.Start returned with the anchor, the steering program and
-	// the first mode in place: systemd may now start LocalDNS.
-	sd := notify{log}
-	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(o.listen), st.Mode, st.Steering.Level))
-	wg.Go(func() { sd.watchdog(bg, srv.Healthy) })
-
-	<-ctx.Done()
-	ready.set(false)
-	sd.stopping()
-	log.Info("shutting down", "timeout", o.shutdownTimeout.String())
-	sctx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	defer cancel()
-	start := time.Now()
-	// Stop reading and finish what is in flight; then end steering, which
-	// leaves the programs attached in their last mode (in mirror, every
-	// query goes on to LocalDNS while our sockets close); then close them.
-	srv.Drain(sctx)
-	if err := ctrl.Close(); err != nil {
-		log.Warn("takeover stop", "err", err.Error())
-	}
-	srv.Close()
-	if o.stateDir != "" {
-		saveSnapshot(c, o.stateDir, log)
-	}
-	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
-	return nil
-}
-
-// readiness is what /readyz reports: true between start and shutdown.
-type readiness struct {
-	mu sync.Mutex
-	ok bool
-}
-
-func (r *readiness) set(v bool) { r.mu.Lock(); r.ok = v; r.mu.Unlock() }
-func (r *readiness) get() bool  { r.mu.Lock(); defer r.mu.Unlock(); return r.ok }
-
-// serveHTTP serves /metrics, /healthz (the read loops make progress) and
-// /readyz (listening and not shutting down).
-func serveHTTP(addr string, reg *prometheus.Registry, srv *responder.Server, ctrl *takeover.Controller, ready *readiness, log *slog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := srv.Healthy(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/debug/events", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(ctrl.Events())
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.get() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err.Error())
-		}
-	}()
-	return hs, nil
 }

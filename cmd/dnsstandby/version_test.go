@@ -7,28 +7,6 @@ import (
 	"testing"
 )
 
-func TestBuildVersionString(t *testing.T) {
-	tests := []struct {
-		v    buildVersion
-		want string
-	}{
-		{buildVersion{Version: "v1.2.3", GoVersion: "go1.26.8"}, "dnsstandby v1.2.3, go1.26.8"},
-		{buildVersion{Version: "(devel)", Revision: "0123456789abcdef0123", Time: "2026-11-29T23:00:00Z", GoVersion: "go1.26.8"},
-			"dnsstandby (devel) commit 0123456789ab (2026-11-29T23:00:00Z), go1.26.8"},
-		{buildVersion{Version: "(devel)", Revision: "0123456789abcdef0123", Modified: true, GoVersion: "go1.26.8"},
-			"dnsstandby (devel) commit 0123456789ab+dirty, go1.26.8"},
-		{buildVersion{Version: "v0.0.0-20261129230000-0123456789ab+dirty", Revision: "0123456789abcdef0123", Modified: true, Time: "2026-11-29T23:00:00Z", GoVersion: "go1.26.8"},
-			"dnsstandby v0.0.0-20261129230000-0123456789ab+dirty, go1.26.8"},
-		// Modified without a revision says nothing of a commit.
-		{buildVersion{Version: "(devel)", Modified: true, GoVersion: "go1.26.8"}, "dnsstandby (devel), go1.26.8"},
-	}
-	for _, tc := range tests {
-		if got := tc.v.String(); got != tc.want {
-			t.Errorf("%+v: %q, want %q", tc.v, got, tc.want)
-		}
-	}
-}
-
 func TestVersionCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := dispatch([]string{"version"}, &out, &errOut); code != exitOK {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"bytes"
@@ -37,7 +37,7 @@ func TestWriteAtomic(t *testing.T) {
 func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c1, _ := cache.New(cache.DefaultConfig())
 	m := new(dns.Msg)
 	m.SetQuestion("warm.example.", dns.TypeA)
@@ -48,10 +48,13 @@ func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	if err := c1.Insert(b); err != nil {
 		t.Fatal(err)
 	}
-	saveSnapshot(c1, dir, log)
+	snap := snapshots{dir: dir, log: log}
+	if err := snap.save(c1, slog.LevelInfo); err != nil {
+		t.Fatal(err)
+	}
 
 	c2, _ := cache.New(cache.DefaultConfig())
-	loadSnapshot(c2, dir, log)
+	snap.load(c2)
 	if c2.Len() != 1 {
 		t.Fatalf("loaded %d entries, want 1; logs:\n%s", c2.Len(), logs.String())
 	}
@@ -60,13 +63,13 @@ func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, snapshotName), []byte("DSBYSNAP garbage"), 0o600)
 	c3, _ := cache.New(cache.DefaultConfig())
 	logs.Reset()
-	loadSnapshot(c3, dir, log)
+	snap.load(c3)
 	if c3.Len() != 0 || !strings.Contains(logs.String(), "cache snapshot ignored") {
 		t.Fatalf("corrupt snapshot: %d entries; logs:\n%s", c3.Len(), logs.String())
 	}
 	// None at all: a note, nothing else.
 	logs.Reset()
-	loadSnapshot(c3, t.TempDir(), log)
+	snapshots{dir: t.TempDir(), log: log}.load(c3)
 	if !strings.Contains(logs.String(), "no cache snapshot") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -15,7 +15,7 @@ type notify struct{ log *slog.Logger }
 
 func (n notify) send(state string) {
 	if _, err := daemon.SdNotify(false, state); err != nil {
-		n.log.Warn("sd_notify", "state", state, "err", err.Error())
+		n.log.Warn("sd_notify", "state", state, slog.Any("err", err))
 	}
 }
 
@@ -33,7 +33,7 @@ func (n notify) stopping() { n.send(daemon.SdNotifyStopping + "\nSTATUS=draining
 func (n notify) watchdog(ctx context.Context, healthy func() error) {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
-		n.log.Warn("systemd watchdog settings unreadable: not petting it", "err", err.Error())
+		n.log.Warn("systemd watchdog settings unreadable: not petting it", slog.Any("err", err))
 		return
 	}
 	if interval == 0 {
@@ -46,7 +46,7 @@ func (n notify) watchdog(ctx context.Context, healthy func() error) {
 	for {
 		if err := healthy(); err != nil {
 			if !failing {
-				n.log.Error("not petting the systemd watchdog: serving is stuck", "err", err.Error(), "watchdog", interval.String())
+				n.log.Error("not petting the systemd watchdog: serving is stuck", slog.Any("err", err), "watchdog", interval.String())
 			}
 			failing = true
 		} else {

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -51,47 +51,54 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// saveSnapshot writes the cache to dir/cache.snapshot.
-func saveSnapshot(c *cache.Cache, dir string, log *slog.Logger) {
+// snapshots keeps the cache's snapshot in dir, as dir/cache.snapshot.
+type snapshots struct {
+	dir string
+	log *slog.Logger
+}
+
+// save writes the cache's snapshot and logs it at level: the periodic
+// writes at debug, the one at stop at info.
+func (s snapshots) save(c *cache.Cache, level slog.Level) error {
 	start := time.Now()
 	var n int
-	err := writeAtomic(filepath.Join(dir, snapshotName), func(w io.Writer) error {
+	err := writeAtomic(filepath.Join(s.dir, snapshotName), func(w io.Writer) error {
 		var err error
 		n, err = c.Save(w)
 		return err
 	})
 	if err != nil {
-		log.Error("cache snapshot not written", "err", err.Error())
-		return
+		return fmt.Errorf("cache snapshot: %w", err)
 	}
-	log.Info("cache snapshot written", "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
+	s.log.Log(context.Background(), level, "cache snapshot written", "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
 }
 
-// loadSnapshot loads dir/cache.snapshot into c, if there is one. A bad
-// snapshot is logged and ignored: the cache stays empty and works.
-func loadSnapshot(c *cache.Cache, dir string, log *slog.Logger) {
-	path := filepath.Join(dir, snapshotName)
+// load loads the snapshot into c, if there is one. A bad snapshot is
+// logged and ignored: the cache stays empty and works.
+func (s snapshots) load(c *cache.Cache) {
+	path := filepath.Join(s.dir, snapshotName)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		log.Info("no cache snapshot to load", "path", path)
+		s.log.Info("no cache snapshot to load", "path", path)
 		return
 	}
 	if err != nil {
-		log.Error("cache snapshot not loaded", "path", path, "err", err.Error())
+		s.log.Error("cache snapshot not loaded", "path", path, slog.Any("err", err))
 		return
 	}
 	defer f.Close()
 	start := time.Now()
 	n, err := c.Load(f)
 	if err != nil {
-		log.Error("cache snapshot ignored", "path", path, "err", err.Error())
+		s.log.Error("cache snapshot ignored", "path", path, slog.Any("err", err))
 		return
 	}
-	log.Info("cache snapshot loaded", "path", path, "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
+	s.log.Info("cache snapshot loaded", "path", path, "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
 }
 
-// snapshotLoop writes a snapshot every interval until ctx ends.
-func snapshotLoop(ctx context.Context, c *cache.Cache, dir string, every time.Duration, log *slog.Logger) {
+// loop writes a snapshot every interval until ctx is done.
+func (s snapshots) loop(ctx context.Context, c *cache.Cache, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -99,7 +106,9 @@ func snapshotLoop(ctx context.Context, c *cache.Cache, dir string, every time.Du
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			saveSnapshot(c, dir, log)
+			if err := s.save(c, slog.LevelDebug); err != nil {
+				s.log.Error("cache snapshot not written", slog.Any("err", err))
+			}
 		}
 	}
 }

@@ -1,0 +1,175 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/admin"
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/pipeline"
+	"github.com/dnsstandby/dnsstandby/responder"
+	"github.com/dnsstandby/dnsstandby/status"
+	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/takeover/steer"
+	"github.com/dnsstandby/dnsstandby/upstream"
+)
+
+// Config is everything the daemon runs with: plain values, the parts'
+// own Configs among them. Start from DefaultConfig. Fields that only the
+// running daemon knows (the cache a pipeline uses, the sockets takeover
+// steers, every Logger) are set by Run and ignored here.
+type Config struct {
+	// Listen are the addresses served, shared with LocalDNS.
+	Listen []netip.AddrPort
+	// Routes say where misses go: per zone, an upstream group. The most
+	// specific zone matching a query wins. Run sets each group's
+	// per-attempt Timeout from Pipeline.UpstreamTimeout, so that a group
+	// whose first server does not answer has time to try the next.
+	Routes []Route
+	// Corefile is the LocalDNS Corefile the Routes and cache policy were
+	// taken from ("" for none); Ignored lists what dnsstandby does not
+	// imitate of it, logged once at start. See ApplyCorefile.
+	Corefile string
+	Ignored  []string
+
+	Cache     cache.Config     // NSID and UDPSize are taken from Pipeline's
+	Pipeline  pipeline.Config  // Cache and Routes are set by Run
+	Responder responder.Config // Listen is set by Run
+	Takeover  takeover.Config  // Sockets, Healthy, Answered, OnMirrorSafe and Anchor are set by Run
+	Anchor    Anchor
+	Mirror    Mirror
+
+	// StateDir holds the cache snapshot, loaded at start and written every
+	// SnapshotInterval and at stop ("" : no snapshots).
+	StateDir         string
+	SnapshotInterval time.Duration
+
+	// MetricsAddr serves /metrics, /healthz, /readyz and /debug/events
+	// ("" : off); AdminSocket serves status, hold and release ("" : off).
+	MetricsAddr string
+	AdminSocket string
+
+	// ShutdownTimeout bounds how long queries in flight may take to
+	// finish once Run's context is done.
+	ShutdownTimeout time.Duration
+}
+
+// Route is one zone's upstream group.
+type Route struct {
+	Zone     string // fully qualified: "." or "cluster.local."
+	Upstream upstream.Config
+}
+
+// Anchor is the link of dnsstandby's own that keeps the listen addresses
+// local when LocalDNS deletes its link.
+type Anchor struct {
+	Link    string // "" : no anchor
+	Kind    string // dummy on nodes; bridge where the dummy driver is missing
+	Cleanup bool   // delete the link at stop (by default it stays, for the next start)
+}
+
+// Mirror is how LocalDNS's answers reach the cache.
+type Mirror struct {
+	Kind       string // MirrorTap, MirrorDnstap or MirrorNone
+	DnstapPath string // the socket LocalDNS streams to, for MirrorDnstap
+}
+
+// The mirror feeds.
+const (
+	MirrorTap    = "tap"    // a packet tap on the listen addresses' replies
+	MirrorDnstap = "dnstap" // a socket LocalDNS's dnstap plugin streams to
+	MirrorNone   = "none"
+)
+
+// String is the feed as the command line and the status write it: tap,
+// dnstap:PATH or none.
+func (m Mirror) String() string {
+	if m.Kind == MirrorDnstap {
+		return m.Kind + ":" + m.DnstapPath
+	}
+	return m.Kind
+}
+
+// DefaultConfig returns the defaults of every setting: serve LocalDNS's
+// pod listener, with no routes (they come from the Corefile or the
+// caller).
+func DefaultConfig() Config {
+	return Config{
+		Listen:           []netip.AddrPort{status.DefaultListen},
+		Cache:            cache.DefaultConfig(),
+		Pipeline:         pipeline.DefaultConfig(),
+		Responder:        responder.DefaultConfig(),
+		Takeover:         takeover.DefaultConfig(),
+		Anchor:           Anchor{Link: "dnsstandby", Kind: "dummy"},
+		Mirror:           Mirror{Kind: MirrorTap},
+		StateDir:         "/var/lib/dnsstandby",
+		SnapshotInterval: time.Minute,
+		MetricsAddr:      "127.0.0.1:9355",
+		AdminSocket:      admin.DefaultSocket,
+		ShutdownTimeout:  5 * time.Second,
+	}
+}
+
+// NewRoute returns a route for zone to servers, with the upstream
+// defaults.
+func NewRoute(zone string, servers ...netip.AddrPort) Route {
+	u := upstream.DefaultConfig()
+	u.Servers = servers
+	return Route{Zone: zone, Upstream: u}
+}
+
+// Validate checks what no part checks for itself: that there is
+// something to serve and somewhere to send misses, that no upstream is
+// one of the listen addresses, and the daemon's own settings. The parts
+// check their Configs when Run starts them.
+func (c *Config) Validate() error {
+	if len(c.Listen) == 0 {
+		return errors.New("daemon: no Listen address")
+	}
+	if len(c.Routes) == 0 {
+		return errors.New("daemon: no Routes: misses would have nowhere to go")
+	}
+	for _, r := range c.Routes {
+		if len(r.Upstream.Servers) == 0 {
+			return fmt.Errorf("daemon: route %s has no servers", r.Zone)
+		}
+		for _, s := range r.Upstream.Servers {
+			if slices.Contains(c.Listen, s) {
+				return fmt.Errorf("daemon: upstream %s of zone %s is one of the listen addresses: forwarding there would loop", s, r.Zone)
+			}
+		}
+	}
+	if _, err := steer.ParseLevel(c.Takeover.Steering); err != nil {
+		return fmt.Errorf("daemon: Takeover.Steering: %w", err)
+	}
+	switch c.Mirror.Kind {
+	case MirrorTap, MirrorNone:
+	case MirrorDnstap:
+		if c.Mirror.DnstapPath == "" {
+			return errors.New("daemon: Mirror.DnstapPath is empty")
+		}
+	default:
+		return fmt.Errorf("daemon: Mirror.Kind %q: want %s, %s or %s", c.Mirror.Kind, MirrorTap, MirrorDnstap, MirrorNone)
+	}
+	if c.StateDir != "" && c.SnapshotInterval <= 0 {
+		return fmt.Errorf("daemon: SnapshotInterval must be positive, got %s", c.SnapshotInterval)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("daemon: ShutdownTimeout must be positive, got %s", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// listenAddrs returns the listen addresses, each once.
+func (c *Config) listenAddrs() []netip.Addr {
+	var out []netip.Addr
+	for _, ap := range c.Listen {
+		if !slices.Contains(out, ap.Addr()) {
+			out = append(out, ap.Addr())
+		}
+	}
+	return out
+}

@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/pipeline"
+)
+
+// This file is the Corefile contract: which of LocalDNS's settings the
+// daemon takes over (ApplyCorefile), and which it does not imitate and
+// says so at start (ignored).
+
+// ApplyCorefile takes from a LocalDNS Corefile's blocks (those serving
+// the listen addresses, as corefile.Parse selected them):
+//   - per zone with a forward: a Route with its servers, force_tcp,
+//     max_concurrent, max_fails, health_check and expire;
+//   - from the root zone's cache plugin: the TTL caps and floors, the
+//     SERVFAIL TTL, serve_stale's duration and mode;
+//   - into Ignored: every option and plugin LocalDNS uses that dnsstandby
+//     does not imitate, and every note of the parser.
+//
+// It replaces cfg.Routes when the Corefile has any. The caller applies
+// command-line settings afterwards, so that they win.
+func ApplyCorefile(cfg *Config, s corefile.Settings) {
+	cfg.Corefile = s.File
+	var routes []Route
+	for _, z := range s.Zones {
+		cfg.Ignored = append(cfg.Ignored, ignored(z)...)
+		if len(z.Upstreams) == 0 {
+			continue
+		}
+		r := NewRoute(z.Name, z.Upstreams...)
+		u := &r.Upstream
+		u.ForceTCP = z.ForceTCP
+		u.MaxConcurrent = z.MaxConcurrent
+		u.MaxFails = z.MaxFails
+		u.HealthCheck = z.HealthCheck
+		u.ExpireTCP = z.Expire
+		routes = append(routes, r)
+	}
+	for _, n := range s.Notes {
+		cfg.Ignored = append(cfg.Ignored, n.String())
+	}
+	if len(routes) > 0 {
+		cfg.Routes = routes
+	}
+	if cc := rootCache(s.Zones); cc != nil {
+		c := &cfg.Cache
+		c.MaxTTL, c.MaxNegTTL = cc.MaxTTL, cc.MaxNegTTL
+		c.MinTTL, c.MinNegTTL = cc.MinTTL, cc.MinNegTTL
+		c.ServfailTTL = cc.ServfailTTL
+		c.MaxStale = cc.ServeStale
+		cfg.Pipeline.StaleMode = pipeline.StaleImmediate
+		if cc.StaleVerify {
+			cfg.Pipeline.StaleMode = pipeline.StaleVerify
+		}
+	}
+}
+
+// rootCache returns the cache block of the Corefile's root zone, or nil.
+// One cache serves every zone, so it follows the root block's policy.
+func rootCache(zones []corefile.Zone) *corefile.Cache {
+	for _, z := range zones {
+		if z.Name == "." && z.Cache != nil {
+			return z.Cache
+		}
+	}
+	return nil
+}
+
+// Plugins by what dnsstandby does about them.
+var (
+	// imitated: read by corefile and applied by ApplyCorefile (bind
+	// selects the blocks).
+	imitated = []string{"bind", "forward", "cache"}
+	// noAnswerEffect: plugins that log, export or check, and change no
+	// answer; dnsstandby has its own logs, metrics and health endpoints.
+	noAnswerEffect = []string{"errors", "log", "ready", "health", "loop", "prometheus", "reload", "debug", "dnstap", "pprof", "trace"}
+)
+
+// ignored lists what the zone's block does that dnsstandby does not, one
+// line each with its place in the Corefile.
+func ignored(z corefile.Zone) []string {
+	var out []string
+	add := func(format string, args ...any) {
+		out = append(out, fmt.Sprintf("%s:%d: zone %s: ", z.File, z.Line, z.Name)+fmt.Sprintf(format, args...))
+	}
+	for _, p := range z.Plugins {
+		switch {
+		case slices.Contains(imitated, p) || slices.Contains(noAnswerEffect, p):
+		case p == "nsid":
+			add("nsid %q: dnsstandby answers NSID with its own (Pipeline.NSID), so that its answers can be told apart", z.NSID)
+		default:
+			add("plugin %s not imitated: its answers come from the upstreams in takeover", p)
+		}
+	}
+	if len(z.Upstreams) > 0 {
+		if z.ForwardPolicy != "" && z.ForwardPolicy != "sequential" {
+			add("forward policy %s: dnsstandby tries the servers in order (sequential)", z.ForwardPolicy)
+		}
+		if z.PreferUDP {
+			add("forward prefer_udp: dnsstandby asks over UDP unless force_tcp, whatever the client used")
+		}
+		if z.FailfastAllUnhealthy {
+			add("forward failfast_all_unhealthy_upstreams: dnsstandby still tries servers marked down when all are")
+		}
+		if len(z.ForwardExcept) > 0 {
+			add("forward except %s: dnsstandby forwards those names too", strings.Join(z.ForwardExcept, " "))
+		}
+	}
+	if c := z.Cache; c != nil {
+		if z.Name != "." {
+			add("cache: one cache serves every zone, with the root block's policy")
+		}
+		add("cache capacity success %d denial %d: dnsstandby's cache is bounded by Cache.MaxEntries and Cache.MaxBytes", c.SuccessCapacity, c.DenialCapacity)
+		if c.Prefetch > 0 {
+			add("cache prefetch %d: dnsstandby refreshes entries hit near expiry at Pipeline.RefreshRate instead", c.Prefetch)
+		}
+		if c.KeepTTL {
+			add("cache keepttl: dnsstandby ages the TTLs it serves")
+		}
+		if len(c.Zones) > 0 || len(c.DisabledSuccess) > 0 || len(c.DisabledDenial) > 0 {
+			add("cache zones and disable: dnsstandby caches every zone")
+		}
+	}
+	return out
+}

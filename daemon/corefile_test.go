@@ -1,0 +1,85 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/pipeline"
+)
+
+// TestApplyCorefile reads the Corefile AgentBaker renders, for each
+// listener, and holds what the daemon takes from it and what it says it
+// does not imitate.
+func TestApplyCorefile(t *testing.T) {
+	tests := []struct {
+		listen      string
+		wantRoutes  []string // zone servers tcp max_concurrent
+		wantIgnored []string // substrings, each in some line of Ignored
+	}{
+		{"169.254.10.11:53",
+			[]string{
+				"cluster.local. [10.0.0.10:53] tcp=true conc=1000",
+				"testdomain567.com. [168.63.129.16:53] tcp=false conc=1000",
+				". [10.0.0.10:53] tcp=false conc=1000",
+			},
+			[]string{"plugin whoami not imitated", "plugin hosts not imitated", "plugin template not imitated",
+				"forward policy round_robin", "forward policy random", "forward prefer_udp", `nsid "localdns-pod"`,
+				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: one cache serves every zone"}},
+		{"169.254.10.10:53",
+			[]string{
+				"cluster.local. [10.0.0.10:53] tcp=true conc=1000",
+				"testdomain456.com. [10.0.0.10:53] tcp=false conc=1000",
+				". [168.63.129.16:53] tcp=false conc=1000",
+			},
+			[]string{"plugin whoami not imitated", "plugin hosts not imitated", `nsid "localdns"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.listen, func(t *testing.T) {
+			s, err := corefile.Load("../corefile/testdata/agentbaker.corefile", []netip.AddrPort{netip.MustParseAddrPort(tt.listen)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			ApplyCorefile(&cfg, s)
+			var routes []string
+			for _, r := range cfg.Routes {
+				u := r.Upstream
+				routes = append(routes, fmt.Sprintf("%s %v tcp=%v conc=%d", r.Zone, u.Servers, u.ForceTCP, u.MaxConcurrent))
+				// The forward defaults AgentBaker leaves alone, as CoreDNS has them.
+				if u.MaxFails != 2 || u.HealthCheck != 500*time.Millisecond || u.ExpireTCP != 10*time.Second {
+					t.Errorf("%s: max_fails %d health_check %s expire %s, want CoreDNS's 2, 500ms, 10s", r.Zone, u.MaxFails, u.HealthCheck, u.ExpireTCP)
+				}
+			}
+			if strings.Join(routes, "\n") != strings.Join(tt.wantRoutes, "\n") {
+				t.Errorf("routes\n%s\nwant\n%s", strings.Join(routes, "\n"), strings.Join(tt.wantRoutes, "\n"))
+			}
+			// The root block's cache: serve_stale 3600s verify, servfail 0.
+			if cfg.Cache.MaxTTL != time.Hour || cfg.Cache.MaxStale != time.Hour || cfg.Cache.ServfailTTL != 0 || cfg.Pipeline.StaleMode != pipeline.StaleVerify {
+				t.Errorf("cache max ttl %s stale %s servfail %s mode %s", cfg.Cache.MaxTTL, cfg.Cache.MaxStale, cfg.Cache.ServfailTTL, cfg.Pipeline.StaleMode)
+			}
+			all := strings.Join(cfg.Ignored, "\n")
+			for _, want := range tt.wantIgnored {
+				if !strings.Contains(all, want) {
+					t.Errorf("Ignored lacks %q:\n%s", want, all)
+				}
+			}
+			for _, quiet := range []string{"plugin errors", "plugin log", "plugin ready", "plugin prometheus", "plugin loop", "plugin forward", "plugin cache", "plugin bind"} {
+				if strings.Contains(all, quiet) {
+					t.Errorf("Ignored lists %q, which changes no answer or is imitated", quiet)
+				}
+			}
+			for _, line := range cfg.Ignored {
+				if !strings.Contains(line, "agentbaker.corefile:") {
+					t.Errorf("line without its place in the Corefile: %s", line)
+				}
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,355 @@
+// Package daemon assembles dnsstandby: it starts the parts in order —
+// cache, upstream groups, pipeline, listeners, mirror feed, takeover,
+// admin socket, HTTP endpoints — under one lifetime, and stops them in
+// reverse. It owns the order and the wiring between the parts and nothing
+// else: what each part does is the part's own business, and the command
+// line (cmd/dnsstandby) only turns flags, environment and the LocalDNS
+// Corefile into a Config.
+//
+// Data flows one way: listeners (responder) → pipeline → cache and
+// upstreams. The mirror feed writes into the cache. Takeover decides who
+// answers (LocalDNS or dnsstandby) and steers the sockets; it sees the
+// pipeline only through two functions the daemon hands it: Healthy and
+// Answered.
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/dnsstandby/dnsstandby/admin"
+	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/clock"
+	"github.com/dnsstandby/dnsstandby/internal/buildinfo"
+	"github.com/dnsstandby/dnsstandby/mirror/dnstap"
+	"github.com/dnsstandby/dnsstandby/mirror/tap"
+	"github.com/dnsstandby/dnsstandby/pipeline"
+	"github.com/dnsstandby/dnsstandby/responder"
+	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/takeover/anchor"
+	"github.com/dnsstandby/dnsstandby/upstream"
+)
+
+// minAttemptTimeout is the least time one upstream attempt gets, however
+// many servers share Pipeline.UpstreamTimeout.
+const minAttemptTimeout = 250 * time.Millisecond
+
+// Daemon is one run of dnsstandby. Create it with New, run it with Run.
+type Daemon struct {
+	cfg   Config
+	base  *slog.Logger // always non-nil; for the parts, which tag their own lines
+	log   *slog.Logger // base, tagged as the daemon's
+	build buildinfo.Info
+	ready chan struct{} // closed once everything is started
+
+	// The parts, set by Run as it starts them; read by the status.
+	cache  *cache.Cache
+	groups []group
+	pipe   *pipeline.Pipeline
+	srv    *responder.Server
+	tap    *tap.Tap
+	dnstap *dnstap.Receiver
+	ctrl   *takeover.Controller
+}
+
+// group is one route's running upstream group.
+type group struct {
+	zone string
+	g    *upstream.Group
+}
+
+// New checks cfg and returns a daemon that has not started anything. A
+// nil logger discards.
+func New(cfg Config, log *slog.Logger) (*Daemon, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once Run has started every part: the listeners serve,
+// the anchor, the steering program and the first mode are in place.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// closers is the stop half of Run: what was started, stopped in reverse.
+type closers []closer
+
+type closer struct {
+	name string
+	fn   func() error
+}
+
+func (c *closers) push(name string, fn func() error) { *c = append(*c, closer{name, fn}) }
+
+// closeAll runs the closers last first and logs those that fail.
+func (c closers) closeAll(log *slog.Logger) {
+	for i := len(c) - 1; i >= 0; i-- {
+		if err := c[i].fn(); err != nil {
+			log.Warn("stop "+c[i].name, slog.Any("err", err))
+		}
+	}
+}
+
+// Run starts every part, serves until ctx is done, and stops them in
+// reverse order of start: on ctx, it first stops reading and lets the
+// queries in flight finish (within ShutdownTimeout), then ends takeover,
+// which leaves the steering programs attached in their last mode, then
+// closes the sockets, and writes the cache snapshot last. A part that
+// fails to start stops those already started and Run returns its error.
+// Every goroutine of every part runs under one context that Run cancels
+// after the last part has stopped.
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	cfg := d.cfg
+	log := d.log
+	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion)
+	for _, line := range cfg.Ignored {
+		log.Info("LocalDNS does what dnsstandby does not", "corefile", cfg.Corefile, "what", line)
+	}
+
+	var stack closers
+	defer func() { stack.closeAll(log) }()
+	// life outlives ctx: the parts keep running while they drain.
+	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	stack.push("goroutines", func() error { endLife(); wg.Wait(); return nil })
+
+	clk := clock.NewCoarse()
+	wg.Go(func() { clk.Run(life) })
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.build.Collector())
+
+	if err := d.startCache(life, &wg, &stack, reg, clk); err != nil {
+		return err
+	}
+	if err := d.startUpstreams(&stack, reg); err != nil {
+		return err
+	}
+	if err := d.startServing(&stack, reg); err != nil {
+		return err
+	}
+	d.startMirror(life, &stack, reg)
+	if err := d.startTakeover(life, &stack, reg); err != nil {
+		return err
+	}
+	if cfg.AdminSocket != "" {
+		as, err := admin.Listen(cfg.AdminSocket, handler{d}, d.base)
+		if err != nil {
+			return err
+		}
+		stack.push("admin socket", as.Close)
+	}
+	var ready readiness
+	if cfg.MetricsAddr != "" {
+		hs, err := d.serveHTTP(&wg, reg, &ready)
+		if err != nil {
+			return err
+		}
+		stack.push("HTTP server", func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return hs.Shutdown(sctx)
+		})
+	}
+
+	// The first closers to run at stop: leave readiness, then drain.
+	stack.push("drain", func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		d.srv.Drain(sctx)
+		return nil
+	})
+	sd := notify{log}
+	stack.push("readiness", func() error {
+		ready.set(false)
+		sd.stopping()
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+		return nil
+	})
+
+	ready.set(true)
+	close(d.ready)
+	st := d.ctrl.Status()
+	log.Info("dnsstandby ready", "listen", fmt.Sprint(cfg.Listen), "mode", st.Mode, "steering", st.Steering.Level,
+		"stale_mode", cfg.Pipeline.StaleMode.String(), "cache_max_entries", cfg.Cache.MaxEntries, "serve_stale", cfg.Cache.MaxStale.String())
+	// takeover.Start returned with the anchor, the steering program and
+	// the first mode in place: systemd may now start LocalDNS.
+	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(cfg.Listen), st.Mode, st.Steering.Level))
+	wg.Go(func() { sd.watchdog(life, d.srv.Healthy) })
+
+	<-ctx.Done()
+	start := time.Now()
+	stack.closeAll(log)
+	stack = nil
+	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
+}
+
+// startCache makes the cache, warm from the last snapshot when there is
+// one: a restart during a takeover answers from what the last process
+// knew. The snapshot is written again periodically and at stop.
+func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
+	cfg := d.cfg
+	cc := cfg.Cache
+	cc.Now = clk.Now
+	cc.NSID, cc.UDPSize = cfg.Pipeline.NSID, cfg.Pipeline.UDPSize
+	c, err := cache.New(cc)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(c)
+	d.cache = c
+	if cfg.StateDir == "" {
+		return nil
+	}
+	snap := snapshots{dir: cfg.StateDir, log: d.base.With("component", "snapshot")}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		snap.log.Error("state directory unusable: no cache snapshots", "dir", cfg.StateDir, slog.Any("err", err))
+		return nil
+	}
+	snap.load(c)
+	loopCtx, stopLoop := context.WithCancel(life)
+	done := make(chan struct{})
+	wg.Go(func() { defer close(done); snap.loop(loopCtx, c, cfg.SnapshotInterval) })
+	// The last write, once the listeners are closed and the loop is done.
+	stack.push("cache snapshot", func() error { stopLoop(); <-done; return snap.save(c, slog.LevelInfo) })
+	return nil
+}
+
+// startUpstreams makes one upstream group per route. Groups export the
+// same metric names; a zone label keeps their series apart.
+func (d *Daemon) startUpstreams(stack *closers, reg *prometheus.Registry) error {
+	for _, r := range d.cfg.Routes {
+		uc := r.Upstream
+		uc.Timeout = max(d.cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
+		uc.Logger = d.base.With("zone", r.Zone)
+		g, err := upstream.New(uc)
+		if err != nil {
+			return fmt.Errorf("upstream for zone %s: %w", r.Zone, err)
+		}
+		stack.push("upstream "+r.Zone, g.Close)
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"zone": r.Zone}, reg).Register(g); err != nil {
+			return fmt.Errorf("register upstream metrics of zone %s: %w", r.Zone, err)
+		}
+		d.groups = append(d.groups, group{r.Zone, g})
+		d.log.Info("upstream", "zone", r.Zone, "servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
+	}
+	return nil
+}
+
+// startServing makes the pipeline and the listeners, and starts their
+// read loops.
+func (d *Daemon) startServing(stack *closers, reg *prometheus.Registry) error {
+	pc := d.cfg.Pipeline
+	pc.Cache = d.cache
+	pc.Logger = d.base
+	for _, g := range d.groups {
+		pc.Routes = append(pc.Routes, pipeline.Route{Zone: g.zone, Upstream: g.g})
+	}
+	pipe, err := pipeline.New(pc)
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(pipe)
+	d.pipe = pipe
+
+	rc := d.cfg.Responder
+	rc.Listen = d.cfg.Listen
+	rc.Logger = d.base
+	srv, err := responder.Listen(rc, pipe)
+	if err != nil {
+		return err
+	}
+	stack.push("listeners", func() error { srv.Close(); return nil })
+	reg.MustRegister(srv)
+	d.srv = srv
+	return srv.Start()
+}
+
+// startMirror starts the mirror feed: LocalDNS's own answers into the
+// cache. A feed that cannot start is logged, not fatal: the cache then
+// fills only with what dnsstandby answers itself.
+func (d *Daemon) startMirror(life context.Context, stack *closers, reg *prometheus.Registry) {
+	m := d.cfg.Mirror
+	switch m.Kind {
+	case MirrorTap:
+		tc := tap.DefaultConfig()
+		tc.Addrs, tc.Port, tc.Logger = d.cfg.listenAddrs(), d.cfg.Listen[0].Port(), d.base
+		tp, err := tap.Start(life, tc, d.cache.InsertMirror)
+		if err != nil {
+			d.log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", m.String(), slog.Any("err", err))
+			return
+		}
+		// Off until takeover says every reply on the wire is LocalDNS's.
+		tp.SetEnabled(false)
+		stack.push("mirror tap", tp.Close)
+		reg.MustRegister(tp)
+		d.tap = tp
+	case MirrorDnstap:
+		dc := dnstap.DefaultConfig()
+		dc.Path, dc.Logger = m.DnstapPath, d.base
+		rx, err := dnstap.Listen(life, dc, d.cache.InsertMirror)
+		if err != nil {
+			d.log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", m.String(), slog.Any("err", err))
+			return
+		}
+		stack.push("mirror dnstap", rx.Close)
+		reg.MustRegister(rx)
+		d.dnstap = rx
+	}
+}
+
+// startTakeover starts the controller once the read loops run: the
+// steering program may send traffic to our sockets the moment it is
+// attached.
+func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *prometheus.Registry) error {
+	socks, err := d.srv.Sockets()
+	if err != nil {
+		return err
+	}
+	tc := d.cfg.Takeover
+	tc.Logger = d.base
+	for _, s := range socks {
+		tc.Sockets = append(tc.Sockets, takeover.OurSocket{Addr: s.Addr, UDP: s.UDP, Conn: s.Conn})
+	}
+	tc.Healthy = d.srv.Healthy
+	tc.Answered = d.answered
+	if d.tap != nil {
+		tc.OnMirrorSafe = d.tap.SetEnabled
+	}
+	if a := d.cfg.Anchor; a.Link != "" {
+		ac := anchor.DefaultConfig()
+		ac.Link, ac.Kind, ac.Cleanup, ac.Addrs = a.Link, a.Kind, a.Cleanup, d.cfg.listenAddrs()
+		tc.Anchor = &ac
+	}
+	ctrl, err := takeover.Start(life, tc)
+	if err != nil {
+		return err
+	}
+	stack.push("takeover", ctrl.Close)
+	reg.MustRegister(ctrl)
+	d.ctrl = ctrl
+	return nil
+}
+
+// answered is the running total of queries dnsstandby answered, for
+// takeover's mode events.
+func (d *Daemon) answered() uint64 {
+	var n uint64
+	for src, v := range d.pipe.Answered() {
+		if src != "error" {
+			n += v
+		}
+	}
+	return n
+}

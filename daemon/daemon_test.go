@@ -1,0 +1,342 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/dnsstandby/dnsstandby/admin"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// startUpstream runs a miekg/dns server on loopback answering every A
+// query with 192.0.2.53.
+func startUpstream(t *testing.T) netip.AddrPort {
+	t.Helper()
+	ap := nstest.FreeLoopbackAddr(t)
+	pc, err := net.ListenPacket("udp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.RecursionAvailable = true
+		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 192.0.2.53")
+		m.Answer = []dns.RR{rr}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return ap
+}
+
+// loopbackConfig is a daemon on a free loopback address of the host's
+// namespace, forwarding to up: no anchor link (the host's namespace is
+// not ours to change), no mirror, an admin socket and a state directory
+// of the test's own.
+func loopbackConfig(t *testing.T, up netip.AddrPort) Config {
+	cfg := DefaultConfig()
+	cfg.Listen = []netip.AddrPort{nstest.FreeLoopbackAddr(t)}
+	cfg.Routes = []Route{NewRoute(".", up)}
+	cfg.MetricsAddr = nstest.FreeLoopbackAddr(t).String()
+	cfg.AdminSocket = filepath.Join(t.TempDir(), "admin.sock")
+	cfg.StateDir = t.TempDir()
+	cfg.Anchor.Link = ""
+	cfg.Mirror = Mirror{Kind: MirrorNone}
+	cfg.Responder.ReadersPerSocket = 2
+	return cfg
+}
+
+// running is a daemon started by start, its logs, and how to stop it.
+type running struct {
+	d    *Daemon
+	logs *syncBuffer
+	stop func() error // cancels Run's context and returns what Run returned
+}
+
+// syncBuffer is a bytes.Buffer the daemon's goroutines may log into while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// start runs a daemon with cfg until the test ends or stop is called,
+// and waits until it is ready.
+func start(t *testing.T, cfg Config) *running {
+	t.Helper()
+	logs := &syncBuffer{}
+	d, err := New(cfg, slog.New(slog.NewJSONHandler(io.MultiWriter(logs, t.Output()), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(15 * time.Second):
+				runErr = fmt.Errorf("Run did not return within 15s")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { _ = stop() })
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("Run returned before ready: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("not ready within 15s")
+	}
+	return &running{d: d, logs: logs, stop: stop}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRunServesAndStops runs the whole daemon on loopback: it answers
+// from upstream and then from cache, serves its HTTP endpoints and admin
+// socket, and at stop drains, closes and writes its snapshot.
+func TestRunServesAndStops(t *testing.T) {
+	up := startUpstream(t)
+	cfg := loopbackConfig(t, up)
+	r := start(t, cfg)
+	base := "http://" + cfg.MetricsAddr
+	if code, _ := httpGet(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz %d once Ready is closed", code)
+	}
+
+	c := &dns.Client{Timeout: 2 * time.Second}
+	for i := range 2 {
+		m := new(dns.Msg)
+		m.SetQuestion("Pod-Name.example.", dns.TypeA)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+		resp, _, err := c.Exchange(m, cfg.Listen[0].String())
+		if err != nil {
+			t.Fatalf("query %d: %v", i, err)
+		}
+		if len(resp.Answer) != 1 || resp.Question[0].Name != "Pod-Name.example." {
+			t.Fatalf("query %d: %v", i, resp)
+		}
+		nsid, _ := resp.IsEdns0().Option[0].(*dns.EDNS0_NSID)
+		if nsid == nil || nsid.Nsid != fmt.Sprintf("%x", "dnsstandby") {
+			t.Fatalf("query %d: NSID %v", i, resp.IsEdns0())
+		}
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz %d %s", code, body)
+	}
+	_, body := httpGet(t, base+"/metrics")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	value := func(name string, labels ...string) float64 {
+		for _, m := range fams[name].GetMetric() {
+			ok := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
+				}
+				ok = ok && found
+			}
+			if ok {
+				if g := m.GetGauge(); g != nil {
+					return g.GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+		return -1
+	}
+	for _, tt := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"dnsstandby_queries_total", []string{"source", "upstream"}, 1},
+		{"dnsstandby_queries_total", []string{"source", "cache"}, 1},
+		{"dnsstandby_cache_entries", nil, 1},
+		{"dnsstandby_upstream_healthy", []string{"zone", ".", "server", up.String()}, 1},
+		{"dnsstandby_build_info", []string{"goversion", runtime.Version()}, 1},
+		// No LocalDNS shares this address: takeover.
+		{"dnsstandby_mode", []string{"mode", "takeover"}, 1},
+	} {
+		if got := value(tt.name, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %v, want %v", tt.name, tt.labels, got, tt.want)
+		}
+	}
+
+	// The admin socket: status from the parts, hold and release to
+	// takeover.
+	ctx := context.Background()
+	for _, step := range []struct {
+		req        admin.Request
+		wantMode   string
+		wantReason string
+	}{
+		{admin.Request{Cmd: "status"}, "takeover", "start"},
+		{admin.Request{Cmd: "hold", For: "1m"}, "hold", "operator"},
+		{admin.Request{Cmd: "release"}, "takeover", "operator-release"},
+	} {
+		resp, err := admin.Do(ctx, cfg.AdminSocket, step.req)
+		if err != nil {
+			t.Fatalf("%s: %v", step.req.Cmd, err)
+		}
+		st := r.d.Status()
+		if st.Mode != step.wantMode || st.Reason != step.wantReason || !strings.Contains(string(resp.Status), `"mode":"`+step.wantMode+`"`) {
+			t.Errorf("%s: mode %s (%s), want %s (%s); answered %s", step.req.Cmd, st.Mode, st.Reason, step.wantMode, step.wantReason, resp.Status)
+		}
+	}
+	if code, body := httpGet(t, base+"/debug/events"); code != http.StatusOK || !strings.Contains(body, `"reason":"operator-release"`) {
+		t.Errorf("/debug/events %d %s", code, body)
+	}
+
+	if err := r.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	logs := r.logs.String()
+	for _, want := range []string{`"msg":"shutting down"`, `"msg":"cache snapshot written","component":"snapshot","entries":1`, `"msg":"stopped"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no %s in the logs", want)
+		}
+	}
+	// Stopped in reverse order of start: shutting down (first closer)
+	// before the snapshot (near last) before stopped.
+	if i, j := strings.Index(logs, `"shutting down"`), strings.Index(logs, `"cache snapshot written"`); i < 0 || j < i {
+		t.Errorf("snapshot written before shutting down:\n%s", logs)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.StateDir, snapshotName)); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot after stop: %v %v", fi, err)
+	}
+	// Everything is closed: the addresses can be bound again.
+	for _, addr := range []string{cfg.Listen[0].String(), cfg.MetricsAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s still in use after stop: %v", addr, err)
+			continue
+		}
+		ln.Close()
+	}
+	if _, err := os.Stat(cfg.AdminSocket); err == nil {
+		t.Errorf("admin socket %s left behind", cfg.AdminSocket)
+	}
+}
+
+// TestStartFailureStopsWhatStarted: a part that cannot start (here the
+// admin socket, whose path is a regular file) makes Run return its error
+// with every part started before it stopped.
+func TestStartFailureStopsWhatStarted(t *testing.T) {
+	cfg := loopbackConfig(t, startUpstream(t))
+	if err := os.WriteFile(cfg.AdminSocket, []byte("not a socket"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a socket") {
+			t.Fatalf("Run: %v, want the admin socket's error", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case <-d.Ready():
+		t.Error("Ready closed for a daemon that did not start")
+	default:
+	}
+	// The listeners, started before the admin socket, are closed.
+	ln, err := net.Listen("tcp", cfg.Listen[0].String())
+	if err != nil {
+		t.Fatalf("listen address still in use: %v", err)
+	}
+	ln.Close()
+	// The snapshot closer ran too (the state directory was usable).
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, snapshotName)); err != nil {
+		t.Errorf("no snapshot after a failed start: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	up := netip.MustParseAddrPort("10.0.0.10:53")
+	tests := []struct {
+		name    string
+		edit    func(*Config)
+		wantErr string
+	}{
+		{"valid", func(c *Config) {}, ""},
+		{"no listen", func(c *Config) { c.Listen = nil }, "no Listen"},
+		{"no routes", func(c *Config) { c.Routes = nil }, "no Routes"},
+		{"route without servers", func(c *Config) { c.Routes = []Route{NewRoute("cluster.local.")} }, "route cluster.local. has no servers"},
+		{"loop", func(c *Config) { c.Routes = []Route{NewRoute(".", c.Listen[0])} }, "would loop"},
+		{"steering", func(c *Config) { c.Takeover.Steering = "full" }, "Takeover.Steering"},
+		{"mirror kind", func(c *Config) { c.Mirror.Kind = "tapz" }, `Mirror.Kind "tapz"`},
+		{"dnstap without path", func(c *Config) { c.Mirror = Mirror{Kind: MirrorDnstap} }, "Mirror.DnstapPath"},
+		{"snapshot interval", func(c *Config) { c.SnapshotInterval = 0 }, "SnapshotInterval"},
+		{"no state dir, no interval needed", func(c *Config) { c.StateDir, c.SnapshotInterval = "", 0 }, ""},
+		{"shutdown timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Routes = []Route{NewRoute(".", up)}
+			tt.edit(&cfg)
+			_, err := New(cfg, nil)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "daemon: ") {
+				t.Fatalf("error %v, want daemon: ...%s", err, tt.wantErr)
+			}
+		})
+	}
+}

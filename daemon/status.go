@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"cmp"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/status"
+)
+
+// Status returns the daemon's status from its parts' own state: the
+// takeover controller's Status, each upstream group's, the mirror feed's
+// and the cache's Stats. Call it once Ready is closed.
+func (d *Daemon) Status() status.Daemon {
+	cfg := d.cfg
+	st := status.Daemon{
+		Status:  d.ctrl.Status(),
+		Version: d.build.String(),
+		PID:     os.Getpid(),
+		Config: &status.Config{
+			Steering:   cfg.Takeover.Steering,
+			Mirror:     cfg.Mirror.String(),
+			AnchorLink: cfg.Anchor.Link,
+			Listen:     []string{},
+		},
+		Upstreams: []status.Upstream{},
+	}
+	for _, l := range cfg.Listen {
+		st.Config.Listen = append(st.Config.Listen, l.String())
+	}
+	for _, g := range d.groups {
+		for _, s := range g.g.Stats() {
+			st.Upstreams = append(st.Upstreams, status.Upstream{Zone: g.zone, Server: s.Server, Healthy: s.Healthy})
+		}
+	}
+	slices.SortStableFunc(st.Upstreams, func(a, b status.Upstream) int { return cmp.Compare(a.Zone, b.Zone) })
+
+	m := &status.Mirror{Feed: cfg.Mirror.Kind}
+	switch {
+	case d.tap != nil:
+		ts := d.tap.Stats()
+		m.Running, m.Enabled = true, ts.Enabled
+		m.Accepted, m.Rejected = ts.Accepted, ts.RejectedTotal()
+	case d.dnstap != nil:
+		ds := d.dnstap.Stats()
+		m.Running, m.Enabled = true, true
+		m.Connections = ds.Connections
+		m.Accepted, m.Rejected = ds.Accepted, ds.RejectedTotal()
+	}
+	st.Mirror = m
+
+	cs := d.cache.Stats()
+	st.Cache = &status.Cache{
+		Entries:    int64(cs.Entries),
+		Bytes:      cs.Bytes,
+		Evictions:  cs.Evictions,
+		MaxEntries: int64(cfg.Cache.MaxEntries),
+		MaxBytes:   cfg.Cache.MaxBytes,
+	}
+	return st
+}
+
+// handler serves the admin socket: status from the daemon, hold and
+// release to the takeover controller.
+type handler struct{ d *Daemon }
+
+func (h handler) Status() status.Daemon      { return h.d.Status() }
+func (h handler) Hold(d time.Duration) error { return h.d.ctrl.Hold(d) }
+func (h handler) Release() error             { return h.d.ctrl.Release() }

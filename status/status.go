@@ -1,0 +1,69 @@
+// Package status owns the daemon's status: what its admin socket answers
+// to "status", what `dnsstandby status` prints and what `dnsstandby check`
+// weighs. The daemon fills it from the typed state of its parts (the
+// takeover controller's Status, the upstream groups', the mirror feed's
+// and the cache's Stats); nothing in it is read back from metrics.
+package status
+
+import (
+	"net/netip"
+
+	"github.com/dnsstandby/dnsstandby/takeover"
+)
+
+// Daemon is the daemon's status. Fields other than the embedded
+// takeover.Status are nil or empty when a daemon does not report them (an
+// older build); readers treat that as unknown.
+type Daemon struct {
+	takeover.Status
+	Version   string     `json:"version,omitempty"` // the build, as `dnsstandby version` prints it
+	PID       int        `json:"pid,omitempty"`     // the daemon's process
+	Config    *Config    `json:"config,omitempty"`
+	Upstreams []Upstream `json:"upstreams,omitempty"`
+	Mirror    *Mirror    `json:"mirror,omitempty"`
+	Cache     *Cache     `json:"cache,omitempty"`
+}
+
+// Config is what the daemon was asked for, where it may differ from what
+// it got.
+type Config struct {
+	Steering   string   `json:"steering"`    // auto, adopt, own, off
+	Mirror     string   `json:"mirror"`      // tap, dnstap:PATH, none
+	Listen     []string `json:"listen"`      // ADDR:PORT
+	AnchorLink string   `json:"anchor_link"` // "" for none
+}
+
+// Upstream is one upstream server of one zone.
+type Upstream struct {
+	Zone    string `json:"zone"`    // "." for the root
+	Server  string `json:"server"`  // ADDR:PORT
+	Healthy bool   `json:"healthy"` // not marked down by the daemon's health checks
+}
+
+// Mirror is the mirror feed: LocalDNS's replies into the cache.
+type Mirror struct {
+	Feed string `json:"feed"` // tap, dnstap or none
+	// Running: the feed's source is up (the tap's socket, the dnstap
+	// listener). False when it could not be started.
+	Running bool `json:"running"`
+	// Enabled: what it reads goes into the cache. The tap pauses while
+	// dnsstandby answers itself; dnstap never does.
+	Enabled bool `json:"enabled"`
+	// Connections: dnstap streams open now (LocalDNS's CoreDNS).
+	Connections int    `json:"connections,omitempty"`
+	Accepted    uint64 `json:"accepted"` // replies inserted since the daemon started
+	Rejected    uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
+}
+
+// Cache is the cache's size and bounds.
+type Cache struct {
+	Entries    int64  `json:"entries"`
+	Bytes      int64  `json:"bytes"`
+	Evictions  uint64 `json:"evictions"`
+	MaxEntries int64  `json:"max_entries"`
+	MaxBytes   int64  `json:"max_bytes"`
+}
+
+// DefaultListen is where the daemon serves unless told otherwise, and so
+// where its clients look first: LocalDNS's listener for ClusterFirst pods.
+var DefaultListen = netip.MustParseAddrPort("169.254.10.11:53")
