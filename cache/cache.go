@@ -162,13 +162,14 @@ func (s Status) IsFresh() bool { return s == Fresh || s == Expiring }
 type Cache struct {
 	cfg      Config
 	now      func() time.Time // always non-nil
-	log      *slog.Logger     // always non-nil, tagged component=cache
 	nsid     []byte           // or nil
 	seed     maphash.Seed
 	shards   []shard
 	shardMsk uint64
 
 	rejects [numReasons]atomic.Uint64
+
+	log *slog.Logger // always non-nil, tagged component=cache; last, off the hot path's lines
 }
 
 // shard is one LRU with its lock. Entries are stored by value; their data
