@@ -62,7 +62,7 @@ func TestMarkedDownAndBack(t *testing.T) {
 				t.Errorf("down server got %d queries, want 2", n)
 			}
 			testkit.Eventually(t, 3*time.Second, "health probes", func() bool { return s1.probes.Load() >= 2 })
-			if !g.servers[0].isProbing() {
+			if !g.servers[0].isProbing() || !probeRunning() {
 				t.Errorf("no probe goroutine")
 			}
 
