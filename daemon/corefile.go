@@ -37,8 +37,17 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 		u.ForceTCP = z.ForceTCP
 		u.MaxConcurrent = z.MaxConcurrent
 		u.MaxFails = z.MaxFails
-		u.HealthCheck = z.HealthCheck
-		u.ExpireTCP = z.Expire
+		// A zero interval or expiry has no use here; keep the defaults.
+		if z.HealthCheck > 0 {
+			u.HealthCheck = z.HealthCheck
+		} else {
+			cfg.Ignored = append(cfg.Ignored, fmt.Sprintf("%s:%d: zone %s: forward health_check 0: dnsstandby checks down servers every %s", z.File, z.ForwardLine, z.Name, u.HealthCheck))
+		}
+		if z.Expire > 0 {
+			u.ExpireTCP = z.Expire
+		} else {
+			cfg.Ignored = append(cfg.Ignored, fmt.Sprintf("%s:%d: zone %s: forward expire 0: dnsstandby closes idle connections after %s", z.File, z.ForwardLine, z.Name, u.ExpireTCP))
+		}
 		routes = append(routes, r)
 	}
 	for _, n := range s.Notes {

@@ -83,3 +83,27 @@ func TestApplyCorefile(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyCorefileZeroDurations: CoreDNS accepts health_check 0 and
+// expire 0; an upstream group cannot run with either, so the defaults
+// stay and the difference is listed.
+func TestApplyCorefileZeroDurations(t *testing.T) {
+	const text = ".:53 {\n    bind 169.254.10.11\n    forward . 10.0.0.10 {\n        health_check 0s\n        expire 0s\n        max_fails 0\n    }\n}\n"
+	s, err := corefile.Parse("zero", strings.NewReader(text), []netip.AddrPort{netip.MustParseAddrPort("169.254.10.11:53")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	ApplyCorefile(&cfg, s)
+	def := NewRoute(".").Upstream
+	u := cfg.Routes[0].Upstream
+	if u.HealthCheck != def.HealthCheck || u.ExpireTCP != def.ExpireTCP || u.MaxFails != 0 {
+		t.Errorf("health_check %s expire %s max_fails %d; want the defaults %s %s and max_fails 0 (never down)", u.HealthCheck, u.ExpireTCP, u.MaxFails, def.HealthCheck, def.ExpireTCP)
+	}
+	all := strings.Join(cfg.Ignored, "\n")
+	for _, want := range []string{"zero:3: zone .: forward health_check 0", "zero:3: zone .: forward expire 0"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("Ignored lacks %q:\n%s", want, all)
+		}
+	}
+}
