@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // guestTestOrphanEnv makes the test binary boot a guest and wait to be
@@ -79,13 +80,9 @@ func TestGuestReapsDeadRun(t *testing.T) {
 	cmd.Wait()
 
 	// PID 1 gets SIGKILL when its owner dies, and the whole guest with it.
-	gone := time.Now().Add(5 * time.Second)
-	for guestTestExists(fmt.Sprintf("/proc/%d", pid)) {
-		if time.Now().After(gone) {
-			t.Fatalf("guest PID 1 (%d) outlived its owner by 5 s", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("guest PID 1 (%d) gone with its owner", pid), func() bool {
+		return !guestTestExists(fmt.Sprintf("/proc/%d", pid))
+	})
 	left := []string{"/run/netns/" + name, "/run/dnsstandby-guest/" + name}
 	for _, p := range left {
 		if !guestTestExists(p) {
@@ -201,11 +198,11 @@ func TestGuestExec(t *testing.T) {
 	if err != nil || killed != pid {
 		t.Errorf("KillMain: %d, %v; want %d", killed, err, pid)
 	}
-	st, err := g.Show(ctx, "sleeper.service", "ActiveState", "MainPID")
-	for err == nil && st["ActiveState"] == "active" {
-		time.Sleep(10 * time.Millisecond)
+	var st map[string]string
+	testkit.Eventually(t, 10*time.Second, "sleeper.service no longer active", func() bool {
 		st, err = g.Show(ctx, "sleeper.service", "ActiveState", "MainPID")
-	}
+		return err != nil || st["ActiveState"] != "active"
+	})
 	if err != nil || st["ActiveState"] != "inactive" || st["MainPID"] != "0" {
 		t.Errorf("after SIGTERM: %v, %v; want inactive, MainPID 0", st, err)
 	}

@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 )
@@ -59,16 +61,10 @@ func newLoadTestBed(t *testing.T) *loadTestBed {
 	// Ready once it answers.
 	q := new(dns.Msg)
 	q.SetQuestion("ready.lab.test.", dns.TypeA)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testkit.Eventually(t, 10*time.Second, "test responder answering", func() bool {
 		r, err := pod.Exchange("udp", "", loadTestServer.String(), q, 200*time.Millisecond)
-		if err == nil && r.Rcode == dns.RcodeSuccess {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("test responder not answering after 10 s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && r.Rcode == dns.RcodeSuccess
+	})
 	return &loadTestBed{pod: pod, responder: cmd}
 }
 
@@ -77,14 +73,10 @@ func (b *loadTestBed) waitSilent(t *testing.T) {
 	t.Helper()
 	q := new(dns.Msg)
 	q.SetQuestion("silent.lab.test.", dns.TypeA)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := b.pod.Exchange("udp", "", loadTestServer.String(), q, 100*time.Millisecond); err != nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("test responder still answering 5 s after SIGUSR1")
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, "test responder silent after SIGUSR1", func() bool {
+		_, err := b.pod.Exchange("udp", "", loadTestServer.String(), q, 100*time.Millisecond)
+		return err != nil
+	})
 }
 
 func (b *loadTestBed) signal(t *testing.T, sig syscall.Signal) {
@@ -365,13 +357,9 @@ func testLoadThreeSideBySide(t *testing.T, bed *loadTestBed) {
 	t.Logf("CPU of the three loads: %v over %.2f s = %.1f%% of a core for %.0f qps: %.2f%% of a core per 1,000 qps, %.1f µs per query",
 		cpu.Round(time.Millisecond), wall, 100*cpu.Seconds()/wall, qps, 100*cpu.Seconds()/wall/(qps/1000),
 		float64(cpu.Microseconds())/(qps*wall))
-	for deadline := time.Now().Add(time.Second); runtime.NumGoroutine() > goroutines; {
-		if time.Now().After(deadline) {
-			t.Errorf("%d goroutines after the loads stopped, %d before", runtime.NumGoroutine(), goroutines)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, time.Second, fmt.Sprintf("no more than the %d goroutines from before the loads", goroutines), func() bool {
+		return runtime.NumGoroutine() <= goroutines
+	})
 }
 
 // testLoadAbort ends a load's context while queries are in flight: Stop

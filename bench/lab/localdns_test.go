@@ -20,6 +20,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // The lab's kube-dns: a CoreDNS at the ClusterIP serving nstest's zones,
@@ -119,17 +120,16 @@ func (n *localdnsTestNode) answers(ip string, timeout time.Duration) error {
 // waitAnswering polls until ip answers right, or limit passes.
 func (n *localdnsTestNode) waitAnswering(t *testing.T, ip string, limit time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		err := n.answers(ip, 200*time.Millisecond)
-		if err == nil {
-			return
+	var err error
+	defer func() {
+		if err != nil && t.Failed() {
+			t.Logf("%s, asked last: %v", ip, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not answering after %v: %v", ip, limit, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}()
+	testkit.Eventually(t, limit, ip+" answering", func() bool {
+		err = n.answers(ip, 200*time.Millisecond)
+		return err == nil
+	})
 }
 
 // crashStorm is the harness of AgentBaker PR 9439's reproduction: up to
@@ -155,20 +155,21 @@ func (n *localdnsTestNode) crashStorm(t *testing.T) []int {
 // limit passes; it returns the properties last seen.
 func (n *localdnsTestNode) waitState(t *testing.T, want string, limit time.Duration) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		st, err := n.guest.Show(t.Context(), lab.LocalDNSUnitName, "ActiveState", "SubState", "Result", "NRestarts", "MainPID")
+	var st map[string]string
+	defer func() {
+		if t.Failed() {
+			t.Logf("localdns.service last seen: %v", st)
+		}
+	}()
+	testkit.Eventually(t, limit, "localdns.service "+want, func() bool {
+		var err error
+		st, err = n.guest.Show(t.Context(), lab.LocalDNSUnitName, "ActiveState", "SubState", "Result", "NRestarts", "MainPID")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st["ActiveState"]+"/"+st["SubState"] == want {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("localdns.service is %s/%s after %v, want %s (%v)", st["ActiveState"], st["SubState"], limit, want, st)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return st["ActiveState"]+"/"+st["SubState"] == want
+	})
+	return st
 }
 
 var localdnsTestNSID = regexp.MustCompile(`; NSID: .*\("([^"]*)"\)`)
@@ -221,9 +222,10 @@ func TestLocalDNSShipped(t *testing.T) {
 	if !strings.Contains(journal, "Failed to start localdns.service") {
 		t.Errorf("journal lacks the failed start:\n%s", localdnsTestTail(journal, 20))
 	}
-	// Nothing comes back: no ExecStopPost, so the link and its addresses
-	// stay, with nobody listening (connection refused, as on the node).
-	time.Sleep(time.Second)
+	// Nothing comes back: the unit stays failed once its start limit is
+	// hit (systemd restarts it no more), and with no ExecStopPost the link
+	// and its addresses stay, with nobody listening (connection refused,
+	// as on the node).
 	if err := n.answers(lab.LocalDNSPodIP, 500*time.Millisecond); err == nil {
 		t.Errorf("%s answers with localdns.service failed", lab.LocalDNSPodIP)
 	} else {
@@ -272,7 +274,16 @@ func TestLocalDNSPR9439(t *testing.T) {
 	stormEnd := time.Now()
 	st := n.waitState(t, "active/running", 30*time.Second)
 	n.waitAnswering(t, lab.LocalDNSPodIP, 10*time.Second)
-	time.Sleep(500 * time.Millisecond) // a few good probes after recovery
+	// A few good probes after recovery: the outage has ended.
+	testkit.Eventually(t, 5*time.Second, "5 good probes in a row", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		good := 0
+		for i := len(probes) - 1; i >= 0 && probes[i].ok; i-- {
+			good++
+		}
+		return good >= 5
+	})
 	stop()
 	wg.Wait()
 
@@ -386,18 +397,19 @@ func localdnsTestCgroupOf(t *testing.T, pid int) []string {
 // localdnsTestWaitJournal polls the unit's journal until it holds want.
 func localdnsTestWaitJournal(t *testing.T, g *lab.Guest, want string, limit time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		j, err := g.Journal(t.Context(), lab.LocalDNSUnitName)
+	var j string
+	defer func() {
+		if t.Failed() {
+			t.Logf("journal:\n%s", localdnsTestTail(j, 30))
+		}
+	}()
+	testkit.Eventually(t, limit, fmt.Sprintf("journal holding %q", want), func() bool {
+		var err error
+		j, err = g.Journal(t.Context(), lab.LocalDNSUnitName)
 		localdnsTestMust(t, err)
-		if strings.Contains(j, want) {
-			return j
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("journal lacks %q after %v:\n%s", want, limit, localdnsTestTail(j, 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(j, want)
+	})
+	return j
 }
 
 // localdnsTestDigAnswer keeps what ParseDig reads from a full dig output.
@@ -553,4 +565,56 @@ func TestLocalDNSFiles(t *testing.T) {
 	if !strings.Contains(lab.LocalDNSFiles("")[lab.LocalDNSEnvironmentPath].Data, "COREDNS_BINARY_PATH="+lab.LocalDNSCoreDNSPath+"\n") {
 		t.Error(`LocalDNSFiles("") does not default to the node's CoreDNS path`)
 	}
+}
+
+// TestLocalDNSCorefile holds the lab's Corefile to testkit's AgentBaker
+// fixture: its health-check block and its pods' root block (AKS's
+// max_concurrent 2000 and serve_stale 72000s verify, forwarding to the
+// kube-dns ClusterIP) are the fixture's. The node root block in between is
+// the lab's own: it forwards to kube-dns too, with the default profile's
+// max_concurrent 1000 and serve_stale 3600s immediate and no templates,
+// which the fixture (one MaxConcurrent and ServeStale for both blocks)
+// does not render.
+func TestLocalDNSCorefile(t *testing.T) {
+	got := localdnsTestBlocks(lab.LocalDNSCorefile())
+	fixture := localdnsTestBlocks(testkit.Corefile{KubeDNS: lab.LocalDNSKubeDNS, MaxConcurrent: 2000,
+		ServeStale: "72000s verify"}.String())
+	if len(got) != 3 || len(fixture) != 2 {
+		t.Fatalf("%d blocks in the lab's Corefile, %d in the fixture's; want 3 and 2:\n%s", len(got), len(fixture), lab.LocalDNSCorefile())
+	}
+	for _, tc := range []struct {
+		name      string
+		got, want string
+	}{
+		{"health-check", got[0], fixture[0]},
+		{"pods' root", got[2], fixture[1]},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s block differs from the fixture's:\n got %s\nwant %s", tc.name, tc.got, tc.want)
+		}
+	}
+	for _, want := range []string{"bind " + lab.LocalDNSNodeIP + "\n", "forward . " + lab.LocalDNSKubeDNS + " {", "max_concurrent 1000",
+		"serve_stale 3600s immediate", "nsid localdns\n"} {
+		if !strings.Contains(got[1], want) {
+			t.Errorf("node root block lacks %q:\n%s", want, got[1])
+		}
+	}
+}
+
+// localdnsTestBlocks splits a Corefile into its server blocks, comments
+// left out.
+func localdnsTestBlocks(corefile string) []string {
+	var blocks []string
+	var b strings.Builder
+	for line := range strings.Lines(corefile) {
+		if strings.HasPrefix(strings.TrimSpace(line), "#") {
+			continue
+		}
+		b.WriteString(line)
+		if line == "}\n" {
+			blocks = append(blocks, b.String())
+			b.Reset()
+		}
+	}
+	return blocks
 }

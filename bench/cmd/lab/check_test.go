@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // checkReport is `dnsstandby check --json` as a script reads it (kept apart
@@ -81,7 +82,7 @@ func checkLabNodes(t *testing.T, bins binaries) {
 
 	// LocalDNS gets traffic from dnsstandby once it passed the hold-down
 	// (about 4 s after dnsstandby saw it bound).
-	waitFor(t, 20*time.Second, "dnsstandby in mirror mode", func() bool {
+	testkit.Eventually(t, 20*time.Second, "dnsstandby in mirror mode", func() bool {
 		out, err := fixed.guest.Exec(ctx, standbyPath, "status", "--json")
 		return err == nil && strings.Contains(out, `"mode":"mirror"`)
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // Tests of deploy/systemd/dnsstandby.service under a real systemd: the lab
@@ -74,16 +75,6 @@ func mainPID(t *testing.T, top *topology, unit string) int {
 		t.Fatal(err)
 	}
 	return pid
-}
-
-// waitFor polls cond every 100 ms until it holds or limit passes.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, limit)
-		}
-	}
 }
 
 // TestUnitReadyRestartWatchdog runs, on one node, what the unit promises
@@ -195,14 +186,14 @@ func TestUnitReadyRestartWatchdog(t *testing.T) {
 		// Pods keep their answers: the steering heartbeat stops and the
 		// kernel hands everything to LocalDNS.
 		answered(t, top, "dnsstandby stopped")
-		waitFor(t, 15*time.Second, "watchdog restart", func() bool {
+		testkit.Eventually(t, 15*time.Second, "watchdog restart", func() bool {
 			pid, err := g.MainPID(ctx, "dnsstandby.service")
 			return err == nil && pid != 0 && pid != stalled
 		})
 		if journal, _ := g.Journal(ctx, "dnsstandby.service"); !strings.Contains(journal, "Watchdog timeout") {
 			t.Errorf("journal does not tell the watchdog:\n%s", tail(journal, 20))
 		}
-		waitFor(t, 5*time.Second, "active again", func() bool {
+		testkit.Eventually(t, 5*time.Second, "active again", func() bool {
 			st, err := g.Show(ctx, "dnsstandby.service", "ActiveState")
 			return err == nil && st["ActiveState"] == "active"
 		})
@@ -237,7 +228,7 @@ func TestUnitOutlivesLocalDNS(t *testing.T) {
 
 	// The crash storm: SIGKILL LocalDNS's main process whenever it is up,
 	// until systemd gives up on it.
-	waitFor(t, 20*time.Second, "localdns failed by its start limit", func() bool {
+	testkit.Eventually(t, 20*time.Second, "localdns failed by its start limit", func() bool {
 		_, _ = g.KillMain(ctx, "localdns.service", syscall.SIGKILL)
 		st, err := g.Show(ctx, "localdns.service", "ActiveState")
 		return err == nil && st["ActiveState"] == "failed"
