@@ -185,13 +185,22 @@ func TestUpstreamUnreachable(t *testing.T) {
 	l.startStandby(t, "--cache-max-ttl", "1s", "--cache-max-neg-ttl", "1s", "--cache-min-ttl", "0s",
 		"--stale-budget", "500ms", "--upstream-timeout", "1500ms")
 	cached := l.zones.Services[:5]
-	for _, svc := range cached {
+	// sentinel is cached last, so every name is stale once it is; it is
+	// asked for no more than that.
+	sentinel := l.zones.Services[5]
+	for _, svc := range append(slices.Clip(cached), sentinel) {
 		r := l.ask(t, "udp", standbyAddr, svcQuery(svc.FQDN))
 		if len(r.Answer) != 1 {
 			t.Fatalf("warm-up %s: %v", svc.FQDN, r)
 		}
 	}
-	time.Sleep(1100 * time.Millisecond) // all stale now
+	// Hung before any entry expires, so that no question below refreshes
+	// one.
+	must(t, l.kubeDNS.Freeze())
+	testkit.Eventually(t, 5*time.Second, "the last name cached answered stale (TTL 30)", func() bool {
+		r := l.ask(t, "udp", standbyAddr, svcQuery(sentinel.FQDN))
+		return len(r.Answer) == 1 && r.Answer[0].Header().Ttl == 30
+	})
 
 	check := func(t *testing.T, phase string) {
 		for _, svc := range cached {
@@ -222,7 +231,6 @@ func TestUpstreamUnreachable(t *testing.T) {
 		}
 	}
 
-	must(t, l.kubeDNS.Freeze())
 	t.Run("kube-dns hung", func(t *testing.T) { check(t, "hung") })
 	must(t, l.kubeDNS.Signal(syscall.SIGCONT))
 	nstest.Run(t, l.node, "ip", "link", "set", "to-kubedns", "down")
