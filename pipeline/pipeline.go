@@ -124,7 +124,7 @@ func DefaultConfig() Config {
 		// LocalDNS runs its forward with max_concurrent 1000.
 		MaxInflight: 1000,
 		// One pod may use a tenth of that; the Zalando incident in the
-		// seeds was one client's query storm taking cluster DNS down.
+		// reported incidents was one client's query storm taking cluster DNS down.
 		MaxPerClient: 100,
 		// A tenth of MaxInflight: refreshing ahead never crowds out misses.
 		RefreshRate: 100,

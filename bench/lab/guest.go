@@ -2,7 +2,7 @@ package lab
 
 // A guest is a real systemd booted as PID 1 in namespaces of its own (pid,
 // mount, UTS, IPC, network, cgroup), the way the recipe
-// shared/recipes/systemd-in-namespace does it: an overlay of / whose writes
+// the usual systemd-in-a-namespace recipe does it: an overlay of / whose writes
 // land in a tmpfs, a private cgroup2 subtree, /proc/sys read-only except
 // /proc/sys/net, a private /dev, pivot_root, and `--unit=` a minimal target
 // so that none of the host's enabled services start. Its network namespace is

@@ -127,8 +127,8 @@ func guestQuote(s string) string {
 
 // guestInitScript runs as PID 1 of the guest's PID namespace, in its own
 // mount, UTS, IPC, network and (through unshare) cgroup namespaces, and ends
-// by exec'ing systemd. From shared/recipes/systemd-in-namespace/inner.sh,
-// verified on this project's machines; comments there.
+// by exec'ing systemd, the usual way to run systemd in a namespace,
+// verified on this project's machines.
 const guestInitScript = `#!/bin/bash
 set -eux
 S=@STATE@

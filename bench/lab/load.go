@@ -29,7 +29,7 @@ const (
 	LoadDefaultSockets = 64
 
 	// LoadNSIDLocalDNS and LoadNSIDStandby are the NSIDs the two responders
-	// answer with (DESIGN.md §4, the Corefile's `nsid localdns-pod`).
+	// answer with (the Corefile's `nsid localdns-pod`).
 	LoadNSIDLocalDNS = "localdns-pod"
 	LoadNSIDStandby  = "dnsstandby"
 

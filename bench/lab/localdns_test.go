@@ -176,7 +176,7 @@ var localdnsTestNSID = regexp.MustCompile(`; NSID: .*\("([^"]*)"\)`)
 
 // TestLocalDNSShipped boots LocalDNS with the unit AKS ships, checks that
 // both listeners answer through CoreDNS (NSIDs localdns-pod and localdns),
-// drives the seed's crash storm into the start limit and checks that the
+// drives the reported crash storm into the start limit and checks that the
 // pods' listener stays dead; then that Close leaves nothing behind.
 func TestLocalDNSShipped(t *testing.T) {
 	t.Parallel()
@@ -214,7 +214,7 @@ func TestLocalDNSShipped(t *testing.T) {
 	t.Logf("shipped: %d live PIDs killed %v before the start limit; failed %v after the storm began; %v",
 		len(killed), killed, time.Since(stormStart).Round(time.Millisecond), st)
 	// The boot's start counts against the limit when it was less than 10 s
-	// before the storm: 5 kills then, 6 (the seed's count) otherwise.
+	// before the storm: 5 kills then, 6 (the reported count) otherwise.
 	if len(killed) < 5 || len(killed) > 6 {
 		t.Errorf("%d kills before the unit failed, want 5 or 6", len(killed))
 	}

@@ -33,7 +33,7 @@ const (
 	TCP Proto = "tcp"
 )
 
-// SelfNSID is the NSID dnsstandby answers with (DESIGN.md §4): a reply that
+// SelfNSID is the NSID dnsstandby answers with: a reply that
 // carries it came from dnsstandby, not LocalDNS.
 const SelfNSID = "dnsstandby"
 

@@ -10,7 +10,7 @@
 // hash in mirror while the others steer to LocalDNS. The program always
 // returns SK_PASS: what it does not select, the kernel hashes.
 //
-// Levels (DESIGN.md §3): Adopt (program and peers), Own (program, our slot
+// Levels: Adopt (program and peers), Own (program, our slot
 // only), Off (no program). New picks the best level the kernel and our
 // privileges allow and says why a better one was not possible; Off is
 // always possible, so a missing feature never stops dnsstandby.
@@ -43,7 +43,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults. StallAfter is 2 s: DESIGN.md §3 asks
+// DefaultConfig returns the defaults. StallAfter is 2 s: the design asks
 // that a stalled dnsstandby lose its traffic within about 2 s; with a
 // heartbeat every 250 ms that is eight missed beats, so a GC pause or a
 // slow syscall never trips it.

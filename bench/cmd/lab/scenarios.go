@@ -36,7 +36,7 @@ var scenarios = []scenario{
 		// a node where LocalDNS has been up for days.
 		name: "crash-storm", baseline: 11 * time.Second, observe: 60 * time.Second,
 		fault: crashStorm,
-		note:  "the seed's harness: 8 attempts 300 ms apart, MainPID read before each, SIGKILL when live",
+		note:  "the reported harness: 8 attempts 300 ms apart, MainPID read before each, SIGKILL when live",
 	},
 	{
 		name: "permanent-failure", baseline: 5 * time.Second, observe: 60 * time.Second,
@@ -96,7 +96,7 @@ func findScenario(name string) (scenario, bool) {
 
 const localDNSUnit = "localdns.service"
 
-// crashStorm is the seed's harness: up to eight attempts, 300 ms apart,
+// crashStorm is the reported harness: up to eight attempts, 300 ms apart,
 // reading MainPID before each and sending SIGKILL when a live PID exists.
 func crashStorm(ctx context.Context, t *topology, ev *events) error {
 	for range 8 {

@@ -24,7 +24,7 @@ type ratio struct {
 	met    bool
 }
 
-// ratios computes the comparisons that matter (DESIGN.md §5): dnsstandby's
+// ratios computes the comparisons that matter: dnsstandby's
 // CPU per query against CoreDNS's and the reflector's, in each mode, and
 // its full-rate throughput against CoreDNS's. A comparison whose points are
 // missing (a server left out with -servers) is skipped.
