@@ -107,8 +107,8 @@ func (c closers) closeAll(log *slog.Logger) {
 // closes the sockets, and writes the cache snapshot last. A part that
 // fails to start stops those already started and Run returns its error.
 // Every goroutine of every part runs under one context that Run cancels
-// after the last part has stopped.
-func (d *Daemon) Run(ctx context.Context) (err error) {
+// after the last part has stopped. Run may be called once.
+func (d *Daemon) Run(ctx context.Context) error {
 	cfg := d.cfg
 	log := d.log
 	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion)
