@@ -80,6 +80,10 @@ func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, 
 	if err != nil {
 		return nil, err
 	}
+	templates, err := p.templates(b.Tokens["template"], keys)
+	if err != nil {
+		return nil, err
+	}
 	plugins := pluginOrder(b.Tokens)
 
 	used := make([]bool, len(forwards))
@@ -95,6 +99,7 @@ func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, 
 			Plugins: slices.Clone(plugins),
 			NSID:    nsid,
 		}
+		z.Templates = slices.Clone(templates)
 		if cache != nil {
 			c := *cache
 			c.Zones = slices.Clone(c.Zones)

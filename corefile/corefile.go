@@ -78,6 +78,11 @@ type Zone struct {
 
 	Cache *Cache // nil: no cache plugin in the block
 
+	// The answers LocalDNS makes without upstreams.
+	Whoami    bool       // the block has the whoami plugin
+	Templates []Template // the block's template stanzas, in file order
+	Hosts     *Hosts     // nil: no hosts plugin in the block
+
 	// NSID is the nsid plugin's data: its arguments joined by a space,
 	// or the host name for a bare `nsid`, as CoreDNS does. Empty when the
 	// block has no nsid plugin.
