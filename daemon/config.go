@@ -24,8 +24,9 @@ import (
 type Config struct {
 	// Listen are the addresses served, shared with LocalDNS.
 	Listen []netip.AddrPort
-	// Routes say where misses go: per zone, an upstream group. The most
-	// specific zone matching a query wins. Run sets each group's
+	// Routes say where misses go: per listen address and zone, an
+	// upstream group. The most specific zone matching a query wins, among
+	// the routes of the address the query came to. Run sets each group's
 	// per-attempt Timeout from Pipeline.UpstreamTimeout, so that a group
 	// whose first server does not answer has time to try the next.
 	Routes []Route
@@ -35,7 +36,10 @@ type Config struct {
 	Corefile string
 	Ignored  []string
 
-	Cache     cache.Config     // NSID and UDPSize are taken from Pipeline's
+	// Cache is the policy of every listen address's cache; MaxEntries and
+	// MaxBytes bound them all together, each getting an even share.
+	// NSID and UDPSize are taken from Pipeline's.
+	Cache     cache.Config
 	Pipeline  pipeline.Config  // Cache and Routes are set by Run
 	Responder responder.Config // Listen is set by Run
 	Takeover  takeover.Config  // Sockets, Healthy, Answered, OnMirrorSafe and Anchor are set by Run
@@ -57,10 +61,24 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// Route is one zone's upstream group.
+// Route is one zone's upstream group on one listen address.
 type Route struct {
+	// Listen is the listen address the route serves; the zero AddrPort
+	// means every one (as --upstream gives).
+	Listen   netip.AddrPort
 	Zone     string // fully qualified: "." or "cluster.local."
 	Upstream upstream.Config
+}
+
+// routesFor returns the routes serving the listen address ap.
+func (c *Config) routesFor(ap netip.AddrPort) []Route {
+	var out []Route
+	for _, r := range c.Routes {
+		if !r.Listen.IsValid() || r.Listen == ap {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Anchor is the link of dnsstandby's own that keeps the listen addresses
@@ -136,10 +154,26 @@ func (c *Config) Validate() error {
 		if len(r.Upstream.Servers) == 0 {
 			return fmt.Errorf("daemon: route %s has no servers", r.Zone)
 		}
+		if r.Listen.IsValid() && !slices.Contains(c.Listen, r.Listen) {
+			return fmt.Errorf("daemon: route %s is for %s, which is not a listen address", r.Zone, r.Listen)
+		}
 		for _, s := range r.Upstream.Servers {
 			if slices.Contains(c.Listen, s) {
 				return fmt.Errorf("daemon: upstream %s of zone %s is one of the listen addresses: forwarding there would loop", s, r.Zone)
 			}
+		}
+	}
+	for _, ap := range c.Listen {
+		routes := c.routesFor(ap)
+		if len(routes) == 0 {
+			return fmt.Errorf("daemon: no Routes for listen address %s: its misses would have nowhere to go", ap)
+		}
+		zones := map[string]bool{}
+		for _, r := range routes {
+			if zones[r.Zone] {
+				return fmt.Errorf("daemon: zone %s routed twice on %s", r.Zone, ap)
+			}
+			zones[r.Zone] = true
 		}
 	}
 	if _, err := steer.ParseLevel(c.Takeover.Steering); err != nil {
@@ -150,6 +184,9 @@ func (c *Config) Validate() error {
 	case MirrorDnstap:
 		if c.Mirror.DnstapPath == "" {
 			return errors.New("daemon: Mirror.DnstapPath is empty")
+		}
+		if len(c.Listen) > 1 {
+			return fmt.Errorf("daemon: Mirror %s with %d listen addresses: a dnstap stream does not say which listener a reply left from; use %s", MirrorDnstap, len(c.Listen), MirrorTap)
 		}
 	default:
 		return fmt.Errorf("daemon: Mirror.Kind %q: want %s, %s or %s", c.Mirror.Kind, MirrorTap, MirrorDnstap, MirrorNone)

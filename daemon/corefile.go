@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -15,8 +16,9 @@ import (
 
 // ApplyCorefile takes from a LocalDNS Corefile's blocks (those serving
 // the listen addresses, as corefile.Parse selected them):
-//   - per zone with a forward: a Route with its servers, force_tcp,
-//     max_concurrent, max_fails, health_check and expire;
+//   - per zone with a forward, on each of cfg.Listen its block serves: a
+//     Route with its servers, force_tcp, max_concurrent, max_fails,
+//     health_check and expire;
 //   - from the root zone's cache plugin: the TTL caps and floors, the
 //     SERVFAIL TTL, serve_stale's duration and mode;
 //   - into Ignored: every option and plugin LocalDNS uses that dnsstandby
@@ -32,23 +34,11 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 		if len(z.Upstreams) == 0 {
 			continue
 		}
-		r := NewRoute(z.Name, z.Upstreams...)
-		u := &r.Upstream
-		u.ForceTCP = z.ForceTCP
-		u.MaxConcurrent = z.MaxConcurrent
-		u.MaxFails = z.MaxFails
-		// A zero interval or expiry has no use here; keep the defaults.
-		if z.HealthCheck > 0 {
-			u.HealthCheck = z.HealthCheck
-		} else {
-			cfg.Ignored = append(cfg.Ignored, fmt.Sprintf("%s:%d: zone %s: forward health_check 0: dnsstandby checks down servers every %s", z.File, z.ForwardLine, z.Name, u.HealthCheck))
+		for _, ap := range cfg.Listen {
+			if z.Serves(ap) {
+				routes = append(routes, zoneRoute(cfg, ap, z))
+			}
 		}
-		if z.Expire > 0 {
-			u.ExpireTCP = z.Expire
-		} else {
-			cfg.Ignored = append(cfg.Ignored, fmt.Sprintf("%s:%d: zone %s: forward expire 0: dnsstandby closes idle connections after %s", z.File, z.ForwardLine, z.Name, u.ExpireTCP))
-		}
-		routes = append(routes, r)
 	}
 	for _, n := range s.Notes {
 		cfg.Ignored = append(cfg.Ignored, n.String())
@@ -67,6 +57,28 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 			cfg.Pipeline.StaleMode = pipeline.StaleVerify
 		}
 	}
+}
+
+// zoneRoute is the route of zone z's block on the listen address ap.
+func zoneRoute(cfg *Config, ap netip.AddrPort, z corefile.Zone) Route {
+	r := NewRoute(z.Name, z.Upstreams...)
+	r.Listen = ap
+	u := &r.Upstream
+	u.ForceTCP = z.ForceTCP
+	u.MaxConcurrent = z.MaxConcurrent
+	u.MaxFails = z.MaxFails
+	// A zero interval or expiry has no use here; keep the defaults.
+	if z.HealthCheck > 0 {
+		u.HealthCheck = z.HealthCheck
+	} else {
+		cfg.Ignored = append(cfg.Ignored, fmt.Sprintf("%s:%d: zone %s: forward health_check 0: dnsstandby checks down servers every %s", z.File, z.ForwardLine, z.Name, u.HealthCheck))
+	}
+	if z.Expire > 0 {
+		u.ExpireTCP = z.Expire
+	} else {
+		cfg.Ignored = append(cfg.Ignored, fmt.Sprintf("%s:%d: zone %s: forward expire 0: dnsstandby closes idle connections after %s", z.File, z.ForwardLine, z.Name, u.ExpireTCP))
+	}
+	return r
 }
 
 // rootCache returns the cache block of the Corefile's root zone, or nil.

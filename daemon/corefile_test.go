@@ -15,40 +15,51 @@ import (
 // listener, and holds what the daemon takes from it and what it says it
 // does not imitate.
 func TestApplyCorefile(t *testing.T) {
+	pod := []string{
+		"169.254.10.11:53 cluster.local. [10.0.0.10:53] tcp=true conc=1000",
+		"169.254.10.11:53 testdomain567.com. [168.63.129.16:53] tcp=false conc=1000",
+		"169.254.10.11:53 . [10.0.0.10:53] tcp=false conc=1000",
+	}
+	node := []string{
+		"169.254.10.10:53 cluster.local. [10.0.0.10:53] tcp=true conc=1000",
+		"169.254.10.10:53 testdomain456.com. [10.0.0.10:53] tcp=false conc=1000",
+		"169.254.10.10:53 . [168.63.129.16:53] tcp=false conc=1000",
+	}
 	tests := []struct {
-		listen      string
-		wantRoutes  []string // zone servers tcp max_concurrent
+		listen      string   // comma-separated
+		wantRoutes  []string // listener zone servers tcp max_concurrent
 		wantIgnored []string // substrings, each in some line of Ignored
 	}{
 		{"169.254.10.11:53",
-			[]string{
-				"cluster.local. [10.0.0.10:53] tcp=true conc=1000",
-				"testdomain567.com. [168.63.129.16:53] tcp=false conc=1000",
-				". [10.0.0.10:53] tcp=false conc=1000",
-			},
+			pod,
 			[]string{"plugin whoami not imitated", "plugin hosts not imitated", "plugin template not imitated",
 				"forward policy round_robin", "forward policy random", "forward prefer_udp", `nsid "localdns-pod"`,
 				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: one cache serves every zone"}},
 		{"169.254.10.10:53",
-			[]string{
-				"cluster.local. [10.0.0.10:53] tcp=true conc=1000",
-				"testdomain456.com. [10.0.0.10:53] tcp=false conc=1000",
-				". [168.63.129.16:53] tcp=false conc=1000",
-			},
+			node,
 			[]string{"plugin whoami not imitated", "plugin hosts not imitated", `nsid "localdns"`}},
+		// Both listeners: each zone's block on its own address, the
+		// blocks the Corefile orders (most specific zone first).
+		{"169.254.10.10:53,169.254.10.11:53",
+			[]string{node[0], node[1], pod[0], pod[1], node[2], pod[2]},
+			[]string{`nsid "localdns"`, `nsid "localdns-pod"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.listen, func(t *testing.T) {
-			s, err := corefile.Load("../corefile/testdata/agentbaker.corefile", []netip.AddrPort{netip.MustParseAddrPort(tt.listen)})
+			cfg := DefaultConfig()
+			cfg.Listen = nil
+			for _, l := range strings.Split(tt.listen, ",") {
+				cfg.Listen = append(cfg.Listen, netip.MustParseAddrPort(l))
+			}
+			s, err := corefile.Load("../corefile/testdata/agentbaker.corefile", cfg.Listen)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := DefaultConfig()
 			ApplyCorefile(&cfg, s)
 			var routes []string
 			for _, r := range cfg.Routes {
 				u := r.Upstream
-				routes = append(routes, fmt.Sprintf("%s %v tcp=%v conc=%d", r.Zone, u.Servers, u.ForceTCP, u.MaxConcurrent))
+				routes = append(routes, fmt.Sprintf("%s %s %v tcp=%v conc=%d", r.Listen, r.Zone, u.Servers, u.ForceTCP, u.MaxConcurrent))
 				// The forward defaults AgentBaker leaves alone, as CoreDNS has them.
 				if u.MaxFails != 2 || u.HealthCheck != 500*time.Millisecond || u.ExpireTCP != 10*time.Second {
 					t.Errorf("%s: max_fails %d health_check %s expire %s, want CoreDNS's 2, 500ms, 10s", r.Zone, u.MaxFails, u.HealthCheck, u.ExpireTCP)

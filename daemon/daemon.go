@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -50,11 +51,8 @@ type Daemon struct {
 	ready chan struct{} // closed once everything is started
 
 	// The parts, set by Run as it starts them; read by the status.
-	cache  *cache.Cache
-	groups []group
-	pipe   *pipeline.Pipeline
+	views  []*view // one per listen address, in Listen order
 	srv    *responder.Server
-	tap    *tap.Tap
 	dnstap *dnstap.Receiver
 	ctrl   *takeover.Controller
 }
@@ -129,13 +127,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.build.Collector())
 
-	if err := d.startCache(life, &wg, &stack, reg, clk); err != nil {
+	if err := d.startViews(life, &wg, &stack, reg, clk); err != nil {
 		return err
 	}
-	if err := d.startUpstreams(&stack, reg); err != nil {
-		return err
-	}
-	if err := d.startServing(&stack, reg); err != nil {
+	if err := d.startListeners(&stack, reg); err != nil {
 		return err
 	}
 	d.startMirror(life, &stack, reg)
@@ -195,24 +190,74 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
-// startCache makes the cache, warm from the last snapshot when there is
-// one: a restart during a takeover answers from what the last process
-// knew. The snapshot is written again periodically and at stop.
-func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
+// view is what serves one listen address. LocalDNS answers each of its
+// listeners from the server blocks bound to it, with their own forwards;
+// a view is dnsstandby's copy of that: its own upstream groups, pipeline
+// and cache, so that an answer learned through one listener is never
+// served through another.
+type view struct {
+	listen netip.AddrPort
+	cache  *cache.Cache
+	groups []group
+	pipe   *pipeline.Pipeline
+	tap    *tap.Tap // nil unless the mirror feed is the tap and it runs
+}
+
+// startViews makes a view per listen address, each with its share of the
+// cache bounds, and registers their metrics under a listener label.
+func (d *Daemon) startViews(life context.Context, wg *sync.WaitGroup, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
+	for _, ap := range d.cfg.Listen {
+		v := &view{listen: ap}
+		vreg := prometheus.WrapRegistererWith(prometheus.Labels{"listener": ap.String()}, reg)
+		if err := d.startCache(life, wg, stack, vreg, clk, v); err != nil {
+			return err
+		}
+		if err := d.startUpstreams(stack, vreg, v); err != nil {
+			return err
+		}
+		pc := d.cfg.Pipeline
+		pc.Cache = v.cache
+		pc.Logger = d.base.With("listener", ap.String())
+		for _, g := range v.groups {
+			pc.Routes = append(pc.Routes, pipeline.Route{Zone: g.zone, Upstream: g.g})
+		}
+		pipe, err := pipeline.New(pc)
+		if err != nil {
+			return fmt.Errorf("listener %s: %w", ap, err)
+		}
+		if err := vreg.Register(pipe); err != nil {
+			return fmt.Errorf("listener %s: register pipeline metrics: %w", ap, err)
+		}
+		v.pipe = pipe
+		d.views = append(d.views, v)
+	}
+	return nil
+}
+
+// startCache makes the view's cache, warm from the view's last snapshot
+// when there is one: a restart during a takeover answers from what the
+// last process knew. The snapshot is written again periodically and at
+// stop.
+func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *closers, reg prometheus.Registerer, clk *clock.Coarse, v *view) error {
 	cfg := d.cfg
 	cc := cfg.Cache
 	cc.Now = clk.Now
 	cc.NSID, cc.UDPSize = cfg.Pipeline.NSID, cfg.Pipeline.UDPSize
+	// The bounds are the daemon's, shared evenly by the views.
+	n := len(cfg.Listen)
+	cc.MaxEntries, cc.MaxBytes = max(cc.MaxEntries/n, 1), max(cc.MaxBytes/int64(n), 1)
 	c, err := cache.New(cc)
 	if err != nil {
-		return err
+		return fmt.Errorf("listener %s: %w", v.listen, err)
 	}
-	reg.MustRegister(c)
-	d.cache = c
+	if err := reg.Register(c); err != nil {
+		return fmt.Errorf("listener %s: register cache metrics: %w", v.listen, err)
+	}
+	v.cache = c
 	if cfg.StateDir == "" {
 		return nil
 	}
-	snap := snapshots{dir: cfg.StateDir, log: d.base.With("component", "snapshot")}
+	snap := snapshots{path: snapshotPath(cfg.StateDir, v.listen), log: d.base.With("component", "snapshot", "listener", v.listen.String())}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		snap.log.Error("state directory unusable: no cache snapshots", "dir", cfg.StateDir, slog.Any("err", err))
 		return nil
@@ -222,51 +267,42 @@ func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *clo
 	done := make(chan struct{})
 	wg.Go(func() { defer close(done); snap.loop(loopCtx, c, cfg.SnapshotInterval) })
 	// The last write, once the listeners are closed and the loop is done.
-	stack.push("cache snapshot", func() error { stopLoop(); <-done; return snap.save(c, slog.LevelInfo) })
+	stack.push("cache snapshot "+v.listen.String(), func() error { stopLoop(); <-done; return snap.save(c, slog.LevelInfo) })
 	return nil
 }
 
-// startUpstreams makes one upstream group per route. Groups export the
-// same metric names; a zone label keeps their series apart.
-func (d *Daemon) startUpstreams(stack *closers, reg *prometheus.Registry) error {
-	for _, r := range d.cfg.Routes {
+// startUpstreams makes one upstream group per route of the view. Groups
+// export the same metric names; a zone label keeps their series apart.
+func (d *Daemon) startUpstreams(stack *closers, reg prometheus.Registerer, v *view) error {
+	for _, r := range d.cfg.routesFor(v.listen) {
 		uc := r.Upstream
 		uc.Timeout = max(d.cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
-		uc.Logger = d.base.With("zone", r.Zone)
+		uc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
 		g, err := upstream.New(uc)
 		if err != nil {
-			return fmt.Errorf("upstream for zone %s: %w", r.Zone, err)
+			return fmt.Errorf("upstream for zone %s on %s: %w", r.Zone, v.listen, err)
 		}
-		stack.push("upstream "+r.Zone, g.Close)
+		stack.push("upstream "+r.Zone+" on "+v.listen.String(), g.Close)
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"zone": r.Zone}, reg).Register(g); err != nil {
-			return fmt.Errorf("register upstream metrics of zone %s: %w", r.Zone, err)
+			return fmt.Errorf("register upstream metrics of zone %s on %s: %w", r.Zone, v.listen, err)
 		}
-		d.groups = append(d.groups, group{r.Zone, g})
-		d.log.Info("upstream", "zone", r.Zone, "servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
+		v.groups = append(v.groups, group{r.Zone, g})
+		d.log.Info("upstream", "listener", v.listen.String(), "zone", r.Zone, "servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
 	}
 	return nil
 }
 
-// startServing makes the pipeline and the listeners, and starts their
-// read loops.
-func (d *Daemon) startServing(stack *closers, reg *prometheus.Registry) error {
-	pc := d.cfg.Pipeline
-	pc.Cache = d.cache
-	pc.Logger = d.base
-	for _, g := range d.groups {
-		pc.Routes = append(pc.Routes, pipeline.Route{Zone: g.zone, Upstream: g.g})
+// startListeners opens the listen addresses, each feeding its view's
+// pipeline, and starts their read loops.
+func (d *Daemon) startListeners(stack *closers, reg *prometheus.Registry) error {
+	pipes := make(map[netip.AddrPort]*pipeline.Pipeline, len(d.views))
+	for _, v := range d.views {
+		pipes[v.listen] = v.pipe
 	}
-	pipe, err := pipeline.New(pc)
-	if err != nil {
-		return err
-	}
-	reg.MustRegister(pipe)
-	d.pipe = pipe
-
 	rc := d.cfg.Responder
 	rc.Listen = d.cfg.Listen
 	rc.Logger = d.base
-	srv, err := responder.Listen(rc, pipe)
+	srv, err := responder.Listen(rc, pipes)
 	if err != nil {
 		return err
 	}
@@ -277,35 +313,53 @@ func (d *Daemon) startServing(stack *closers, reg *prometheus.Registry) error {
 }
 
 // startMirror starts the mirror feed: LocalDNS's own answers into the
+// caches. The tap reads each listen address's replies into that view's
 // cache. A feed that cannot start is logged, not fatal: the cache then
 // fills only with what dnsstandby answers itself.
 func (d *Daemon) startMirror(life context.Context, stack *closers, reg *prometheus.Registry) {
 	m := d.cfg.Mirror
+	fail := func(err error) {
+		d.log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", m.String(), slog.Any("err", err))
+	}
 	switch m.Kind {
 	case MirrorTap:
-		tc := tap.DefaultConfig()
-		tc.Addrs, tc.Port, tc.Logger = d.cfg.listenAddrs(), d.cfg.Listen[0].Port(), d.base
-		tp, err := tap.Start(life, tc, d.cache.InsertMirror)
-		if err != nil {
-			d.log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", m.String(), slog.Any("err", err))
-			return
+		for _, v := range d.views {
+			tc := tap.DefaultConfig()
+			tc.Addrs, tc.Port, tc.Logger = []netip.Addr{v.listen.Addr()}, v.listen.Port(), d.base.With("listener", v.listen.String())
+			tp, err := tap.Start(life, tc, v.cache.InsertMirror)
+			if err != nil {
+				fail(fmt.Errorf("listener %s: %w", v.listen, err))
+				continue
+			}
+			// Off until takeover says every reply on the wire is LocalDNS's.
+			tp.SetEnabled(false)
+			stack.push("mirror tap "+v.listen.String(), tp.Close)
+			prometheus.WrapRegistererWith(prometheus.Labels{"listener": v.listen.String()}, reg).MustRegister(tp)
+			v.tap = tp
 		}
-		// Off until takeover says every reply on the wire is LocalDNS's.
-		tp.SetEnabled(false)
-		stack.push("mirror tap", tp.Close)
-		reg.MustRegister(tp)
-		d.tap = tp
 	case MirrorDnstap:
+		// Validate allows dnstap with one listen address only: the stream
+		// carries no listener to route replies by.
+		v := d.views[0]
 		dc := dnstap.DefaultConfig()
 		dc.Path, dc.Logger = m.DnstapPath, d.base
-		rx, err := dnstap.Listen(life, dc, d.cache.InsertMirror)
+		rx, err := dnstap.Listen(life, dc, v.cache.InsertMirror)
 		if err != nil {
-			d.log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", m.String(), slog.Any("err", err))
+			fail(err)
 			return
 		}
 		stack.push("mirror dnstap", rx.Close)
 		reg.MustRegister(rx)
 		d.dnstap = rx
+	}
+}
+
+// setMirrorSafe enables or pauses every tap, as takeover decides.
+func (d *Daemon) setMirrorSafe(safe bool) {
+	for _, v := range d.views {
+		if v.tap != nil {
+			v.tap.SetEnabled(safe)
+		}
 	}
 }
 
@@ -324,8 +378,8 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 	}
 	tc.Healthy = d.srv.Healthy
 	tc.Answered = d.answered
-	if d.tap != nil {
-		tc.OnMirrorSafe = d.tap.SetEnabled
+	if d.cfg.Mirror.Kind == MirrorTap {
+		tc.OnMirrorSafe = d.setMirrorSafe
 	}
 	if a := d.cfg.Anchor; a.Link != "" {
 		ac := anchor.DefaultConfig()
@@ -346,9 +400,11 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 // takeover's mode events.
 func (d *Daemon) answered() uint64 {
 	var n uint64
-	for src, v := range d.pipe.Answered() {
-		if src != "error" {
-			n += v
+	for _, v := range d.views {
+		for src, k := range v.pipe.Answered() {
+			if src != "error" {
+				n += k
+			}
 		}
 	}
 	return n

@@ -27,7 +27,11 @@ import (
 
 // startUpstream runs a miekg/dns server on loopback answering every A
 // query with 192.0.2.53.
-func startUpstream(t *testing.T) netip.AddrPort {
+func startUpstream(t *testing.T) netip.AddrPort { return startUpstreamAnswering(t, "192.0.2.53") }
+
+// startUpstreamAnswering runs a miekg/dns server on loopback answering
+// every A query with addr.
+func startUpstreamAnswering(t *testing.T, addr string) netip.AddrPort {
 	t.Helper()
 	ap := nstest.FreeLoopbackAddr(t)
 	pc, err := net.ListenPacket("udp", ap.String())
@@ -38,7 +42,7 @@ func startUpstream(t *testing.T) netip.AddrPort {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		m.RecursionAvailable = true
-		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 192.0.2.53")
+		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A " + addr)
 		m.Answer = []dns.RR{rr}
 		_ = w.WriteMsg(m)
 	})}
@@ -237,7 +241,7 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	logs := r.logs.String()
-	for _, want := range []string{`"msg":"shutting down"`, `"msg":"cache snapshot written","component":"snapshot","entries":1`, `"msg":"stopped"`} {
+	for _, want := range []string{`"msg":"shutting down"`, `"msg":"cache snapshot written","component":"snapshot","listener":"` + cfg.Listen[0].String() + `","entries":1`, `"msg":"stopped"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("no %s in the logs", want)
 		}
@@ -247,7 +251,7 @@ func TestRunServesAndStops(t *testing.T) {
 	if i, j := strings.Index(logs, `"shutting down"`), strings.Index(logs, `"cache snapshot written"`); i < 0 || j < i {
 		t.Errorf("snapshot written before shutting down:\n%s", logs)
 	}
-	if fi, err := os.Stat(filepath.Join(cfg.StateDir, snapshotName)); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(snapshotPath(cfg.StateDir, cfg.Listen[0])); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("snapshot after stop: %v %v", fi, err)
 	}
 	// Everything is closed: the addresses can be bound again.
@@ -298,7 +302,7 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	}
 	ln.Close()
 	// The snapshot closer ran too (the state directory was usable).
-	if _, err := os.Stat(filepath.Join(cfg.StateDir, snapshotName)); err != nil {
+	if _, err := os.Stat(snapshotPath(cfg.StateDir, cfg.Listen[0])); err != nil {
 		t.Errorf("no snapshot after a failed start: %v", err)
 	}
 }
@@ -315,6 +319,16 @@ func TestValidate(t *testing.T) {
 		{"no routes", func(c *Config) { c.Routes = nil }, "no Routes"},
 		{"route without servers", func(c *Config) { c.Routes = []Route{NewRoute("cluster.local.")} }, "route cluster.local. has no servers"},
 		{"loop", func(c *Config) { c.Routes = []Route{NewRoute(".", c.Listen[0])} }, "would loop"},
+		{"route for another address", func(c *Config) { c.Routes[0].Listen = netip.MustParseAddrPort("169.254.10.10:53") }, "not a listen address"},
+		{"listener without routes", func(c *Config) {
+			c.Listen = append(c.Listen, netip.MustParseAddrPort("169.254.10.10:53"))
+			c.Routes[0].Listen = c.Listen[0]
+		}, "no Routes for listen address 169.254.10.10:53"},
+		{"zone twice on one listener", func(c *Config) { c.Routes = append(c.Routes, NewRoute(".", up)) }, "zone . routed twice on 169.254.10.11:53"},
+		{"dnstap with two listeners", func(c *Config) {
+			c.Listen = append(c.Listen, netip.MustParseAddrPort("169.254.10.10:53"))
+			c.Mirror = Mirror{Kind: MirrorDnstap, DnstapPath: "/run/x.sock"}
+		}, "does not say which listener"},
 		{"steering", func(c *Config) { c.Takeover.Steering = "full" }, "Takeover.Steering"},
 		{"mirror kind", func(c *Config) { c.Mirror.Kind = "tapz" }, `Mirror.Kind "tapz"`},
 		{"dnstap without path", func(c *Config) { c.Mirror = Mirror{Kind: MirrorDnstap} }, "Mirror.DnstapPath"},
@@ -338,5 +352,63 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("error %v, want daemon: ...%s", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestListenersKeepTheirOwnAnswers: two listen addresses, each with its
+// own upstream for the same zone, as LocalDNS's node and pod listeners
+// have. A name asked on one is answered from its own upstream and cache,
+// never from the other's.
+func TestListenersKeepTheirOwnAnswers(t *testing.T) {
+	upNode, upPod := startUpstreamAnswering(t, "192.0.2.10"), startUpstreamAnswering(t, "192.0.2.11")
+	cfg := loopbackConfig(t, upNode)
+	node, pod := cfg.Listen[0], nstest.FreeLoopbackAddr(t)
+	cfg.Listen = append(cfg.Listen, pod)
+	rn, rp := NewRoute(".", upNode), NewRoute(".", upPod)
+	rn.Listen, rp.Listen = node, pod
+	cfg.Routes = []Route{rn, rp}
+	r := start(t, cfg)
+
+	ask := func(listen netip.AddrPort) string {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion("shared.example.", dns.TypeA)
+		resp, err := dns.Exchange(m, listen.String())
+		if err != nil || len(resp.Answer) != 1 {
+			t.Fatalf("%s: %v %v", listen, resp, err)
+		}
+		return resp.Answer[0].(*dns.A).A.String()
+	}
+	// Twice each: the second from each listener's own cache.
+	for range 2 {
+		if got := ask(node); got != "192.0.2.10" {
+			t.Errorf("node listener answered %s, want its upstream's 192.0.2.10", got)
+		}
+		if got := ask(pod); got != "192.0.2.11" {
+			t.Errorf("pod listener answered %s, want its upstream's 192.0.2.11", got)
+		}
+	}
+	st := r.d.Status()
+	if len(st.Upstreams) != 2 || st.Upstreams[0].Listener == st.Upstreams[1].Listener || st.Cache.Entries != 2 {
+		t.Errorf("status upstreams %+v cache %+v", st.Upstreams, st.Cache)
+	}
+	_, body := httpGet(t, "http://"+cfg.MetricsAddr+"/metrics")
+	for _, ap := range cfg.Listen {
+		for _, want := range []string{
+			`dnsstandby_cache_entries{listener="` + ap.String() + `"} 1`,
+			`dnsstandby_queries_total{listener="` + ap.String() + `",source="cache"} 1`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ap := range cfg.Listen {
+		if _, err := os.Stat(snapshotPath(cfg.StateDir, ap)); err != nil {
+			t.Errorf("no snapshot for %s: %v", ap, err)
+		}
 	}
 }

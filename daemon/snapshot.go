@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,8 +14,11 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 )
 
-// snapshotName is the cache snapshot's file in --state-dir.
-const snapshotName = "cache.snapshot"
+// snapshotPath is where the cache of the listen address ap keeps its
+// snapshot in dir: cache-169.254.10.11-53.snapshot.
+func snapshotPath(dir string, ap netip.AddrPort) string {
+	return filepath.Join(dir, fmt.Sprintf("cache-%s-%d.snapshot", ap.Addr(), ap.Port()))
+}
 
 // writeAtomic writes a file so that a crash at any moment leaves either the
 // old file or the new one, never a torn one: a temporary file in the same
@@ -51,10 +55,10 @@ func writeAtomic(path string, write func(io.Writer) error) error {
 	return nil
 }
 
-// snapshots keeps the cache's snapshot in dir, as dir/cache.snapshot.
+// snapshots keeps a cache's snapshot in the file path.
 type snapshots struct {
-	dir string
-	log *slog.Logger
+	path string
+	log  *slog.Logger
 }
 
 // save writes the cache's snapshot and logs it at level: the periodic
@@ -62,7 +66,7 @@ type snapshots struct {
 func (s snapshots) save(c *cache.Cache, level slog.Level) error {
 	start := time.Now()
 	var n int
-	err := writeAtomic(filepath.Join(s.dir, snapshotName), func(w io.Writer) error {
+	err := writeAtomic(s.path, func(w io.Writer) error {
 		var err error
 		n, err = c.Save(w)
 		return err
@@ -77,7 +81,7 @@ func (s snapshots) save(c *cache.Cache, level slog.Level) error {
 // load loads the snapshot into c, if there is one. A bad snapshot is
 // logged and ignored: the cache stays empty and works.
 func (s snapshots) load(c *cache.Cache) {
-	path := filepath.Join(s.dir, snapshotName)
+	path := s.path
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		s.log.Info("no cache snapshot to load", "path", path)

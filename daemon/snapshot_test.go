@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,11 @@ func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	if err := c1.Insert(b); err != nil {
 		t.Fatal(err)
 	}
-	snap := snapshots{dir: dir, log: log}
+	path := snapshotPath(dir, netip.MustParseAddrPort("169.254.10.11:53"))
+	if filepath.Base(path) != "cache-169.254.10.11-53.snapshot" {
+		t.Errorf("snapshot file %s", path)
+	}
+	snap := snapshots{path: path, log: log}
 	if err := snap.save(c1, slog.LevelInfo); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +65,7 @@ func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	}
 
 	// A corrupt snapshot is logged and ignored.
-	os.WriteFile(filepath.Join(dir, snapshotName), []byte("DSBYSNAP garbage"), 0o600)
+	os.WriteFile(path, []byte("DSBYSNAP garbage"), 0o600)
 	c3, _ := cache.New(cache.DefaultConfig())
 	logs.Reset()
 	snap.load(c3)
@@ -69,7 +74,7 @@ func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	}
 	// None at all: a note, nothing else.
 	logs.Reset()
-	snapshots{dir: t.TempDir(), log: log}.load(c3)
+	snapshots{path: filepath.Join(t.TempDir(), "none"), log: log}.load(c3)
 	if !strings.Contains(logs.String(), "no cache snapshot") {
 		t.Fatalf("logs:\n%s", logs.String())
 	}

@@ -29,35 +29,37 @@ func (d *Daemon) Status() status.Daemon {
 	for _, l := range cfg.Listen {
 		st.Config.Listen = append(st.Config.Listen, l.String())
 	}
-	for _, g := range d.groups {
-		for _, s := range g.g.Stats() {
-			st.Upstreams = append(st.Upstreams, status.Upstream{Zone: g.zone, Server: s.Server, Healthy: s.Healthy})
-		}
-	}
-	slices.SortStableFunc(st.Upstreams, func(a, b status.Upstream) int { return cmp.Compare(a.Zone, b.Zone) })
-
 	m := &status.Mirror{Feed: cfg.Mirror.Kind}
-	switch {
-	case d.tap != nil:
-		ts := d.tap.Stats()
-		m.Running, m.Enabled = true, ts.Enabled
-		m.Accepted, m.Rejected = ts.Accepted, ts.RejectedTotal()
-	case d.dnstap != nil:
+	cs := &status.Cache{MaxEntries: int64(cfg.Cache.MaxEntries), MaxBytes: cfg.Cache.MaxBytes}
+	for _, v := range d.views {
+		for _, g := range v.groups {
+			for _, s := range g.g.Stats() {
+				st.Upstreams = append(st.Upstreams, status.Upstream{Listener: v.listen.String(), Zone: g.zone, Server: s.Server, Healthy: s.Healthy})
+			}
+		}
+		if v.tap != nil {
+			ts := v.tap.Stats()
+			m.Running = true
+			m.Enabled = m.Enabled || ts.Enabled
+			m.Accepted += ts.Accepted
+			m.Rejected += ts.RejectedTotal()
+		}
+		c := v.cache.Stats()
+		cs.Entries += int64(c.Entries)
+		cs.Bytes += c.Bytes
+		cs.Evictions += c.Evictions
+	}
+	slices.SortStableFunc(st.Upstreams, func(a, b status.Upstream) int {
+		return cmp.Or(cmp.Compare(a.Listener, b.Listener), cmp.Compare(a.Zone, b.Zone))
+	})
+	if d.dnstap != nil {
 		ds := d.dnstap.Stats()
 		m.Running, m.Enabled = true, true
 		m.Connections = ds.Connections
 		m.Accepted, m.Rejected = ds.Accepted, ds.RejectedTotal()
 	}
 	st.Mirror = m
-
-	cs := d.cache.Stats()
-	st.Cache = &status.Cache{
-		Entries:    int64(cs.Entries),
-		Bytes:      cs.Bytes,
-		Evictions:  cs.Evictions,
-		MaxEntries: int64(cfg.Cache.MaxEntries),
-		MaxBytes:   cfg.Cache.MaxBytes,
-	}
+	st.Cache = cs
 	return st
 }
 

@@ -163,9 +163,10 @@ func (l *lab) get(s *standby, path string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// metric returns the value of the sample called name with exactly the
-// given labels (name, value pairs) on dnsstandby's /metrics, or -1 if
-// there is none. Histograms come as their _bucket, _sum and _count samples.
+// metric returns the sum of the samples called name that carry the given
+// labels (name, value pairs) on dnsstandby's /metrics — summed over the
+// labels not given, such as the listen address — or -1 if there is none.
+// Histograms come as their _bucket, _sum and _count samples.
 func (l *lab) metric(t *testing.T, s *standby, name string, labels ...string) float64 {
 	t.Helper()
 	_, body, err := l.get(s, "/metrics")
@@ -185,12 +186,26 @@ func (l *lab) metric(t *testing.T, s *standby, name string, labels ...string) fl
 	for i := 0; i+1 < len(labels); i += 2 {
 		want[model.LabelName(labels[i])] = model.LabelValue(labels[i+1])
 	}
+	sum, found := 0.0, false
 	for _, x := range samples {
-		if x.Metric.Equal(want) {
-			return float64(x.Value)
+		if hasLabels(x.Metric, want) {
+			sum, found = sum+float64(x.Value), true
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return sum
+}
+
+// hasLabels reports whether m has every label of want, with its value.
+func hasLabels(m, want model.Metric) bool {
+	for k, v := range want {
+		if m[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // eventuallyMetric waits until cond (which reads l.metric) holds; if it

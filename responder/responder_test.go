@@ -80,7 +80,7 @@ func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod fun
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := Listen(cfg, p)
+	s, err := Listen(cfg, everyAddr(cfg, p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestListen(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.Listen = []netip.AddrPort{nstest.FreeLoopbackAddr(t)}
 			tt.mod(&cfg)
-			s, err := Listen(cfg, p)
+			s, err := Listen(cfg, everyAddr(cfg, p))
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Listen: %v", err)
@@ -258,7 +258,9 @@ func TestListen(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Listen(DefaultConfig(), nil); err == nil || !strings.Contains(err.Error(), "responder:") {
+	cfg := DefaultConfig()
+	cfg.Listen = []netip.AddrPort{nstest.FreeLoopbackAddr(t)}
+	if _, err := Listen(cfg, nil); err == nil || !strings.Contains(err.Error(), "responder: no pipeline for listen address "+cfg.Listen[0].String()) {
 		t.Errorf("Listen without a pipeline: %v", err)
 	}
 }
@@ -387,7 +389,7 @@ func TestShutdownAnswersInflight(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Listen = []netip.AddrPort{ap}
 	cfg.Logger = testkit.Logger(t)
-	s, err := Listen(cfg, p)
+	s, err := Listen(cfg, everyAddr(cfg, p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,4 +420,13 @@ func TestShutdownAnswersInflight(t *testing.T) {
 		t.Fatalf("UDP socket still bound after Shutdown: %v", err)
 	}
 	u.Close()
+}
+
+// everyAddr gives every listen address of cfg the pipeline p.
+func everyAddr(cfg Config, p *pipeline.Pipeline) map[netip.AddrPort]*pipeline.Pipeline {
+	m := make(map[netip.AddrPort]*pipeline.Pipeline, len(cfg.Listen))
+	for _, ap := range cfg.Listen {
+		m[ap] = p
+	}
+	return m
 }

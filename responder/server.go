@@ -121,11 +121,13 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Server is a set of listeners feeding one pipeline.
+// Server is a set of listeners, each feeding the pipeline of its listen
+// address: LocalDNS serves each address from its own server blocks, so
+// dnsstandby answers each from its own routes and cache.
 type Server struct {
-	cfg  Config
-	pipe *pipeline.Pipeline // always non-nil
-	log  *slog.Logger       // always non-nil, tagged component=responder
+	cfg   Config
+	pipes map[netip.AddrPort]*pipeline.Pipeline // one per listen address
+	log   *slog.Logger                          // always non-nil, tagged component=responder
 
 	udp []*net.UDPConn
 	tcp []*tcpServer
@@ -138,19 +140,21 @@ type Server struct {
 
 // Listen validates cfg, taken as given, and opens every socket, so that
 // address and permission errors surface before the daemon reports ready.
-// It starts nothing.
-func Listen(cfg Config, p *pipeline.Pipeline) (*Server, error) {
+// pipes holds the pipeline of each listen address. It starts nothing.
+func Listen(cfg Config, pipes map[netip.AddrPort]*pipeline.Pipeline) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("responder: %w", err)
 	}
-	if p == nil {
-		return nil, errors.New("responder: no pipeline")
+	for _, ap := range cfg.Listen {
+		if pipes[ap] == nil {
+			return nil, fmt.Errorf("responder: no pipeline for listen address %s", ap)
+		}
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, pipe: p, log: log.With("component", "responder")}
+	s := &Server{cfg: cfg, pipes: pipes, log: log.With("component", "responder")}
 	for _, ap := range cfg.Listen {
 		for range cfg.SocketsPerAddr {
 			conn, err := listenUDP(ap, cfg.RcvBuf)
@@ -165,7 +169,7 @@ func Listen(cfg Config, p *pipeline.Pipeline) (*Server, error) {
 			s.closeAll()
 			return nil, fmt.Errorf("responder: %w", err)
 		}
-		s.tcp = append(s.tcp, newTCPServer(s, ln))
+		s.tcp = append(s.tcp, newTCPServer(s, ln, pipes[ap]))
 	}
 	return s, nil
 }
@@ -177,12 +181,14 @@ func (s *Server) Start() error {
 		if err != nil {
 			return fmt.Errorf("responder: %w", err)
 		}
+		pipe := s.pipes[conn.LocalAddr().(*net.UDPAddr).AddrPort()]
 		for range s.cfg.ReadersPerSocket {
 			l := &udpLoop{
 				s:      s,
 				conn:   conn,
+				pipe:   pipe,
 				b:      newBatch(rc, s.cfg.Batch, maxQuery, pipeline.MaxUDPAnswer),
-				worker: s.pipe.NewWorker(),
+				worker: pipe.NewWorker(),
 			}
 			s.loops = append(s.loops, l)
 			s.readers.Add(1)
@@ -219,7 +225,9 @@ func (s *Server) Drain(ctx context.Context) {
 		_ = conn.SetReadDeadline(time.Now())
 	}
 	s.readers.Wait()
-	s.pipe.Drain(ctx)
+	for _, p := range s.pipes {
+		p.Drain(ctx)
+	}
 	for _, t := range s.tcp {
 		t.closeConns()
 	}

@@ -20,8 +20,9 @@ import (
 // answered as they complete (RFC 7766 §6.2.1.1), a cap on connections, and
 // timeouts so that idle or trickling clients (slowloris) cannot pin them.
 type tcpServer struct {
-	s  *Server
-	ln *net.TCPListener
+	s    *Server
+	ln   *net.TCPListener
+	pipe *pipeline.Pipeline // the listen address's
 
 	// workers are the pipeline handles connections borrow per query; a
 	// channel pool keeps their number fixed however many connections come.
@@ -44,15 +45,16 @@ type tcpConn struct {
 	slots      chan struct{} // one token per query in flight: the pipeline cap
 }
 
-func newTCPServer(s *Server, ln *net.TCPListener) *tcpServer {
+func newTCPServer(s *Server, ln *net.TCPListener, pipe *pipeline.Pipeline) *tcpServer {
 	t := &tcpServer{
 		s:       s,
 		ln:      ln,
+		pipe:    pipe,
 		workers: make(chan *pipeline.Worker, s.cfg.ReadersPerSocket),
 		conns:   make(map[*tcpConn]struct{}),
 	}
 	for range cap(t.workers) {
-		t.workers <- s.pipe.NewWorker()
+		t.workers <- pipe.NewWorker()
 	}
 	t.bufs.New = func() any { b := make([]byte, 2+wire.MaxMsgLen); return &b }
 	return t
@@ -167,7 +169,7 @@ func (t *tcpServer) serve(tc *tcpConn) {
 		case pipeline.Resolve:
 			t.bufs.Put(bp)
 			tc.inflight.Add(1)
-			t.s.pipe.Resolve(msg, tc.client, false, func(reply []byte) {
+			t.pipe.Resolve(msg, tc.client, false, func(reply []byte) {
 				t.write(tc, reply, nil)
 				tc.inflight.Add(-1)
 				<-tc.slots

@@ -22,6 +22,7 @@ const maxQuery = 4096
 type udpLoop struct {
 	s      *Server
 	conn   *net.UDPConn
+	pipe   *pipeline.Pipeline // the listen address's
 	b      *batch
 	worker *pipeline.Worker
 
@@ -80,7 +81,7 @@ func (l *udpLoop) resolve(msg []byte, src netip.AddrPort) {
 	}
 	conn := l.conn
 	stats := &l.s.stats
-	l.s.pipe.Resolve(append([]byte(nil), msg...), src.Addr(), true, func(reply []byte) {
+	l.pipe.Resolve(append([]byte(nil), msg...), src.Addr(), true, func(reply []byte) {
 		if _, err := conn.WriteToUDPAddrPort(reply, src); err != nil {
 			stats.udpSendFailures.Add(1)
 		}

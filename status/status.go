@@ -33,11 +33,12 @@ type Config struct {
 	AnchorLink string   `json:"anchor_link"` // "" for none
 }
 
-// Upstream is one upstream server of one zone.
+// Upstream is one upstream server of one zone on one listen address.
 type Upstream struct {
-	Zone    string `json:"zone"`    // "." for the root
-	Server  string `json:"server"`  // ADDR:PORT
-	Healthy bool   `json:"healthy"` // not marked down by the daemon's health checks
+	Listener string `json:"listener,omitempty"` // ADDR:PORT the zone is served on
+	Zone     string `json:"zone"`               // "." for the root
+	Server   string `json:"server"`             // ADDR:PORT
+	Healthy  bool   `json:"healthy"`            // not marked down by the daemon's health checks
 }
 
 // Mirror is the mirror feed: LocalDNS's replies into the cache.

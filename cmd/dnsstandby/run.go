@@ -82,6 +82,7 @@ func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config
 		return cfg, o, nil
 	}
 	layered := daemon.DefaultConfig()
+	layered.Listen = cfg.Listen // the Corefile's routes are per listen address
 	daemon.ApplyCorefile(&layered, s)
 	if o, err = parseRunFlags(&layered, args, lookup); err != nil {
 		return layered, o, err

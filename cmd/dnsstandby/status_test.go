@@ -101,7 +101,7 @@ func TestStatusForCheck(t *testing.T) {
 	if ds.Config == nil || ds.Config.Steering != "auto" || ds.Config.Mirror != "dnstap:"+tapPath || strings.Join(ds.Config.Listen, ",") != listen.String() {
 		t.Errorf("config %+v", ds.Config)
 	}
-	if len(ds.Upstreams) != 1 || ds.Upstreams[0] != (status.Upstream{Zone: ".", Server: up.String(), Healthy: true}) {
+	if len(ds.Upstreams) != 1 || ds.Upstreams[0] != (status.Upstream{Listener: listen.String(), Zone: ".", Server: up.String(), Healthy: true}) {
 		t.Errorf("upstreams %+v", ds.Upstreams)
 	}
 	if m := ds.Mirror; m == nil || *m != (status.Mirror{Feed: "dnstap", Running: true, Enabled: true}) {

@@ -103,7 +103,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 		`dnsstandby_steer_peers{group="169.254.10.11:53/udp"}`:                     1,
 		`dnsstandby_mode{mode="mirror"}`:                                           1,
 		`dnsstandby_anchor_ready`:                                                  1,
-		`dnsstandby_mirror_tap_enabled`:                                            1,
+		`dnsstandby_mirror_tap_enabled{listener="169.254.10.11:53"}`:               1,
 	}
 	cases := []struct {
 		name string
@@ -121,7 +121,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 			return r.expect(map[string]float64{`dnsstandby_anchor_ready`: 0, `dnsstandby_steer_level{level="adopt"}`: 1})
 		}},
 		{"without NET_RAW: no packet tap", []string{"NET_RAW"}, func(r *capsRun) error {
-			if _, ok := r.value(`dnsstandby_mirror_tap_enabled`); ok {
+			if _, ok := r.value(`dnsstandby_mirror_tap_enabled{listener="169.254.10.11:53"}`); ok {
 				return fmt.Errorf("the tap runs")
 			}
 			return r.expect(map[string]float64{`dnsstandby_anchor_ready`: 1, `dnsstandby_steer_level{level="adopt"}`: 1})
