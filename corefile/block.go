@@ -80,6 +80,14 @@ func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, 
 	if err != nil {
 		return nil, err
 	}
+	whoami, err := p.whoami(b.Tokens["whoami"])
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := p.hosts(b.Tokens["hosts"], b.Tokens["root"], keys)
+	if err != nil {
+		return nil, err
+	}
 	templates, err := p.templates(b.Tokens["template"], keys)
 	if err != nil {
 		return nil, err
@@ -98,6 +106,8 @@ func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, 
 			Bind:    slices.Clone(bind),
 			Plugins: slices.Clone(plugins),
 			NSID:    nsid,
+			Whoami:  whoami,
+			Hosts:   hosts.clone(),
 		}
 		z.Templates = slices.Clone(templates)
 		if cache != nil {
