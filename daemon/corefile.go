@@ -134,7 +134,7 @@ func ignored(z corefile.Zone) []string {
 	}
 	if c := z.Cache; c != nil {
 		if z.Name != "." {
-			add("cache: one cache serves every zone, with the root block's policy")
+			add("cache: each listener's cache follows its root block's policy for every zone")
 		}
 		add("cache capacity success %d denial %d: dnsstandby's cache is bounded by Cache.MaxEntries and Cache.MaxBytes", c.SuccessCapacity, c.DenialCapacity)
 		if c.Prefetch > 0 {

@@ -34,7 +34,7 @@ func TestApplyCorefile(t *testing.T) {
 			pod,
 			[]string{"plugin whoami not imitated", "plugin hosts not imitated", "plugin template not imitated",
 				"forward policy round_robin", "forward policy random", "forward prefer_udp", `nsid "localdns-pod"`,
-				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: one cache serves every zone"}},
+				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: each listener's cache follows its root block's policy"}},
 		{"169.254.10.10:53",
 			node,
 			[]string{"plugin whoami not imitated", "plugin hosts not imitated", `nsid "localdns"`}},

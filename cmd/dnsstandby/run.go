@@ -41,6 +41,11 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.validate {
 		fmt.Fprintln(stdout, "dnsstandby run: options valid")
+		fmt.Fprintln(stdout)
+		if err := cfg.WriteTable(stdout); err != nil {
+			fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
+			return exitFail
+		}
 		return exitOK
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

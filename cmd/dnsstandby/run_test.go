@@ -69,8 +69,11 @@ func TestValidate(t *testing.T) {
 	if code := dispatch(args, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "options valid") {
-		t.Errorf("stdout %q does not say the options are valid", stdout.String())
+	// The effective table: the route the flags gave, on the listen address.
+	for _, want := range []string{"options valid", "LISTENER", "127.0.0.153:53  .     10.0.0.10:53", "mirror feed: tap; steering: adopt"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+		}
 	}
 }
 
