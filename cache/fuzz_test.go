@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -165,6 +166,60 @@ func FuzzServe(f *testing.F) {
 		}
 		if a.Id != q.ID || !bytes.Equal(buf[wire.HeaderLen:wire.HeaderLen+len(q.QName)], q.QName) {
 			t.Fatalf("answer does not echo id and question")
+		}
+	})
+}
+
+// FuzzServeTruncated feeds arbitrary responses and client sizes to the
+// truncation walk: whatever Insert accepts, served to a client of that
+// size, must fit, unpack, and hold exactly the records miekg/dns's
+// Msg.Truncate (CoreDNS's cut) keeps, with TC set exactly when it sets it.
+func FuzzServeTruncated(f *testing.F) {
+	for _, m := range truncationCases(f) {
+		for _, size := range []uint16{0, 512, 600, 1232, 4096} {
+			f.Add(pack(f, m), size)
+		}
+	}
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s, uint16(512))
+	}
+	f.Fuzz(func(t *testing.T, resp []byte, size uint16) {
+		c, _ := newTestCache(t, nil)
+		if c.Insert(resp) != nil {
+			return
+		}
+		var stored dns.Msg
+		if err := stored.Unpack(resp); err != nil {
+			t.Fatalf("inserted response does not unpack: %v", err)
+		}
+		do := stored.IsEdns0() != nil && stored.IsEdns0().Do() // filed under DO: only a DO query finds it
+		if do && size == 0 {
+			size = 512
+		}
+		edns := -1 // size 0: a client without EDNS
+		if size > 0 {
+			edns = int(size)
+		}
+		q := query(t, stored.Question[0].Name, stored.Question[0].Qtype, edns, do)
+		q.Question[0].Qclass = stored.Question[0].Qclass
+		q.CheckingDisabled = stored.CheckingDisabled
+		a, st := serve(t, c, q, 0, false) // fails the test if it does not fit or unpack
+		if a == nil {
+			t.Fatalf("status %s for an entry just inserted", st)
+		}
+
+		want := stored.Copy()
+		want.Extra = slices.DeleteFunc(want.Extra, func(r dns.RR) bool { return r.Header().Rrtype == dns.TypeOPT })
+		want.Truncated = false
+		if size > 0 {
+			opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+			want.Extra = append(want.Extra, opt)
+		}
+		want.Truncate(max(int(size), 512))
+		if a.Truncated != want.Truncated || len(a.Answer) != len(want.Answer) ||
+			len(a.Ns) != len(want.Ns) || len(a.Extra) != len(want.Extra) {
+			t.Fatalf("TC=%v with %d/%d/%d records, Truncate: TC=%v with %d/%d/%d", a.Truncated,
+				len(a.Answer), len(a.Ns), len(a.Extra), want.Truncated, len(want.Answer), len(want.Ns), len(want.Extra))
 		}
 	})
 }

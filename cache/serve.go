@@ -11,8 +11,9 @@ import (
 // Serve looks up the query q (parsed by wire.ParseQuery) and, on a hit,
 // writes the answer into dst and returns its length. limit is the largest
 // answer the client accepts (q.PayloadLimit() over UDP, 65535 over TCP);
-// a larger answer is written truncated (TC=1, empty sections) so the client
-// retries over TCP.
+// a larger answer is cut as CoreDNS (LocalDNS) cuts it: as many whole
+// records as fit, in section order, with TC=1, so that the client retries
+// over TCP and a client that ignores TC (musl before 1.2.4) has what fit.
 //
 // A stale entry is written only if allowStale; otherwise Serve returns
 // (0, Stale) so the caller can try upstreams first and come back. Serve
@@ -113,8 +114,11 @@ func agedTTL(ttl uint32, age int64) uint32 {
 }
 
 // Answer flags taken from the stored response; RD and CD come from the
-// query (RFC 1035 §4.1.1, RFC 4035 §3.1.6). Opcode is QUERY, TC is unset.
-const storedFlags = wire.FlagQR | wire.FlagAA | wire.FlagRA | wire.FlagAD | wire.RcodeMask
+// query (RFC 1035 §4.1.1, RFC 4035 §3.1.6). Opcode is QUERY. AA is set on
+// every answer, as CoreDNS's cache sets it on every hit (some clients drop
+// non-authoritative answers); TC is set only when records had to be left
+// out.
+const storedFlags = wire.FlagQR | wire.FlagRA | wire.FlagAD | wire.RcodeMask
 
 // write renders e as the answer to q into dst. See Serve.
 func (c *Cache) write(dst []byte, q *wire.Query, e *entry, ttl uint32, limit int) int {
@@ -128,40 +132,72 @@ func (c *Cache) write(dst []byte, q *wire.Query, e *entry, ttl uint32, limit int
 	}
 	limit = min(limit, len(dst))
 	m := e.msg()
-	flags := binary.BigEndian.Uint16(m[2:])&storedFlags | q.Flags&(wire.FlagRD|wire.FlagCD)
+	flags := binary.BigEndian.Uint16(m[2:])&storedFlags | wire.FlagAA | q.Flags&(wire.FlagRD|wire.FlagCD)
 	if !q.DO && q.Flags&wire.FlagAD == 0 {
 		flags &^= wire.FlagAD // RFC 6840 §5.8: AD only for clients that asked for it
 	}
-	arcount := binary.BigEndian.Uint16(m[10:])
 
-	var n int
-	if len(m)+optLen <= limit {
-		n = copy(dst, m)
-		// The client's name has the stored name's length (the key matched),
-		// so compression pointers into the question stay valid.
-		copy(dst[wire.HeaderLen:], q.QName)
-		offs := e.ttlOffsets()
-		for i := 0; i+1 < len(offs); i += 2 {
-			binary.BigEndian.PutUint32(dst[binary.BigEndian.Uint16(offs[i:]):], ttl)
-		}
-	} else {
-		n = wire.HeaderLen + e.questionLen()
-		if n+optLen > limit {
+	// What fits: the whole message, or, as miekg/dns's Msg.Truncate
+	// (CoreDNS's request.Scrub) cuts it, the whole records that fit in
+	// order — answer, authority, additional — up to the first one that
+	// does not, with TC set; the OPT is kept and counted.
+	end, counts := len(m), [3]uint16{
+		binary.BigEndian.Uint16(m[6:]), binary.BigEndian.Uint16(m[8:]), binary.BigEndian.Uint16(m[10:]),
+	}
+	if end+optLen > limit {
+		qEnd := wire.HeaderLen + e.questionLen()
+		if qEnd+optLen > limit {
 			return 0
 		}
-		copy(dst[wire.HeaderLen:n], m[wire.HeaderLen:])
-		copy(dst[wire.HeaderLen:], q.QName)
-		clear(dst[4:wire.HeaderLen])
-		binary.BigEndian.PutUint16(dst[4:], 1)
+		end, counts = fitRecords(m, qEnd, limit-optLen, counts)
 		flags |= wire.FlagTC
-		arcount = 0
+	}
+
+	n := copy(dst, m[:end])
+	// The client's name has the stored name's length (the key matched),
+	// so compression pointers into the question stay valid.
+	copy(dst[wire.HeaderLen:], q.QName)
+	offs := e.ttlOffsets()
+	for i := 0; i+1 < len(offs); i += 2 {
+		off := int(binary.BigEndian.Uint16(offs[i:]))
+		if off >= end {
+			break // offsets ascend: the rest were cut
+		}
+		binary.BigEndian.PutUint32(dst[off:], ttl)
 	}
 	binary.BigEndian.PutUint16(dst, q.ID)
 	binary.BigEndian.PutUint16(dst[2:], flags)
+	binary.BigEndian.PutUint16(dst[6:], counts[0])
+	binary.BigEndian.PutUint16(dst[8:], counts[1])
+	arcount := counts[2]
 	if optLen > 0 {
 		n += wire.PutOPT(dst[n:], c.cfg.UDPSize, q.DO, nsid)
 		arcount++
 	}
 	binary.BigEndian.PutUint16(dst[10:], arcount)
 	return n
+}
+
+// fitRecords walks the records of msg (a stored, well-formed message whose
+// question ends at qEnd, with counts its section counts) and returns the
+// end of the longest run of whole records from the first that ends within
+// size bytes, and how many of each section's records that run holds. The
+// run stops at the first record that does not fit, even if a smaller one
+// after it would: later sections get nothing once one record is cut.
+// Stored messages are compressed with pointers only backwards, so any
+// such prefix is a well-formed message on its own.
+func fitRecords(msg []byte, qEnd, size int, counts [3]uint16) (int, [3]uint16) {
+	var kept [3]uint16
+	off := qEnd
+	for sec := range counts {
+		for range counts[sec] {
+			next, _, err := wire.SkipRR(msg, off)
+			if err != nil || next > size {
+				return off, kept
+			}
+			off = next
+			kept[sec]++
+		}
+	}
+	return off, kept
 }

@@ -1,7 +1,10 @@
 package cache
 
 import (
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,53 +182,165 @@ func TestKeySeparation(t *testing.T) {
 	}
 }
 
-func TestTruncation(t *testing.T) {
-	const name = "big.example."
-	var answer []string
+// truncationCases are stored answers larger than 512 bytes: many A
+// records, one large TXT, and answers with authority and additional
+// records, so that the cut falls in each section.
+func truncationCases(t testing.TB) []*dns.Msg {
+	var many []string
 	for i := range 40 { // 40 × 16 B of A records: about 700 bytes
-		answer = append(answer, fmt.Sprintf("%s 60 IN A 10.0.%d.%d", name, i/256, i%256))
+		many = append(many, fmt.Sprintf("big.example. 60 IN A 10.0.%d.%d", i/256, i%256))
 	}
-	big := reply(t, name, dns.TypeA, 0, answer, nil)
-	size := big.Len()
-	if size <= 512 || size >= 1232 {
-		t.Fatalf("test answer is %d bytes, want between 512 and 1232", size)
+	txt := "txt.example. 60 IN TXT"
+	for i := range 12 { // 12 strings of 200 bytes: one 2.4 kB record
+		txt += fmt.Sprintf(" \"%s\"", strings.Repeat(string(rune('a'+i)), 200))
 	}
+	mx := reply(t, "mx.example.", dns.TypeMX, 0, nil, nil)
+	for i := range 12 {
+		host := fmt.Sprintf("mail%02d.mx.example.", i)
+		mx.Answer = append(mx.Answer, rr(t, fmt.Sprintf("mx.example. 60 IN MX %d %s", i, host)))
+		mx.Extra = append(mx.Extra, rr(t, fmt.Sprintf("%s 60 IN A 10.1.0.%d", host, i)),
+			rr(t, fmt.Sprintf("%s 60 IN AAAA fd00::%d", host, i)))
+	}
+	for i := range 4 {
+		mx.Ns = append(mx.Ns, rr(t, fmt.Sprintf("mx.example. 60 IN NS ns%d.mx.example.", i)))
+	}
+	// Small answer, large authority: the cut falls in the authority.
+	ns := reply(t, "ns.example.", dns.TypeA, 0, []string{"ns.example. 60 IN A 10.2.0.1"}, nil)
+	for i := range 30 {
+		ns.Ns = append(ns.Ns, rr(t, fmt.Sprintf("ns.example. 60 IN NS a-rather-long-server-name-%02d.elsewhere.example.net.", i)))
+	}
+	return []*dns.Msg{
+		reply(t, "big.example.", dns.TypeA, 0, many, nil),
+		reply(t, "txt.example.", dns.TypeTXT, 0, []string{txt}, nil),
+		mx, ns,
+	}
+}
 
-	tests := []struct {
-		name      string
-		edns      int // -1: none
-		limit     int // 0: the query's payload limit
-		wantTC    bool
-		wantCount int
-	}{
-		{"no EDNS: 512", -1, 0, true, 0},
-		{"EDNS 1232", 1232, 0, false, 40},
-		{"EDNS below 512 counts as 512", 256, 0, true, 0},
-		{"EDNS 600", 600, 0, true, 0},
-		{"TCP without EDNS", -1, 65535, false, 40},
+// TestTruncation checks the cut of every stored answer for each client
+// size against miekg/dns's Msg.Truncate, which is what CoreDNS
+// (request.Scrub) applies to every reply: the same records, TC, and the
+// OPT kept.
+func TestTruncation(t *testing.T) {
+	const nsid = "dnsstandby"
+	type sizeCase struct {
+		name  string
+		edns  int // -1: none
+		nsid  bool
+		limit int // 0: the query's payload limit
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, _ := newTestCache(t, nil)
-			mustInsert(t, c, big)
-			q := query(t, "BiG.example.", dns.TypeA, tt.edns, false)
-			a, st := serve(t, c, q, tt.limit, false)
-			if st != Fresh {
-				t.Fatalf("status %s", st)
-			}
-			if a.Truncated != tt.wantTC || len(a.Answer) != tt.wantCount {
-				t.Fatalf("TC=%v with %d answers, want TC=%v with %d", a.Truncated, len(a.Answer), tt.wantTC, tt.wantCount)
-			}
-			if a.Truncated && (len(a.Ns) != 0 || len(a.Extra) > 1) {
-				t.Fatalf("truncated answer has records: %v", a)
-			}
-			if a.Question[0].Name != "BiG.example." || a.Id != q.Id {
-				t.Fatalf("question %v id %#x", a.Question, a.Id)
-			}
-			if (a.IsEdns0() != nil) != (tt.edns >= 0) {
-				t.Fatalf("OPT in answer: %v, client sent one: %v", a.IsEdns0() != nil, tt.edns >= 0)
-			}
-		})
+	sizes := []sizeCase{
+		{"no EDNS: 512", -1, false, 0},
+		{"EDNS below 512 counts as 512", 256, false, 0},
+		{"EDNS 600", 600, false, 0},
+		{"EDNS 1232", 1232, false, 0},
+		{"EDNS 1232 with NSID", 1232, true, 0},
+		{"EDNS 1400", 1400, false, 0},
+		{"EDNS 4096", 4096, false, 0},
+		{"TCP without EDNS", -1, false, 65535},
+	}
+	for _, stored := range truncationCases(t) {
+		name := stored.Question[0].Name
+		for _, sz := range sizes {
+			t.Run(name+" "+sz.name, func(t *testing.T) {
+				c, _ := newTestCache(t, func(c *Config) { c.NSID = nsid })
+				mustInsert(t, c, stored)
+				q := query(t, mixCase(name), stored.Question[0].Qtype, sz.edns, false)
+				if sz.nsid {
+					q.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+				}
+				a, st := serve(t, c, q, sz.limit, false)
+				if st != Fresh {
+					t.Fatalf("status %s", st)
+				}
+
+				// What CoreDNS sends: the stored answer, with the OPT we send,
+				// through Truncate. The question keeps the stored case: the
+				// records' names were compressed against it.
+				want := stored.Copy()
+				if sz.edns >= 0 {
+					opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+					opt.SetUDPSize(DefaultConfig().UDPSize)
+					if sz.nsid {
+						opt.Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID, Nsid: hex.EncodeToString([]byte(nsid))}}
+					}
+					want.Extra = append(want.Extra, opt)
+				}
+				limit := sz.limit
+				if limit == 0 {
+					limit = max(sz.edns, 512)
+				}
+				want.Truncate(limit)
+
+				if a.Truncated != want.Truncated {
+					t.Errorf("TC=%v, CoreDNS's TC=%v", a.Truncated, want.Truncated)
+				}
+				for _, sec := range []struct {
+					name      string
+					got, want []dns.RR
+				}{{"answer", a.Answer, want.Answer}, {"authority", a.Ns, want.Ns}, {"additional", a.Extra, want.Extra}} {
+					if g, w := rrStrings(sec.got), rrStrings(sec.want); !slices.Equal(g, w) {
+						t.Errorf("%s: %d records, CoreDNS's %d:\n got  %q\n want %q", sec.name, len(g), len(w), g, w)
+					}
+				}
+				if (a.IsEdns0() != nil) != (sz.edns >= 0) {
+					t.Errorf("OPT in answer: %v, client sent one: %v", a.IsEdns0() != nil, sz.edns >= 0)
+				}
+				if a.Question[0].Name != mixCase(name) || a.Id != q.Id || !a.Authoritative {
+					t.Errorf("question %v id %#x AA %v", a.Question, a.Id, a.Authoritative)
+				}
+				for _, ttl := range ttls(a) {
+					if ttl != 60 {
+						t.Errorf("TTL %d of a kept record, want 60", ttl)
+					}
+				}
+			})
+		}
+	}
+}
+
+// rrStrings is each record in presentation form, TTL zeroed and lower
+// case (names compressed against the question take the client's case on
+// the hit path).
+func rrStrings(rrs []dns.RR) []string {
+	out := make([]string, 0, len(rrs))
+	for _, r := range rrs {
+		r = dns.Copy(r)
+		r.Header().Ttl = 0
+		out = append(out, strings.ToLower(r.String()))
+	}
+	return out
+}
+
+// mixCase upper-cases every other letter of name, as 0x20 clients do.
+func mixCase(name string) string {
+	b := []byte(name)
+	for i := range b {
+		if i%2 == 0 && 'a' <= b[i] && b[i] <= 'z' {
+			b[i] -= 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// TestServeTruncatedAllocs: cutting an oversize answer walks the stored
+// bytes; it allocates nothing, like a hit that fits.
+func TestServeTruncatedAllocs(t *testing.T) {
+	c, _ := newTestCache(t, nil)
+	stored := truncationCases(t)[0]
+	mustInsert(t, c, stored)
+	var wq wire.Query
+	raw := pack(t, query(t, stored.Question[0].Name, dns.TypeA, -1, false))
+	if err := wire.ParseQuery(raw, &wq); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	allocs := testing.AllocsPerRun(100, func() {
+		if n, _ := c.Serve(buf, &wq, 512, false); n == 0 {
+			t.Fatal("miss")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per truncated hit, want 0", allocs)
 	}
 }
 
