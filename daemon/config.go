@@ -3,8 +3,10 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/admin"
@@ -193,6 +195,15 @@ func (c *Config) Validate() error {
 	}
 	if c.StateDir != "" && c.SnapshotInterval <= 0 {
 		return fmt.Errorf("daemon: SnapshotInterval must be positive, got %s", c.SnapshotInterval)
+	}
+	if c.MetricsAddr != "" {
+		_, port, err := net.SplitHostPort(c.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("daemon: MetricsAddr %q: want HOST:PORT: %w", c.MetricsAddr, err)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return fmt.Errorf("daemon: MetricsAddr %q: port %q is not a port number", c.MetricsAddr, port)
+		}
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("daemon: ShutdownTimeout must be positive, got %s", c.ShutdownTimeout)

@@ -335,6 +335,9 @@ func TestValidate(t *testing.T) {
 		{"snapshot interval", func(c *Config) { c.SnapshotInterval = 0 }, "SnapshotInterval"},
 		{"no state dir, no interval needed", func(c *Config) { c.StateDir, c.SnapshotInterval = "", 0 }, ""},
 		{"shutdown timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
+		{"metrics address without port", func(c *Config) { c.MetricsAddr = "localhost" }, `MetricsAddr "localhost": want HOST:PORT`},
+		{"metrics address with port 0", func(c *Config) { c.MetricsAddr = "127.0.0.1:0" }, "is not a port number"},
+		{"metrics off", func(c *Config) { c.MetricsAddr = "" }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

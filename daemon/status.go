@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/status"
+	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/takeover/peer"
 )
 
 // Status returns the daemon's status from its parts' own state: the
@@ -28,6 +30,14 @@ func (d *Daemon) Status() status.Daemon {
 	}
 	for _, l := range cfg.Listen {
 		st.Config.Listen = append(st.Config.Listen, l.String())
+	}
+	// Lists are [] when empty, never null: readers of the JSON need not
+	// tell the two apart.
+	if st.Peer.Sockets == nil {
+		st.Peer.Sockets = []peer.Socket{}
+	}
+	if st.Events == nil {
+		st.Events = []takeover.Event{}
 	}
 	m := &status.Mirror{Feed: cfg.Mirror.Kind}
 	cs := &status.Cache{MaxEntries: int64(cfg.Cache.MaxEntries), MaxBytes: cfg.Cache.MaxBytes}

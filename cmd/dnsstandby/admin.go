@@ -7,7 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/admin"
@@ -22,7 +25,9 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "status: print the daemon's JSON")
 	var holdFor time.Duration
 	if cmd == "hold" {
-		fs.DurationVar(&holdFor, "for", 0, "hold for this long, then release by itself (default: until release)")
+		// Positive only: a hold of 0 would be one without end, which is
+		// what leaving --for out says.
+		fs.Var(positive(&holdFor), "for", "hold for this `DURATION`, then release by itself (without it: until dnsstandby release)")
 	}
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -33,8 +38,8 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dnsstandby %s: %v\n", cmd, err)
 		return exitUsage
 	}
-	if fs.NArg() > 0 || holdFor < 0 {
-		fmt.Fprintf(stderr, "dnsstandby %s: unexpected arguments %q\n", cmd, fs.Args())
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dnsstandby %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return exitUsage
 	}
 	req := admin.Request{Cmd: cmd}
@@ -80,9 +85,9 @@ func printStatus(w io.Writer, st *status.Daemon) {
 		fmt.Fprintf(w, "anchor:    ready=%v\n", *st.AnchorReady)
 	}
 	p := st.Peer
-	fmt.Fprintf(w, "localdns:  bound=%v sockets=%d adopted=%v", p.Bound, len(p.Sockets), p.Adopted)
+	fmt.Fprintf(w, "localdns:  bound=%v sockets=%d adopted=%s", p.Bound, len(p.Sockets), counts(p.Adopted))
 	if len(p.Unadoptable) > 0 {
-		fmt.Fprintf(w, " unadoptable(MPTCP)=%v", p.Unadoptable)
+		fmt.Fprintf(w, " unadoptable(MPTCP)=%s", counts(p.Unadoptable))
 	}
 	fmt.Fprintf(w, " last probe ok=%v", p.LastProbe.OK)
 	if p.LastProbe.Error != "" {
@@ -103,4 +108,17 @@ func printStatus(w io.Writer, st *status.Daemon) {
 	for _, e := range evs {
 		fmt.Fprintf(w, "  %s  %-8s %-16s %8.1fs  answered %d\n", e.Start.Format(time.RFC3339), e.Mode, e.Reason, e.DurationS, e.Answered)
 	}
+}
+
+// counts writes a count per reuseport group, in group order:
+// "169.254.10.11:53/tcp 1, 169.254.10.11:53/udp 2", or "none".
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, g := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", g, m[g]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -42,3 +42,32 @@ func parseWithEnv(fs *flag.FlagSet, args []string, lookup func(string) (string, 
 	})
 	return err
 }
+
+// optsVariable is the unit's variable holding the command line
+// (/etc/default/dnsstandby); it is not a setting of its own.
+const optsVariable = envPrefix + "OPTS"
+
+// checkEnv refuses a DNSSTANDBY_* variable in environ (os.Environ) that
+// names no flag of fs: a misspelt setting would otherwise be ignored
+// without a word. The variables Kubernetes sets for a Service named
+// dnsstandby (DNSSTANDBY_SERVICE_HOST, DNSSTANDBY_PORT_9355_TCP, ...) are
+// not settings and pass.
+func checkEnv(fs *flag.FlagSet, environ []string) error {
+	known := map[string]bool{optsVariable: true}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	for _, kv := range environ {
+		key, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(key, envPrefix) || known[key] || serviceLink(key) {
+			continue
+		}
+		return fmt.Errorf("%s: no such setting", key)
+	}
+	return nil
+}
+
+// serviceLink reports whether key is one of the variables Kubernetes
+// sets for a Service named dnsstandby.
+func serviceLink(key string) bool {
+	rest := strings.TrimPrefix(key, envPrefix)
+	return strings.HasPrefix(rest, "SERVICE_") || rest == "PORT" || strings.HasPrefix(rest, "PORT_")
+}

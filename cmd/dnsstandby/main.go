@@ -42,7 +42,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return adminCommand(args[0], args[1:], stdout, stderr)
 	case "check":
 		return checkCommand(args[1:], stdout, stderr)
-	case "version":
+	case "version", "-version", "--version":
 		return versionCommand(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)

@@ -22,6 +22,10 @@ import (
 
 func runCommand(args []string, stdout, stderr io.Writer) int {
 	cfg, o, err := runConfig(args, os.LookupEnv)
+	if err == nil {
+		fs, _ := runFlags(&cfg)
+		err = checkEnv(fs, os.Environ())
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		printRunHelp(stdout)
 		return exitOK

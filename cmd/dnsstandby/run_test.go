@@ -38,6 +38,14 @@ func TestCommandLineErrors(t *testing.T) {
 		{"validate finds a bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "tapz", "--validate"}, nil, exitUsage, "flag -mirror"},
 		{"validate finds a loop", []string{"run", "--upstream", "169.254.10.11", "--validate"}, nil, exitUsage, "would loop"},
 		{"hold with a bad duration", []string{"hold", "--for", "soon"}, nil, exitUsage, "invalid value"},
+		{"hold for a negative time", []string{"hold", "--for", "-5s"}, nil, exitUsage, `invalid value "-5s" for flag -for: must be positive`},
+		{"hold for no time", []string{"hold", "--for", "0s"}, nil, exitUsage, `invalid value "0s" for flag -for: must be positive`},
+		{"hold with a stray argument", []string{"hold", "5m"}, nil, exitUsage, `unexpected argument "5m"`},
+		{"unknown variable", []string{"run", "--upstream", "10.0.0.10"}, map[string]string{"DNSSTANDBY_UPSTREAMS": "10.0.0.11"}, exitUsage, "DNSSTANDBY_UPSTREAMS: no such setting"},
+		{"unknown variable beside service links", []string{"run", "--upstream", "10.0.0.10"},
+			map[string]string{"DNSSTANDBY_SERVICE_HOST": "10.1.2.3", "DNSSTANDBY_PORT_9355_TCP": "tcp://10.1.2.3:9355", "DNSSTANDBY_OPTS": "--listen x", "DNSSTANDBY_STATEDIR": "/tmp"},
+			exitUsage, "DNSSTANDBY_STATEDIR: no such setting"},
+		{"bad metrics address", []string{"run", "--upstream", "10.0.0.10", "--metrics-addr", "localhost", "--validate"}, nil, exitUsage, "MetricsAddr"},
 		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
 	for _, tt := range tests {

@@ -95,6 +95,12 @@ func TestStatusForCheck(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &ds); err != nil {
 		t.Fatal(err)
 	}
+	// Empty lists are [], not null.
+	for _, want := range []string{`"sockets":[]`, `"events":[`, `"upstreams":[`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status --json lacks %s:\n%s", want, out.String())
+		}
+	}
 	if ds.PID != os.Getpid() || ds.Mode != "takeover" || !strings.HasPrefix(ds.Version, "dnsstandby ") {
 		t.Errorf("pid %d mode %s version %q", ds.PID, ds.Mode, ds.Version)
 	}
@@ -114,7 +120,8 @@ func TestStatusForCheck(t *testing.T) {
 	// `dnsstandby status` for a person.
 	out.Reset()
 	errb.Reset()
-	if code := dispatch([]string{"status", "--admin-socket", sock}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "mode:      takeover (start)") {
+	if code := dispatch([]string{"status", "--admin-socket", sock}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "mode:      takeover (start)") ||
+		!strings.Contains(out.String(), "adopted=none") {
 		t.Fatalf("status: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 

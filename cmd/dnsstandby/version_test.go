@@ -9,12 +9,15 @@ import (
 
 func TestVersionCommand(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := dispatch([]string{"version"}, &out, &errOut); code != exitOK {
-		t.Fatalf("version: exit %d, stderr %q", code, errOut.String())
-	}
-	// go test's binary has build information: its Go version at least.
-	if got := out.String(); !strings.HasPrefix(got, "dnsstandby ") || !strings.HasSuffix(got, ", "+runtime.Version()+"\n") {
-		t.Errorf("version printed %q", got)
+	for _, cmd := range []string{"version", "--version", "-version"} {
+		out.Reset()
+		if code := dispatch([]string{cmd}, &out, &errOut); code != exitOK {
+			t.Fatalf("%s: exit %d, stderr %q", cmd, code, errOut.String())
+		}
+		// go test's binary has build information: its Go version at least.
+		if got := out.String(); !strings.HasPrefix(got, "dnsstandby ") || !strings.HasSuffix(got, ", "+runtime.Version()+"\n") {
+			t.Errorf("%s printed %q", cmd, got)
+		}
 	}
 	out.Reset()
 	if code := dispatch([]string{"version", "extra"}, &out, &errOut); code != exitUsage || out.Len() != 0 {
