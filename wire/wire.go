@@ -86,6 +86,48 @@ func (q *Query) PayloadLimit() int {
 	return int(q.UDPSize)
 }
 
+// Opcodes (RFC 1035 §4.1.1, RFC 1996, RFC 2136).
+const (
+	OpcodeQuery  = 0
+	OpcodeNotify = 4
+)
+
+// Verdict is what a server built on miekg/dns, CoreDNS among them, does
+// with a query from its header alone, before reading any of the rest.
+type Verdict uint8
+
+const (
+	// Accept: read the rest of the message.
+	Accept Verdict = iota
+	// Ignore: a response (QR=1); send nothing.
+	Ignore
+	// RejectNotImp: an opcode other than QUERY and NOTIFY; answer NOTIMP.
+	RejectNotImp
+	// RejectFormat: not exactly one question, more than one answer or
+	// authority record, or more than two additional records; answer
+	// FORMERR.
+	RejectFormat
+)
+
+// CheckHeader judges msg by its header as miekg/dns's default
+// MsgAcceptFunc does, in the same order: QR, then the opcode, then the
+// section counts. So an UPDATE without a question is NOTIMP, not FORMERR.
+// msg must hold a header (see ParseHeader).
+func CheckHeader(msg []byte) Verdict {
+	flags := binary.BigEndian.Uint16(msg[2:])
+	if flags&FlagQR != 0 {
+		return Ignore
+	}
+	if op := int(flags&opcodeMask) >> 11; op != OpcodeQuery && op != OpcodeNotify {
+		return RejectNotImp
+	}
+	if binary.BigEndian.Uint16(msg[4:]) != 1 || binary.BigEndian.Uint16(msg[6:]) > 1 ||
+		binary.BigEndian.Uint16(msg[8:]) > 1 || binary.BigEndian.Uint16(msg[10:]) > 2 {
+		return RejectFormat
+	}
+	return Accept
+}
+
 // ParseHeader reads the ID and flags; it fails only on ErrShort.
 func ParseHeader(msg []byte) (id, flags uint16, err error) {
 	if len(msg) < HeaderLen {

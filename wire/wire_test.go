@@ -302,3 +302,41 @@ func FuzzParseQuery(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckHeader(t *testing.T) {
+	// hdr builds a header: flags, then QD, AN, NS, AR counts.
+	hdr := func(flags uint16, qd, an, ns, ar byte) []byte {
+		return []byte{0, 1, byte(flags >> 8), byte(flags), 0, qd, 0, an, 0, ns, 0, ar}
+	}
+	op := func(o int) uint16 { return uint16(o) << 11 }
+	tests := []struct {
+		name string
+		msg  []byte
+		want Verdict
+	}{
+		{"query", hdr(FlagRD, 1, 0, 0, 1), Accept},
+		{"query with an answer, an authority and OPT plus TSIG", hdr(0, 1, 1, 1, 2), Accept},
+		{"notify", hdr(op(OpcodeNotify), 1, 1, 0, 0), Accept},
+		{"response", hdr(FlagQR, 1, 0, 0, 0), Ignore},
+		{"response with a bad opcode", hdr(FlagQR|op(5), 0, 0, 0, 0), Ignore},
+		{"iquery", hdr(op(1), 1, 0, 0, 0), RejectNotImp},
+		{"status", hdr(op(2), 1, 0, 0, 0), RejectNotImp},
+		{"update", hdr(op(5), 1, 0, 0, 0), RejectNotImp},
+		{"unassigned opcode 15", hdr(op(15), 1, 0, 0, 0), RejectNotImp},
+		{"update without a question: the opcode first", hdr(op(5), 0, 0, 0, 0), RejectNotImp},
+		{"iquery with two questions", hdr(op(1), 2, 0, 0, 0), RejectNotImp},
+		{"no question", hdr(0, 0, 0, 0, 0), RejectFormat},
+		{"two questions", hdr(0, 2, 0, 0, 0), RejectFormat},
+		{"notify without a question", hdr(op(OpcodeNotify), 0, 0, 0, 0), RejectFormat},
+		{"two answers", hdr(0, 1, 2, 0, 0), RejectFormat},
+		{"two authority records", hdr(0, 1, 0, 2, 0), RejectFormat},
+		{"three additional records", hdr(0, 1, 0, 0, 3), RejectFormat},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := CheckHeader(tt.msg); got != tt.want {
+				t.Errorf("CheckHeader = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
