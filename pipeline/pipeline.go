@@ -304,20 +304,42 @@ func (p *Pipeline) NewWorker() *Worker {
 // 65535). dst must hold at least 512 bytes.
 func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 	q := &w.q
-	err := wire.ParseQuery(msg, q)
-	switch {
-	case errors.Is(err, wire.ErrShort):
+	// The checks come in the order CoreDNS (miekg/dns's server, then
+	// CoreDNS's own) makes them, so that a query wrong in two ways gets
+	// LocalDNS's rcode: the header first (QR, opcode, section counts),
+	// then the rest of the message, then EDNS.
+	if len(msg) < wire.HeaderLen {
 		w.drops[dropShort].Add(1)
 		return 0, Drop
-	case q.Flags&wire.FlagQR != 0:
+	}
+	switch wire.CheckHeader(msg) {
+	case wire.Ignore:
 		// Never answer a response: two servers answering each other's
 		// answers would loop.
 		w.drops[dropResponse].Add(1)
 		return 0, Drop
+	case wire.RejectNotImp:
+		_ = wire.ParseQuery(msg, q) // the header is all the reply takes
+		w.answers[srcError].Add(1)
+		return writeReject(dst, q, dns.RcodeNotImplemented), Reply
+	case wire.RejectFormat:
+		_ = wire.ParseQuery(msg, q)
+		w.answers[srcError].Add(1)
+		return writeReject(dst, q, dns.RcodeFormatError), Reply
+	}
+	err := wire.ParseQuery(msg, q)
+	switch {
+	case err != nil && len(msg) == wire.HeaderLen:
+		// A header that promises a question and ends: miekg/dns reads it
+		// as a message without one, which CoreDNS answers SERVFAIL.
+		w.answers[srcError].Add(1)
+		return writeHeaderOnly(dst, q, dns.RcodeServerFailure), Reply
 	case err != nil:
 		w.answers[srcError].Add(1)
-		return writeHeaderOnly(dst, q, dns.RcodeFormatError), Reply
+		return writeFormErr(dst, q), Reply
 	case q.Opcode() != dns.OpcodeQuery:
+		// NOTIFY: CoreDNS would hand it down its plugins; a resolver has
+		// no zone to be notified of.
 		w.answers[srcError].Add(1)
 		return writeError(dst, q, dns.RcodeNotImplemented), Reply
 	case q.EDNS && q.EDNSVersion != 0:

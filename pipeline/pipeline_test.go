@@ -2,10 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/upstream"
+	"github.com/dnsstandby/dnsstandby/wire"
 )
 
 // fakeUpstream answers from a table and counts exchanges. A name listed in
@@ -211,6 +214,10 @@ func q(t *testing.T, name string, qtype uint16, edns bool) []byte {
 	return b
 }
 
+// TestHotPathProtocolErrors: a query that is not a plain QUERY is turned
+// away with LocalDNS's rcode and header, checked in CoreDNS's order
+// (miekg/dns's header checks: QR, opcode, section counts; then the rest of
+// the message; then EDNS).
 func TestHotPathProtocolErrors(t *testing.T) {
 	p, _ := newPipeline(t, newFake(), nil)
 	w := p.NewWorker()
@@ -222,20 +229,55 @@ func TestHotPathProtocolErrors(t *testing.T) {
 		b, _ := m.Pack()
 		return b
 	}
+	// raw sets the opcode and question count of valid's header as given,
+	// RD and CD set, whatever the sections hold.
+	raw := func(opcode int, qdcount uint16) []byte {
+		b := append([]byte(nil), valid...)
+		if qdcount == 0 {
+			b = b[:wire.HeaderLen]
+		}
+		b[2] = b[2]&^0x78 | byte(opcode<<3)
+		b[3] |= byte(wire.FlagCD)
+		binary.BigEndian.PutUint16(b[4:], qdcount)
+		return b
+	}
+	withQuestions := func(opcode int) []byte {
+		return mod(func(m *dns.Msg) { m.Opcode = opcode; m.Question = append(m.Question, m.Question[0]) })
+	}
 	tests := []struct {
 		name      string
 		raw       []byte
 		wantAct   Action
 		wantRcode int
+		wantOp    int
+		wantQD    int  // questions echoed
+		wantRDCD  bool // the query's RD and CD echoed
 	}{
-		{"short", []byte{1, 2, 3}, Drop, 0},
-		{"response", mod(func(m *dns.Msg) { m.Response = true }), Drop, 0},
-		{"malformed question", append(valid[:12:12], 0x05, 'a'), Reply, dns.RcodeFormatError},
-		{"two questions", mod(func(m *dns.Msg) { m.Question = append(m.Question, m.Question[0]) }), Reply, dns.RcodeFormatError},
-		{"opcode status", mod(func(m *dns.Msg) { m.Opcode = dns.OpcodeStatus }), Reply, dns.RcodeNotImplemented},
-		{"EDNS version 1", mod(func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) }), Reply, dns.RcodeBadVers},
-		{"AXFR", mod(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }), Reply, dns.RcodeRefused},
-		{"miss", valid, Resolve, 0},
+		{"short", []byte{1, 2, 3}, Drop, 0, 0, 0, false},
+		{"response", mod(func(m *dns.Msg) { m.Response = true }), Drop, 0, 0, 0, false},
+		{"response with opcode update", mod(func(m *dns.Msg) { m.Response = true; m.Opcode = dns.OpcodeUpdate }), Drop, 0, 0, 0, false},
+		{"malformed question", append(valid[:12:12], 0x05, 'a'), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"question read, then a record cut short", mod(func(m *dns.Msg) { m.SetEdns0(1232, false) })[:len(valid)+5], Reply, dns.RcodeFormatError, 0, 1, true},
+		{"question count 1, header only: SERVFAIL", raw(dns.OpcodeQuery, 1)[:wire.HeaderLen], Reply, dns.RcodeServerFailure, 0, 0, true},
+		{"no question", raw(dns.OpcodeQuery, 0), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"two questions", withQuestions(dns.OpcodeQuery), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"two answers", mod(func(m *dns.Msg) {
+			rr, _ := dns.NewRR("a.example. 1 IN A 192.0.2.1")
+			m.Answer = []dns.RR{rr, rr}
+		}), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"notify without a question: FORMERR as QUERY", raw(dns.OpcodeNotify, 0), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"notify with two questions", withQuestions(dns.OpcodeNotify), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"notify", raw(dns.OpcodeNotify, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeNotify, 1, false},
+		{"iquery", raw(dns.OpcodeIQuery, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeIQuery, 0, true},
+		{"status", raw(dns.OpcodeStatus, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeStatus, 0, true},
+		{"update", raw(dns.OpcodeUpdate, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeUpdate, 0, true},
+		{"unassigned opcode 3", raw(3, 1), Reply, dns.RcodeNotImplemented, 3, 0, true},
+		{"unassigned opcode 15", raw(15, 1), Reply, dns.RcodeNotImplemented, 15, 0, true},
+		{"update without a question: NOTIMP first", raw(dns.OpcodeUpdate, 0), Reply, dns.RcodeNotImplemented, dns.OpcodeUpdate, 0, true},
+		{"status with two questions: NOTIMP first", withQuestions(dns.OpcodeStatus), Reply, dns.RcodeNotImplemented, dns.OpcodeStatus, 0, true},
+		{"EDNS version 1", mod(func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) }), Reply, dns.RcodeBadVers, 0, 1, true},
+		{"AXFR", mod(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }), Reply, dns.RcodeRefused, 0, 1, true},
+		{"miss", valid, Resolve, 0, 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,8 +293,18 @@ func TestHotPathProtocolErrors(t *testing.T) {
 			if err := m.Unpack(buf[:n]); err != nil {
 				t.Fatalf("reply does not unpack: %v", err)
 			}
-			if m.Rcode != tt.wantRcode || m.Id != 0x7777 || !m.Response {
-				t.Fatalf("rcode %d id %#x qr %v, want rcode %d", m.Rcode, m.Id, m.Response, tt.wantRcode)
+			if m.Rcode != tt.wantRcode || m.Id != 0x7777 || !m.Response || m.Opcode != tt.wantOp {
+				t.Fatalf("rcode %s opcode %d id %#x qr %v, want rcode %s opcode %d", dns.RcodeToString[m.Rcode], m.Opcode, m.Id, m.Response,
+					dns.RcodeToString[tt.wantRcode], tt.wantOp)
+			}
+			if len(m.Question) != tt.wantQD || len(m.Answer)+len(m.Ns) != 0 {
+				t.Errorf("%d questions and %d records, want %d questions and none", len(m.Question), len(m.Answer)+len(m.Ns), tt.wantQD)
+			}
+			if m.RecursionAvailable || m.Authoritative {
+				t.Errorf("RA %v AA %v, want neither", m.RecursionAvailable, m.Authoritative)
+			}
+			if rd := m.RecursionDesired && (m.CheckingDisabled || tt.raw[3]&byte(wire.FlagCD) == 0); rd != tt.wantRDCD {
+				t.Errorf("RD %v CD %v, want the query's: %v", m.RecursionDesired, m.CheckingDisabled, tt.wantRDCD)
 			}
 		})
 	}
@@ -528,17 +580,173 @@ func TestNoRouteRefused(t *testing.T) {
 	}
 }
 
-func TestLargeUpstreamAnswerTruncatedForUDP(t *testing.T) {
+// bigUncacheable answers with a large NXDOMAIN without SOA, which the
+// cache refuses: its answers are rendered from the message. The answer
+// has a CNAME chain, the authority many NS, the additional their glue.
+type bigUncacheable struct{}
+
+func (bigUncacheable) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	resp := new(dns.Msg)
+	resp.SetReply(req)
+	resp.Rcode = dns.RcodeNameError
+	resp.RecursionAvailable = true
+	name := req.Question[0].Name
+	for i := range 10 {
+		rr, _ := dns.NewRR(fmt.Sprintf("%s 60 IN CNAME c%d.example.", name, i))
+		resp.Answer = append(resp.Answer, rr)
+		name = fmt.Sprintf("c%d.example.", i)
+	}
+	for i := range 20 {
+		ns, _ := dns.NewRR(fmt.Sprintf("example. 60 IN NS a-long-server-name-%02d.example.", i))
+		glue, _ := dns.NewRR(fmt.Sprintf("a-long-server-name-%02d.example. 60 IN A 192.0.2.%d", i, i))
+		resp.Ns = append(resp.Ns, ns)
+		resp.Extra = append(resp.Extra, glue)
+	}
+	return resp, nil
+}
+
+// TestLargeUpstreamAnswerTruncated: an upstream answer too large for the
+// client is cut as CoreDNS cuts it (miekg/dns's Truncate), whether it went
+// through the cache or was rendered from the message: the same records,
+// TC, and the OPT kept.
+func TestLargeUpstreamAnswerTruncated(t *testing.T) {
 	up := newFake()
 	var rrs []string
-	for i := range 60 {
+	for i := range 100 {
 		rrs = append(rrs, fmt.Sprintf("big.example. 30 IN A 10.0.0.%d", i))
 	}
 	up.set("big.example.", rrs...)
-	p, _ := newPipeline(t, up, nil)
-	a := wait(t, ask(t, p.NewWorker(), q(t, "big.example.", dns.TypeA, false), "10.1.0.1"))
-	if !a.Truncated || len(a.Answer) != 0 || a.Question[0].Name != "big.example." {
-		t.Fatalf("answer TC=%v with %d records", a.Truncated, len(a.Answer))
+	tests := []struct {
+		name     string
+		upstream Exchanger
+		qname    string
+		edns     int // -1: none
+		udp      bool
+	}{
+		{"cached, no EDNS", up, "big.example.", -1, true},
+		{"cached, EDNS 1232", up, "big.example.", 1232, true},
+		{"cached, EDNS 4096", up, "big.example.", 4096, true},
+		{"cached, TCP", up, "big.example.", -1, false},
+		{"rendered, no EDNS", bigUncacheable{}, "gone.example.", -1, true},
+		{"rendered, EDNS 600", bigUncacheable{}, "gone.example.", 600, true},
+		{"rendered, EDNS 1232", bigUncacheable{}, "gone.example.", 1232, true},
+		{"rendered, TCP", bigUncacheable{}, "gone.example.", -1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, _ := newPipeline(t, tt.upstream, nil)
+			w := p.NewWorker()
+			m := new(dns.Msg)
+			m.SetQuestion(tt.qname, dns.TypeA)
+			if tt.edns >= 0 {
+				m.SetEdns0(uint16(tt.edns), false)
+			}
+			raw, err := m.Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pass := range []string{"miss", "again"} {
+				got := make(chan []byte, 1)
+				buf := make([]byte, 65535)
+				n, act := w.Answer(buf, raw, tt.udp)
+				switch act {
+				case Reply:
+					got <- buf[:n]
+				case Resolve:
+					p.Resolve(append([]byte(nil), raw...), netip.MustParseAddr("10.1.0.1"), tt.udp, func(b []byte) { got <- b })
+				}
+				b := <-got
+				limit := wire.MaxMsgLen
+				if tt.udp {
+					limit = max(tt.edns, 512)
+				}
+				if len(b) > limit {
+					t.Fatalf("%s: %d bytes, limit %d", pass, len(b), limit)
+				}
+				a := new(dns.Msg)
+				if err := a.Unpack(b); err != nil {
+					t.Fatalf("%s: %v", pass, err)
+				}
+				// CoreDNS's cut of the whole upstream answer, with our OPT.
+				full, _ := tt.upstream.Exchange(context.Background(), m)
+				full.Extra = slices.DeleteFunc(full.Extra, func(r dns.RR) bool { return r.Header().Rrtype == dns.TypeOPT })
+				if tt.edns >= 0 {
+					full.SetEdns0(1232, false)
+				}
+				full.Truncate(limit)
+				if a.Truncated != full.Truncated || len(a.Answer) != len(full.Answer) || len(a.Ns) != len(full.Ns) || len(a.Extra) != len(full.Extra) {
+					t.Fatalf("%s: TC=%v with %d/%d/%d records, CoreDNS: TC=%v with %d/%d/%d", pass, a.Truncated,
+						len(a.Answer), len(a.Ns), len(a.Extra), full.Truncated, len(full.Answer), len(full.Ns), len(full.Extra))
+				}
+				if (a.IsEdns0() != nil) != (tt.edns >= 0) {
+					t.Fatalf("%s: OPT present %v", pass, a.IsEdns0() != nil)
+				}
+			}
+		})
+	}
+}
+
+// TestReplyFlags: AA and RA on each kind of answer are what LocalDNS
+// (CoreDNS with forward and cache) sends: a cache hit or stale answer has
+// AA set (CoreDNS's cache sets it) and the upstream's RA; the answer that
+// fills the cache, and one rendered from an uncached reply, have the
+// upstream's AA and RA; SERVFAIL and REFUSED made by dnsstandby have
+// neither, as CoreDNS's own errors; FORMERR and NOTIMP echo the query's
+// RA, as miekg/dns's rejections do.
+func TestReplyFlags(t *testing.T) {
+	const name = "flags.example."
+	tests := []struct {
+		name   string
+		setup  func(up *fakeUpstream, clk *clock, w *Worker) // before the query
+		mod    func(m *dns.Msg)
+		route  string // "" routes everything to the fake
+		wantAA bool
+		wantRA bool
+	}{
+		{name: "upstream answer (not authoritative)", wantAA: false, wantRA: true},
+		{name: "cache hit", setup: func(up *fakeUpstream, clk *clock, w *Worker) {
+			wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+		}, wantAA: true, wantRA: true},
+		{name: "stale", setup: func(up *fakeUpstream, clk *clock, w *Worker) {
+			wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+			clk.Advance(2 * time.Minute)
+			up.setFail(errUnreachable)
+		}, wantAA: true, wantRA: true},
+		{name: "SERVFAIL", setup: func(up *fakeUpstream, clk *clock, w *Worker) { up.setFail(errUnreachable) }},
+		{name: "REFUSED over max_concurrent", setup: func(up *fakeUpstream, clk *clock, w *Worker) { up.setFail(errLimit) }},
+		{name: "REFUSED, no route", route: "cluster.local."},
+		{name: "FORMERR, RA in the query", mod: func(m *dns.Msg) { m.RecursionAvailable = true; m.Question = nil }, wantRA: true},
+		{name: "NOTIMP", mod: func(m *dns.Msg) { m.Opcode = dns.OpcodeUpdate }},
+		{name: "NOTIMP, RA in the query", mod: func(m *dns.Msg) { m.Opcode = dns.OpcodeStatus; m.RecursionAvailable = true }, wantRA: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := newFake()
+			up.set(name, name+" 60 IN A 192.0.2.1")
+			p, clk := newPipeline(t, up, func(c *Config) {
+				if tt.route != "" {
+					c.Routes = []Route{{Zone: tt.route, Upstream: up}}
+				}
+			})
+			w := p.NewWorker()
+			if tt.setup != nil {
+				tt.setup(up, clk, w)
+			}
+			m := new(dns.Msg)
+			m.SetQuestion(name, dns.TypeA)
+			m.Id = 0x7777
+			if tt.mod != nil {
+				tt.mod(m)
+			}
+			raw, err := m.Pack()
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := wait(t, ask(t, w, raw, "10.1.0.2"))
+			if a.Authoritative != tt.wantAA || a.RecursionAvailable != tt.wantRA {
+				t.Fatalf("%s: AA %v RA %v, want AA %v RA %v", dns.RcodeToString[a.Rcode], a.Authoritative, a.RecursionAvailable, tt.wantAA, tt.wantRA)
+			}
+		})
 	}
 }
 

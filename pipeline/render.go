@@ -13,28 +13,79 @@ import (
 // question, and an OPT without options.
 const maxErrorLen = wire.HeaderLen + wire.MaxNameLen + 4 + 11
 
-// writeHeaderOnly writes a bare header answering q with rcode: for a query
-// whose question could not be read (FORMERR).
+// opcodeBits is the opcode field of the header flags.
+const opcodeBits uint16 = 0xf << 11
+
+// replyFlags are the header flags of an answer dnsstandby makes itself
+// (an error, not a relayed or cached answer): QR and the opcode, and for
+// QUERY the client's RD and CD — what miekg/dns's SetReply copies, which
+// is how CoreDNS builds its errors. AA, RA and AD stay clear: CoreDNS
+// sends its own SERVFAIL and REFUSED without RA.
+func replyFlags(q *wire.Query) uint16 {
+	f := wire.FlagQR | q.Flags&opcodeBits
+	if q.Opcode() == dns.OpcodeQuery {
+		f |= q.Flags & (wire.FlagRD | wire.FlagCD)
+	}
+	return f
+}
+
+// writeHeaderOnly writes a bare header answering q with rcode, as CoreDNS
+// answers a message without a question (SERVFAIL).
 func writeHeaderOnly(dst []byte, q *wire.Query, rcode int) int {
 	clear(dst[:wire.HeaderLen])
 	binary.BigEndian.PutUint16(dst, q.ID)
-	flags := wire.FlagQR | q.Flags&(0xf<<11|wire.FlagRD) | uint16(rcode&0xf)
+	binary.BigEndian.PutUint16(dst[2:], replyFlags(q)|uint16(rcode&0xf))
+	return wire.HeaderLen
+}
+
+// rejectKeep are the query's header bits miekg/dns's server leaves as they
+// were when it rejects a query: it answers with the query's own header,
+// QR set, AA and Z cleared.
+const rejectKeep = wire.FlagTC | wire.FlagRD | wire.FlagRA | wire.FlagAD | wire.FlagCD
+
+// writeReject writes what miekg/dns's server (under CoreDNS) sends for a
+// query it rejects by its header (wire.CheckHeader): the query's header
+// with QR set and rcode, and nothing else. NOTIMP keeps the opcode;
+// FORMERR is sent as opcode QUERY.
+func writeReject(dst []byte, q *wire.Query, rcode int) int {
+	clear(dst[:wire.HeaderLen])
+	binary.BigEndian.PutUint16(dst, q.ID)
+	flags := wire.FlagQR | q.Flags&rejectKeep | uint16(rcode&0xf)
+	if rcode == dns.RcodeNotImplemented {
+		flags |= q.Flags & opcodeBits
+	}
 	binary.BigEndian.PutUint16(dst[2:], flags)
 	return wire.HeaderLen
 }
 
+// writeFormErr writes FORMERR for a query whose header passed but whose
+// rest did not parse: a rejection as writeReject's, with the question
+// echoed when it was read (miekg/dns keeps the question it had unpacked
+// when a later section fails).
+func writeFormErr(dst []byte, q *wire.Query) int {
+	n := writeReject(dst, q, dns.RcodeFormatError)
+	if len(q.QName) == 0 {
+		return n
+	}
+	binary.BigEndian.PutUint16(dst[4:], 1)
+	n += copy(dst[n:], q.QName)
+	binary.BigEndian.PutUint16(dst[n:], q.QType)
+	binary.BigEndian.PutUint16(dst[n+2:], q.QClass)
+	return n + 4
+}
+
 // writeError writes an answer to q with rcode, the question echoed and no
-// records: SERVFAIL, NOTIMP, REFUSED, BADVERS.
+// records, as CoreDNS's errorFunc writes one: SERVFAIL, NOTIMP, REFUSED,
+// BADVERS, without RA.
 func writeError(dst []byte, q *wire.Query, rcode int) int {
-	return writeReplyHeader(dst, q, uint16(rcode&0xf)|wire.FlagRA, rcode>>4)
+	return writeReplyHeader(dst, q, uint16(rcode&0xf), rcode>>4)
 }
 
 // writeReplyHeader writes header and question of an answer to q with the
-// given flags added (QR, opcode, RD and CD come from q), and an OPT if q
-// had one. It is also the truncated form of a large answer.
+// given flags added to replyFlags, and an OPT if q had one.
 func writeReplyHeader(dst []byte, q *wire.Query, flags uint16, extRcode int) int {
 	n := writeHeaderOnly(dst, q, 0)
-	binary.BigEndian.PutUint16(dst[2:], wire.FlagQR|q.Flags&(0xf<<11|wire.FlagRD|wire.FlagCD)|flags)
+	binary.BigEndian.PutUint16(dst[2:], replyFlags(q)|flags)
 	binary.BigEndian.PutUint16(dst[4:], 1)
 	n += copy(dst[n:], q.QName)
 	binary.BigEndian.PutUint16(dst[n:], q.QType)
@@ -90,6 +141,12 @@ func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
 	limit := limitFor(&q, w.udp)
 	buf := make([]byte, limit)
 	if n, st := p.cache.Serve(buf, &q, limit, false); st.IsFresh() {
+		// A hit has AA set, as CoreDNS's cache sets it; the answer that
+		// fills the cache goes out with the upstream's AA, as CoreDNS
+		// relays it.
+		if !resp.Authoritative {
+			buf[2] &^= byte(wire.FlagAA >> 8)
+		}
 		w.reply(buf[:n])
 		return
 	}
@@ -120,24 +177,17 @@ func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte
 		}
 		m.Extra = append(m.Extra, opt)
 	}
+	// Too large for the client: cut as CoreDNS's ScrubWriter cuts every
+	// reply (miekg/dns's Truncate): whole records in section order up to
+	// the first that does not fit, TC set, the OPT kept.
+	m.Truncate(len(buf))
+	m.Compress = true
 	out, err := m.PackBuffer(buf)
-	switch {
-	case err != nil:
+	if err != nil || len(out) > len(buf) {
 		p.stats.answers[srcServfail].Add(1)
 		return buf[:writeError(buf, q, dns.RcodeServerFailure)]
-	case len(out) <= len(buf):
-		return out
 	}
-	// Too large for the client: TC=1 and empty sections, so it retries
-	// over TCP.
-	flags := uint16(resp.Rcode&0xf) | wire.FlagTC
-	if resp.RecursionAvailable {
-		flags |= wire.FlagRA
-	}
-	if resp.Authoritative {
-		flags |= wire.FlagAA
-	}
-	return buf[:writeReplyHeader(buf, q, flags, 0)]
+	return out
 }
 
 // uncachedTTL caps the TTLs of a reply the cache would not store (an

@@ -54,8 +54,8 @@ func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([
 		var q wire.Query
 		_ = wire.ParseQuery(msg, &q)
 		p.stats.answers[srcError].Add(1)
-		buf := make([]byte, wire.HeaderLen)
-		reply(buf[:writeHeaderOnly(buf, &q, dns.RcodeFormatError)])
+		buf := make([]byte, maxErrorLen)
+		reply(buf[:writeFormErr(buf, &q)])
 		return
 	}
 	w := &waiter{raw: msg, req: req, client: client, udp: udp, reply: reply}
