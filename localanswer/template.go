@@ -30,6 +30,9 @@ const TemplateMaxOutput = 64 << 10
 // Not imitated: when an answer template yields a CNAME for an A or AAAA
 // query, CoreDNS also looks the target up through its own server and
 // appends that answer; here the reply holds the CNAME alone.
+//
+// The reply depends on the client only through the template data's
+// .Remote, its address; a Request without a valid Client gets "" there.
 type Templates struct {
 	zones     []string // every stanza's zones: the plugin's own zone check
 	templates []corefile.Template
@@ -150,7 +153,10 @@ func tmplReply(r Request, tp *corefile.Template, zone, name string, re int) (*dn
 		Regex:    rx.String(),
 		Question: &q,
 		Message:  r.Msg,
-		Remote:   r.Client.Addr().Unmap().String(),
+	}
+	if r.Client.Addr().IsValid() {
+		// request.Request.IP: the address without the port.
+		data.Remote = r.Client.Addr().Unmap().String()
 	}
 	if q.Qclass != dns.ClassANY {
 		data.Class = dns.ClassToString[q.Qclass]

@@ -76,6 +76,8 @@ func TestTemplatesAnswer(t *testing.T) {
 		{name: "remote IPv6", qname: "remote.test.", qtype: dns.TypeTXT,
 			client: netip.MustParseAddrPort("[2001:db8::7]:53"), aa: true,
 			answer: []string{"remote.test.\t5\tIN\tTXT\t\"2001:db8::7\" \"[]\" \"remote.test.\""}},
+		{name: "no client: empty remote", qname: "remote.test.", qtype: dns.TypeTXT, aa: true,
+			answer: []string{"remote.test.\t5\tIN\tTXT\t\"\" \"[]\" \"remote.test.\""}},
 		{name: "output over the bound is SERVFAIL", qname: "big.test.", qtype: dns.TypeTXT, client: v4,
 			rcode: dns.RcodeServerFailure},
 		{name: "output under the bound", qname: "justfits.test.", qtype: dns.TypeTXT, client: v4, aa: true,
