@@ -11,6 +11,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
 	"github.com/dnsstandby/dnsstandby/status"
@@ -63,14 +64,26 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// Route is one zone's upstream group on one listen address.
+// Route is one zone's server block on one listen address: the answers
+// it makes itself, then its upstream group.
 type Route struct {
 	// Listen is the listen address the route serves; the zero AddrPort
 	// means every one (as --upstream gives).
-	Listen   netip.AddrPort
-	Zone     string // fully qualified: "." or "cluster.local."
+	Listen netip.AddrPort
+	Zone   string // fully qualified: "." or "cluster.local."
+	// Upstream is the zone's forward; no Servers: the block has none, and
+	// what its local answers pass on gets SERVFAIL, as in CoreDNS.
 	Upstream upstream.Config
+	// Templates and Hosts are the block's template stanzas and hosts
+	// plugin, asked in CoreDNS's plugin order (template, then hosts)
+	// before the upstreams; their answers are cached as upstream answers
+	// are, as LocalDNS's cache plugin caches them.
+	Templates []corefile.Template
+	Hosts     *corefile.Hosts
 }
+
+// local reports whether the route makes answers of its own.
+func (r *Route) local() bool { return len(r.Templates) > 0 || r.Hosts != nil }
 
 // routesFor returns the routes serving the listen address ap.
 func (c *Config) routesFor(ap netip.AddrPort) []Route {
@@ -153,8 +166,8 @@ func (c *Config) Validate() error {
 		return errors.New("daemon: no Routes: misses would have nowhere to go")
 	}
 	for _, r := range c.Routes {
-		if len(r.Upstream.Servers) == 0 {
-			return fmt.Errorf("daemon: route %s has no servers", r.Zone)
+		if len(r.Upstream.Servers) == 0 && !r.local() {
+			return fmt.Errorf("daemon: route %s has no servers and no answers of its own", r.Zone)
 		}
 		if r.Listen.IsValid() && !slices.Contains(c.Listen, r.Listen) {
 			return fmt.Errorf("daemon: route %s is for %s, which is not a listen address", r.Zone, r.Listen)

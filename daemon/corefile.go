@@ -16,9 +16,10 @@ import (
 
 // ApplyCorefile takes from a LocalDNS Corefile's blocks (those serving
 // the listen addresses, as corefile.Parse selected them):
-//   - per zone with a forward, on each of cfg.Listen its block serves: a
-//     Route with its servers, force_tcp, max_concurrent, max_fails,
-//     health_check and expire;
+//   - per zone with a forward, templates or hosts, on each of cfg.Listen
+//     its block serves: a Route with its template stanzas, its hosts
+//     plugin, and its forward's servers, force_tcp, max_concurrent,
+//     max_fails, health_check and expire;
 //   - from the root zone's cache plugin: the TTL caps and floors, the
 //     SERVFAIL TTL, serve_stale's duration and mode;
 //   - into Ignored: every option and plugin LocalDNS uses that dnsstandby
@@ -31,7 +32,7 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 	var routes []Route
 	for _, z := range s.Zones {
 		cfg.Ignored = append(cfg.Ignored, ignored(z)...)
-		if len(z.Upstreams) == 0 {
+		if len(z.Upstreams) == 0 && len(z.Templates) == 0 && z.Hosts == nil {
 			continue
 		}
 		for _, ap := range cfg.Listen {
@@ -63,6 +64,7 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 func zoneRoute(cfg *Config, ap netip.AddrPort, z corefile.Zone) Route {
 	r := NewRoute(z.Name, z.Upstreams...)
 	r.Listen = ap
+	r.Templates, r.Hosts = z.Templates, z.Hosts
 	u := &r.Upstream
 	u.ForceTCP = z.ForceTCP
 	u.MaxConcurrent = z.MaxConcurrent
@@ -96,7 +98,7 @@ func rootCache(zones []corefile.Zone) *corefile.Cache {
 var (
 	// imitated: read by corefile and applied by ApplyCorefile (bind
 	// selects the blocks).
-	imitated = []string{"bind", "forward", "cache"}
+	imitated = []string{"bind", "forward", "cache", "template", "hosts"}
 	// noAnswerEffect: plugins that log, export or check, and change no
 	// answer; dnsstandby has its own logs, metrics and health endpoints.
 	noAnswerEffect = []string{"errors", "log", "ready", "health", "loop", "prometheus", "reload", "debug", "dnstap", "pprof", "trace"}

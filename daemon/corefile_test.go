@@ -32,12 +32,12 @@ func TestApplyCorefile(t *testing.T) {
 	}{
 		{"169.254.10.11:53",
 			pod,
-			[]string{"plugin whoami not imitated", "plugin hosts not imitated", "plugin template not imitated",
+			[]string{"plugin whoami not imitated",
 				"forward policy round_robin", "forward policy random", "forward prefer_udp", `nsid "localdns-pod"`,
 				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: each listener's cache follows its root block's policy"}},
 		{"169.254.10.10:53",
 			node,
-			[]string{"plugin whoami not imitated", "plugin hosts not imitated", `nsid "localdns"`}},
+			[]string{"plugin whoami not imitated", `nsid "localdns"`}},
 		// Both listeners: each zone's block on its own address, the
 		// blocks the Corefile orders (most specific zone first).
 		{"169.254.10.10:53,169.254.10.11:53",
@@ -63,6 +63,22 @@ func TestApplyCorefile(t *testing.T) {
 				// The forward defaults AgentBaker leaves alone, as CoreDNS has them.
 				if u.MaxFails != 2 || u.HealthCheck != 500*time.Millisecond || u.ExpireTCP != 10*time.Second {
 					t.Errorf("%s: max_fails %d health_check %s expire %s, want CoreDNS's 2, 500ms, 10s", r.Zone, u.MaxFails, u.HealthCheck, u.ExpireTCP)
+				}
+			}
+			// The root blocks make answers of their own: AgentBaker's two
+			// templates and its hosts file; the other blocks none.
+			for _, r := range cfg.Routes {
+				if r.Zone == "." {
+					if len(r.Templates) != 2 || r.Hosts == nil || r.Hosts.File != "/etc/localdns/hosts" || r.Hosts.TTL != 5 {
+						t.Errorf("%s .: %d templates, hosts %+v; want AgentBaker's 2 and /etc/localdns/hosts with ttl 5", r.Listen, len(r.Templates), r.Hosts)
+					}
+				} else if r.local() {
+					t.Errorf("%s %s: answers of its own, want none", r.Listen, r.Zone)
+				}
+			}
+			for _, imitated := range []string{"plugin hosts", "plugin template"} {
+				if strings.Contains(strings.Join(cfg.Ignored, "\n"), imitated) {
+					t.Errorf("Ignored lists %s, which is imitated", imitated)
 				}
 			}
 			if strings.Join(routes, "\n") != strings.Join(tt.wantRoutes, "\n") {

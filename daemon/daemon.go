@@ -198,7 +198,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 type view struct {
 	listen netip.AddrPort
 	cache  *cache.Cache
-	groups []group
+	groups []group          // the routes' upstream groups, for the status
+	routes []pipeline.Route // what the pipeline asks, per zone
 	pipe   *pipeline.Pipeline
 	tap    *tap.Tap // nil unless the mirror feed is the tap and it runs
 }
@@ -212,15 +213,13 @@ func (d *Daemon) startViews(life context.Context, wg *sync.WaitGroup, stack *clo
 		if err := d.startCache(life, wg, stack, vreg, clk, v); err != nil {
 			return err
 		}
-		if err := d.startUpstreams(stack, vreg, v); err != nil {
+		if err := d.startRoutes(life, stack, vreg, v); err != nil {
 			return err
 		}
 		pc := d.cfg.Pipeline
 		pc.Cache = v.cache
 		pc.Logger = d.base.With("listener", ap.String())
-		for _, g := range v.groups {
-			pc.Routes = append(pc.Routes, pipeline.Route{Zone: g.zone, Upstream: g.g})
-		}
+		pc.Routes = v.routes
 		pipe, err := pipeline.New(pc)
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", ap, err)
@@ -271,10 +270,20 @@ func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *clo
 	return nil
 }
 
-// startUpstreams makes one upstream group per route of the view. Groups
-// export the same metric names; a zone label keeps their series apart.
-func (d *Daemon) startUpstreams(stack *closers, reg prometheus.Registerer, v *view) error {
+// startRoutes makes, per route of the view, its local answers and its
+// upstream group. Groups export the same metric names; a zone label keeps
+// their series apart.
+func (d *Daemon) startRoutes(life context.Context, stack *closers, reg prometheus.Registerer, v *view) error {
 	for _, r := range d.cfg.routesFor(v.listen) {
+		local, err := d.startLocal(life, stack, v, r)
+		if err != nil {
+			return err
+		}
+		if len(r.Upstream.Servers) == 0 {
+			v.routes = append(v.routes, pipeline.Route{Zone: r.Zone, Upstream: localFirst{answerers: local}})
+			d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil, "servers", "none")
+			continue
+		}
 		uc := r.Upstream
 		uc.Timeout = max(d.cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
 		uc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
@@ -287,7 +296,13 @@ func (d *Daemon) startUpstreams(stack *closers, reg prometheus.Registerer, v *vi
 			return fmt.Errorf("register upstream metrics of zone %s on %s: %w", r.Zone, v.listen, err)
 		}
 		v.groups = append(v.groups, group{r.Zone, g})
-		d.log.Info("upstream", "listener", v.listen.String(), "zone", r.Zone, "servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
+		var ex pipeline.Exchanger = g
+		if len(local) > 0 {
+			ex = localFirst{answerers: local, next: g}
+		}
+		v.routes = append(v.routes, pipeline.Route{Zone: r.Zone, Upstream: ex})
+		d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil,
+			"servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
 	}
 	return nil
 }

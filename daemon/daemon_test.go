@@ -317,7 +317,7 @@ func TestValidate(t *testing.T) {
 		{"valid", func(c *Config) {}, ""},
 		{"no listen", func(c *Config) { c.Listen = nil }, "no Listen"},
 		{"no routes", func(c *Config) { c.Routes = nil }, "no Routes"},
-		{"route without servers", func(c *Config) { c.Routes = []Route{NewRoute("cluster.local.")} }, "route cluster.local. has no servers"},
+		{"route without servers", func(c *Config) { c.Routes = []Route{NewRoute("cluster.local.")} }, "route cluster.local. has no servers and no answers of its own"},
 		{"loop", func(c *Config) { c.Routes = []Route{NewRoute(".", c.Listen[0])} }, "would loop"},
 		{"route for another address", func(c *Config) { c.Routes[0].Listen = netip.MustParseAddrPort("169.254.10.10:53") }, "not a listen address"},
 		{"listener without routes", func(c *Config) {
