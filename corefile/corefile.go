@@ -3,13 +3,15 @@
 // with CoreDNS's own Caddyfile parser (github.com/coredns/caddy/caddyfile)
 // and turn the server blocks that would answer a query sent to one of
 // dnsstandby's listen addresses into plain values — zones, forward targets,
-// cache policy, NSID.
+// cache policy, NSID, and the answers a block makes itself (template,
+// hosts, whoami).
 //
-// It reads the plugins dnsstandby imitates (bind, forward, cache, nsid) the
-// way CoreDNS 1.13.1 reads them, with the same defaults, and skips every
-// other plugin. It never opens sockets and never resolves names; besides
-// the Corefile and the files it imports, the only system state it reads is
-// the interface list, for `bind IFACE`, as CoreDNS does.
+// It reads the plugins dnsstandby imitates (bind, forward, cache, nsid,
+// template, hosts, whoami) the way CoreDNS 1.13.1 reads them, with the
+// same defaults, and skips every other plugin. It never opens sockets and
+// never resolves names; besides the Corefile and the files it imports, the
+// system state it reads is the interface list, for `bind IFACE`, and
+// whether the hosts plugin's file can be looked at, as CoreDNS does.
 package corefile
 
 import (
@@ -58,8 +60,8 @@ type Zone struct {
 	Bind []netip.Addr
 
 	// Plugins are the directives of the block in the order they appear,
-	// the ones this package ignores included (hosts, template, ...), so
-	// that the caller can say what LocalDNS does that it does not.
+	// the ones this package skips included (log, ready, prometheus, ...),
+	// so that the caller can say what LocalDNS does that it does not.
 	Plugins []string
 
 	// The fields below come from the first forward stanza whose FROM

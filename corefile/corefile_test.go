@@ -24,6 +24,7 @@ func aksKubeZones() []Zone {
 			File: file, Line: 18,
 			Bind:    addrs("169.254.10.10", "169.254.10.11"),
 			Plugins: []string{"bind", "whoami"},
+			Whoami:  true,
 		},
 		{
 			Name: "cluster.local.", Port: 53, Key: "cluster.local:53", File: file, Line: 127,
@@ -57,6 +58,12 @@ func aksKubeZones() []Zone {
 			ForwardLine: 103,
 			Cache:       aksCache(109, time.Hour, true),
 			NSID:        "localdns-pod",
+			Hosts: &Hosts{File: "/etc/localdns/hosts", Zones: []string{"."}, TTL: 5, Reload: 5 * time.Second,
+				Fallthrough: []string{"."}, Line: 98},
+			// Compared by templateSummary: regexps and text/templates
+			// cannot be written out as values.
+			Templates: []Template{{Zones: []string{"internal.cloudapp.net."}, Rcode: 3, Fallthrough: []string{"."}, Line: 118},
+				{Zones: []string{"reddog.microsoft.com."}, Rcode: 3, Line: 123}},
 		},
 	}
 }

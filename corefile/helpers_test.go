@@ -1,6 +1,7 @@
 package corefile
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -119,6 +120,12 @@ func equalZones(t *testing.T, got, want []Zone) {
 		for f := range gv.NumField() {
 			name := gv.Type().Field(f).Name
 			a, b := gv.Field(f).Interface(), wv.Field(f).Interface()
+			if name == "Templates" {
+				if gs, ws := templateSummary(g.Templates), templateSummary(w.Templates); gs != ws {
+					t.Errorf("zone %d (%s) Templates:\n got %s\nwant %s", i, w.Name, gs, ws)
+				}
+				continue
+			}
 			if name == "Cache" {
 				if (g.Cache == nil) != (w.Cache == nil) || g.Cache != nil && !reflect.DeepEqual(*g.Cache, *w.Cache) {
 					t.Errorf("zone %d (%s) Cache:\n got %+v\nwant %+v", i, w.Name, deref(g.Cache), deref(w.Cache))
@@ -146,4 +153,14 @@ func deref(c *Cache) any {
 		return nil
 	}
 	return *c
+}
+
+// templateSummary writes what a test can state of template stanzas: the
+// zones, the rcode, the fallthrough zones and the line of each.
+func templateSummary(ts []Template) string {
+	var b strings.Builder
+	for _, t := range ts {
+		fmt.Fprintf(&b, "{zones %v rcode %d fallthrough %v line %d} ", t.Zones, t.Rcode, t.Fallthrough, t.Line)
+	}
+	return b.String()
 }
