@@ -82,7 +82,7 @@ func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config
 	if err != nil || cfg.Corefile == "" {
 		return cfg, o, err
 	}
-	s, err := corefile.Load(cfg.Corefile, cfg.Listen)
+	s, err := corefile.Load(firstExisting(cfg.Corefile), cfg.Listen)
 	if err != nil {
 		if len(cfg.Routes) == 0 {
 			return cfg, o, fmt.Errorf("no upstream: --upstream not given and %w", err)
@@ -96,10 +96,25 @@ func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config
 	if o, err = parseRunFlags(&layered, args, lookup); err != nil {
 		return layered, o, err
 	}
+	layered.Corefile = s.File // the one read, of those the flag lists
 	if len(layered.Routes) == 0 {
-		return layered, o, fmt.Errorf("no upstream: --upstream not given and no block of %s bound to %v forwards anywhere", cfg.Corefile, cfg.Listen)
+		return layered, o, fmt.Errorf("no upstream: --upstream not given and no block of %s bound to %v forwards anywhere", s.File, cfg.Listen)
 	}
 	return layered, o, nil
+}
+
+// firstExisting returns the first of the comma-separated paths that
+// exists, or the first when none does (its error then says which):
+// LocalDNS runs updated.localdns.corefile, which localdns.sh writes from
+// localdns.corefile at its start, so a node may have either.
+func firstExisting(paths string) string {
+	list := strings.Split(paths, ",")
+	for _, p := range list {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return list[0]
 }
 
 // parseRunFlags sets cfg from the command line, then from the environment
@@ -129,7 +144,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 
 	fs.Var(&addrList{p: &cfg.Listen}, "listen", "`ADDR:PORT` to serve, repeatable")
 	fs.Var(&upstreamFlag{cfg: cfg}, "upstream", "`ADDR:PORT` misses are forwarded to, repeatable, tried in order (the kube-dns ClusterIP); replaces the Corefile's forwards")
-	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`: take upstreams, zones and cache policy from its blocks bound to the listen addresses; flags override")
+	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`, or several separated by commas of which the first that exists is read: take upstreams, zones, cache policy, templates and hosts from its blocks bound to the listen addresses; flags override")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "`ADDR:PORT` for /metrics, /healthz and /readyz (empty: off)")
 
 	fs.Var(positive(&c.MaxEntries), "cache-max-entries", "cache bound in entries")

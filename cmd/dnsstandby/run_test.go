@@ -186,6 +186,9 @@ cluster.local:53 {
 		{"broken Corefile, upstream given", []string{"--localdns-corefile", broken, "--upstream", "10.0.0.10"}, nil,
 			defaults(flagRoute("10.0.0.10:53")), ""},
 		{"broken Corefile alone", []string{"--localdns-corefile", broken}, nil, "", "Broken:3"},
+		{"the first Corefile that exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + path}, nil,
+			fromCorefile + fmt.Sprintf("maxttl=10m0s stale=1h0m0s mode=immediate inflight=%d perclient=%d", def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient), ""},
+		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil, "", "absent: no such file"},
 		{"Corefile without a block for the listen address", []string{"--localdns-corefile", path, "--listen", "169.254.10.10:53"}, nil, "", "no server block serves 169.254.10.10:53"},
 		{"Corefile whose blocks forward nowhere", []string{"--localdns-corefile", noForward}, nil, "", "forwards anywhere"},
 	}
@@ -204,6 +207,9 @@ cluster.local:53 {
 			}
 			if got := summary(cfg); got != tt.want {
 				t.Errorf("\n got %s\nwant %s", got, tt.want)
+			}
+			if strings.Contains(tt.name, "first Corefile") && cfg.Corefile != path {
+				t.Errorf("Corefile %q, want the one read, %q", cfg.Corefile, path)
 			}
 			if strings.Contains(tt.name, "broken") && o.corefileErr == nil {
 				t.Error("the broken Corefile is not reported")
