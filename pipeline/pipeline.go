@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -163,7 +164,7 @@ func (c *Config) validate() error {
 type Pipeline struct {
 	cfg    Config
 	cache  *cache.Cache // always non-nil
-	routes []Route      // most specific zone first
+	routes atomic.Pointer[[]Route] // most specific zone first; replaced whole by SetRoutes
 	nsid   []byte       // or nil
 	log    *slog.Logger // always non-nil, tagged component=pipeline
 
@@ -202,11 +203,11 @@ func New(cfg Config) (*Pipeline, error) {
 		refreshes: newTokenBucket(float64(cfg.RefreshRate), float64(cfg.RefreshRate)),
 		cfg:       cfg,
 		cache:     cfg.Cache,
-		routes:    routes,
 		log:       log.With("component", "pipeline"),
 		flights:   make(map[flightKey]*flight),
 		perClient: make(map[netip.Addr]int),
 	}
+	p.routes.Store(&routes)
 	if cfg.NSID != "" {
 		p.nsid = []byte(cfg.NSID)
 	}

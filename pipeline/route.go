@@ -36,11 +36,26 @@ func sortRoutes(in []Route) ([]Route, error) {
 // route returns the route for a lower-case name, or nil if no zone
 // covers it.
 func (p *Pipeline) route(name string) *Route {
-	for i := range p.routes {
-		z := p.routes[i].Zone
+	routes := *p.routes.Load()
+	for i := range routes {
+		z := routes[i].Zone
 		if z == "." || name == z || strings.HasSuffix(name, "."+z) {
-			return &p.routes[i]
+			return &routes[i]
 		}
 	}
+	return nil
+}
+
+// SetRoutes replaces the routes, as New checks them, at once for every
+// query that looks one up afterwards; a resolution already under way
+// finishes with the upstream it started with, so the caller closes a
+// replaced upstream only once such resolutions are done (UpstreamTimeout
+// bounds them).
+func (p *Pipeline) SetRoutes(routes []Route) error {
+	sorted, err := sortRoutes(routes)
+	if err != nil {
+		return fmt.Errorf("pipeline: Routes: %w", err)
+	}
+	p.routes.Store(&sorted)
 	return nil
 }
