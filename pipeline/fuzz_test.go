@@ -30,6 +30,14 @@ func FuzzQueryPath(f *testing.F) {
 	}
 	f.Add([]byte{0, 1, 0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{0, 1, 0x28, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 6, 0, 1})
+	// Odd opcodes and question counts, in the order CoreDNS checks them:
+	// UPDATE without a question, NOTIFY with one, STATUS with two, QUERY
+	// with two, a header promising a question it does not have.
+	f.Add([]byte{0, 1, 0x28, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{0, 1, 0x20, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 'a', 0, 0, 1, 0, 1})
+	f.Add([]byte{0, 1, 0x10, 0x10, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1})
+	f.Add([]byte{0, 1, 0x01, 0x90, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 0, 1})
+	f.Add([]byte{0, 1, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0})
 
 	up := newFake()
 	up.set("a.example.", "a.example. 60 IN A 192.0.2.1")
