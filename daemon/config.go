@@ -62,6 +62,15 @@ type Config struct {
 	// ShutdownTimeout bounds how long queries in flight may take to
 	// finish once Run's context is done.
 	ShutdownTimeout time.Duration
+
+	// Reload re-reads the settings when a file of Watch changes (the
+	// command line passes its own layering of defaults, Corefile,
+	// environment and flags); nil: no reload. The routes it gives take
+	// effect at once; other changed settings at the next start.
+	// ReloadInterval is how often Watch is checked (0: never).
+	Reload         func() (Config, error)
+	Watch          []string
+	ReloadInterval time.Duration
 }
 
 // Route is one zone's server block on one listen address: the answers
@@ -143,6 +152,7 @@ func DefaultConfig() Config {
 		MetricsAddr:      "127.0.0.1:9355",
 		AdminSocket:      admin.DefaultSocket,
 		ShutdownTimeout:  5 * time.Second,
+		ReloadInterval:   time.Second,
 	}
 }
 
@@ -217,6 +227,9 @@ func (c *Config) Validate() error {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 			return fmt.Errorf("daemon: MetricsAddr %q: port %q is not a port number", c.MetricsAddr, port)
 		}
+	}
+	if c.ReloadInterval < 0 {
+		return fmt.Errorf("daemon: ReloadInterval must not be negative, got %s", c.ReloadInterval)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("daemon: ShutdownTimeout must be positive, got %s", c.ShutdownTimeout)

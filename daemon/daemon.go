@@ -50,6 +50,10 @@ type Daemon struct {
 	build buildinfo.Info
 	ready chan struct{} // closed once everything is started
 
+	// watched is what the files of Watch held at New; the reload's
+	// goroutine owns it from Run on.
+	watched string
+
 	// The parts, set by Run as it starts them; read by the status.
 	views  []*view // one per listen address, in Listen order
 	srv    *responder.Server
@@ -72,7 +76,11 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}, nil
+	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}
+	if cfg.Reload != nil {
+		d.watched = fingerprint(cfg.Watch)
+	}
+	return d, nil
 }
 
 // Ready is closed once Run has started every part: the listeners serve,
@@ -181,6 +189,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// the first mode in place: systemd may now start LocalDNS.
 	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(cfg.Listen), st.Mode, st.Steering.Level))
 	wg.Go(func() { sd.watchdog(life, d.srv.Healthy) })
+	if cfg.Reload != nil && len(cfg.Watch) > 0 && cfg.ReloadInterval > 0 {
+		wg.Go(func() { d.watch(life) })
+	}
 
 	<-ctx.Done()
 	start := time.Now()
@@ -197,11 +208,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 // served through another.
 type view struct {
 	listen netip.AddrPort
+	reg    prometheus.Registerer // the daemon's, with the listener label
 	cache  *cache.Cache
-	groups []group          // the routes' upstream groups, for the status
-	routes []pipeline.Route // what the pipeline asks, per zone
 	pipe   *pipeline.Pipeline
 	tap    *tap.Tap // nil unless the mirror feed is the tap and it runs
+
+	mu  sync.Mutex // guards set, replaced by a reload
+	set *routeSet
 }
 
 // startViews makes a view per listen address, each with its share of the
@@ -209,22 +222,22 @@ type view struct {
 func (d *Daemon) startViews(life context.Context, wg *sync.WaitGroup, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
 	for _, ap := range d.cfg.Listen {
 		v := &view{listen: ap}
-		vreg := prometheus.WrapRegistererWith(prometheus.Labels{"listener": ap.String()}, reg)
-		if err := d.startCache(life, wg, stack, vreg, clk, v); err != nil {
+		v.reg = prometheus.WrapRegistererWith(prometheus.Labels{"listener": ap.String()}, reg)
+		if err := d.startCache(life, wg, stack, v.reg, clk, v); err != nil {
 			return err
 		}
-		if err := d.startRoutes(life, stack, vreg, v); err != nil {
+		if err := d.startRoutes(life, stack, v); err != nil {
 			return err
 		}
 		pc := d.cfg.Pipeline
 		pc.Cache = v.cache
 		pc.Logger = d.base.With("listener", ap.String())
-		pc.Routes = v.routes
+		pc.Routes = v.set.routes
 		pipe, err := pipeline.New(pc)
 		if err != nil {
 			return fmt.Errorf("listener %s: %w", ap, err)
 		}
-		if err := vreg.Register(pipe); err != nil {
+		if err := v.reg.Register(pipe); err != nil {
 			return fmt.Errorf("listener %s: register pipeline metrics: %w", ap, err)
 		}
 		v.pipe = pipe
@@ -270,39 +283,89 @@ func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *clo
 	return nil
 }
 
-// startRoutes makes, per route of the view, its local answers and its
-// upstream group. Groups export the same metric names; a zone label keeps
-// their series apart.
-func (d *Daemon) startRoutes(life context.Context, stack *closers, reg prometheus.Registerer, v *view) error {
-	for _, r := range d.cfg.routesFor(v.listen) {
-		local, err := d.startLocal(life, stack, v, r)
+// routeSet is one generation of a view's routes: what its pipeline asks
+// per zone, the upstream groups behind them (for the status and the
+// metrics), and what stops them. A reloaded Corefile makes a new one.
+type routeSet struct {
+	routes []pipeline.Route
+	groups []group
+	stop   closers // the groups, and the hosts files' reloads
+}
+
+// buildRoutes makes, per route of cfg serving the view's listen address,
+// its local answers and its upstream group. On error it stops what it
+// made.
+func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view) (*routeSet, error) {
+	set := &routeSet{}
+	for _, r := range cfg.routesFor(v.listen) {
+		local, err := d.startLocal(life, &set.stop, v, r)
 		if err != nil {
-			return err
+			set.stop.closeAll(d.log)
+			return nil, err
 		}
 		if len(r.Upstream.Servers) == 0 {
-			v.routes = append(v.routes, pipeline.Route{Zone: r.Zone, Upstream: localFirst{answerers: local}})
+			set.routes = append(set.routes, pipeline.Route{Zone: r.Zone, Upstream: localFirst{answerers: local}})
 			d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil, "servers", "none")
 			continue
 		}
 		uc := r.Upstream
-		uc.Timeout = max(d.cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
+		uc.Timeout = max(cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
 		uc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
 		g, err := upstream.New(uc)
 		if err != nil {
-			return fmt.Errorf("upstream for zone %s on %s: %w", r.Zone, v.listen, err)
+			set.stop.closeAll(d.log)
+			return nil, fmt.Errorf("upstream for zone %s on %s: %w", r.Zone, v.listen, err)
 		}
-		stack.push("upstream "+r.Zone+" on "+v.listen.String(), g.Close)
-		if err := prometheus.WrapRegistererWith(prometheus.Labels{"zone": r.Zone}, reg).Register(g); err != nil {
-			return fmt.Errorf("register upstream metrics of zone %s on %s: %w", r.Zone, v.listen, err)
-		}
-		v.groups = append(v.groups, group{r.Zone, g})
+		set.stop.push("upstream "+r.Zone+" on "+v.listen.String(), g.Close)
+		set.groups = append(set.groups, group{r.Zone, g})
 		var ex pipeline.Exchanger = g
 		if len(local) > 0 {
 			ex = localFirst{answerers: local, next: g}
 		}
-		v.routes = append(v.routes, pipeline.Route{Zone: r.Zone, Upstream: ex})
+		set.routes = append(set.routes, pipeline.Route{Zone: r.Zone, Upstream: ex})
 		d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil,
 			"servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
+	}
+	return set, nil
+}
+
+// register registers the set's upstream groups under their zone label;
+// unregister takes them out again.
+func (s *routeSet) register(reg prometheus.Registerer) error {
+	for _, g := range s.groups {
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"zone": g.zone}, reg).Register(g.g); err != nil {
+			return fmt.Errorf("register upstream metrics of zone %s: %w", g.zone, err)
+		}
+	}
+	return nil
+}
+
+func (s *routeSet) unregister(reg prometheus.Registerer) {
+	for _, g := range s.groups {
+		prometheus.WrapRegistererWith(prometheus.Labels{"zone": g.zone}, reg).Unregister(g.g)
+	}
+}
+
+// startRoutes makes the view's first route set; the closer stops the set
+// in force at stop, whichever generation it is.
+func (d *Daemon) startRoutes(life context.Context, stack *closers, v *view) error {
+	set, err := d.buildRoutes(life, &d.cfg, v)
+	if err != nil {
+		return err
+	}
+	v.set = set
+	stack.push("routes on "+v.listen.String(), func() error {
+		v.mu.Lock()
+		s := v.set
+		v.set = nil
+		v.mu.Unlock()
+		if s != nil {
+			s.stop.closeAll(d.log)
+		}
+		return nil
+	})
+	if err := set.register(v.reg); err != nil {
+		return fmt.Errorf("listener %s: %w", v.listen, err)
 	}
 	return nil
 }

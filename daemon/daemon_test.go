@@ -94,7 +94,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func start(t *testing.T, cfg Config) *running {
 	t.Helper()
 	logs := &syncBuffer{}
-	d, err := New(cfg, slog.New(slog.NewJSONHandler(io.MultiWriter(logs, t.Output()), nil)))
+	d, err := New(cfg, slog.New(slog.NewJSONHandler(io.MultiWriter(logs, t.Output()), &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}

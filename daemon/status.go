@@ -42,7 +42,13 @@ func (d *Daemon) Status() status.Daemon {
 	m := &status.Mirror{Feed: cfg.Mirror.Kind}
 	cs := &status.Cache{MaxEntries: int64(cfg.Cache.MaxEntries), MaxBytes: cfg.Cache.MaxBytes}
 	for _, v := range d.views {
-		for _, g := range v.groups {
+		v.mu.Lock()
+		var groups []group
+		if v.set != nil {
+			groups = v.set.groups
+		}
+		v.mu.Unlock()
+		for _, g := range groups {
 			for _, s := range g.g.Stats() {
 				st.Upstreams = append(st.Upstreams, status.Upstream{Listener: v.listen.String(), Zone: g.zone, Server: s.Server, Healthy: s.Healthy})
 			}

@@ -38,6 +38,9 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	if o.corefileErr != nil {
 		log.Error("LocalDNS Corefile unusable, continuing with the flags' upstreams", slog.Any("err", o.corefileErr))
 	}
+	if cfg.Corefile != "" {
+		cfg.Reload = func() (daemon.Config, error) { return reloadConfig(args, os.LookupEnv) }
+	}
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
@@ -97,10 +100,22 @@ func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config
 		return layered, o, err
 	}
 	layered.Corefile = s.File // the one read, of those the flag lists
+	layered.Watch = strings.Split(cfg.Corefile, ",")
 	if len(layered.Routes) == 0 {
 		return layered, o, fmt.Errorf("no upstream: --upstream not given and no block of %s bound to %v forwards anywhere", s.File, cfg.Listen)
 	}
 	return layered, o, nil
+}
+
+// reloadConfig layers the settings again, as at start, for a Corefile
+// that changed; a Corefile that cannot be used is an error here, so that
+// the routes in force stay rather than fall back to the flags'.
+func reloadConfig(args []string, lookup func(string) (string, bool)) (daemon.Config, error) {
+	cfg, o, err := runConfig(args, lookup)
+	if err == nil {
+		err = o.corefileErr
+	}
+	return cfg, err
 }
 
 // firstExisting returns the first of the comma-separated paths that
@@ -145,6 +160,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(&addrList{p: &cfg.Listen}, "listen", "`ADDR:PORT` to serve, repeatable")
 	fs.Var(&upstreamFlag{cfg: cfg}, "upstream", "`ADDR:PORT` misses are forwarded to, repeatable, tried in order (the kube-dns ClusterIP); replaces the Corefile's forwards")
 	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`, or several separated by commas of which the first that exists is read: take upstreams, zones, cache policy, templates and hosts from its blocks bound to the listen addresses; flags override")
+	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: never)")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "`ADDR:PORT` for /metrics, /healthz and /readyz (empty: off)")
 
 	fs.Var(positive(&c.MaxEntries), "cache-max-entries", "cache bound in entries")

@@ -1,0 +1,154 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// This file is the live reload: LocalDNS's Corefile is rewritten on nodes
+// (localdns.sh writes updated.localdns.corefile at every LocalDNS start,
+// and operators patch it), and dnsstandby follows it without a restart.
+
+// maxWatchedSize bounds what is read of a watched file to fingerprint it;
+// a Corefile is a few KiB.
+const maxWatchedSize = 16 << 20
+
+// fingerprint says what each watched file holds now: its size and the
+// SHA-256 of its content, or why it cannot be read. A change in any of
+// them is a change; a file rewritten with the same bytes is not.
+func fingerprint(paths []string) string {
+	var b strings.Builder
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", p, err)
+			continue
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, io.LimitReader(f, maxWatchedSize))
+		f.Close()
+		fmt.Fprintf(&b, "%s: %d %x %v\n", p, n, h.Sum(nil), err)
+	}
+	return b.String()
+}
+
+// watch checks the watched files every ReloadInterval until life ends
+// (against what they held when New was called, close to when the settings
+// were read),
+// and applies what Reload makes of them when they change. Route sets a
+// reload replaced are stopped once the resolutions that started with them
+// are done; the last at once when life ends. It runs on its own
+// goroutine, owned by Run.
+func (d *Daemon) watch(life context.Context) {
+	cfg := d.cfg
+	t := time.NewTicker(cfg.ReloadInterval)
+	defer t.Stop()
+	last := d.watched
+	type retired struct {
+		set   *routeSet
+		after time.Time
+	}
+	var old []retired
+	stopRetired := func(now time.Time, all bool) {
+		old = slices.DeleteFunc(old, func(r retired) bool {
+			if all || now.After(r.after) {
+				r.set.stop.closeAll(d.log)
+				d.log.Debug("replaced routes stopped", "zones", len(r.set.routes))
+				return true
+			}
+			return false
+		})
+	}
+	defer func() { stopRetired(time.Time{}, true) }()
+	for {
+		select {
+		case <-life.Done():
+			return
+		case now := <-t.C:
+			stopRetired(now, false)
+			fp := fingerprint(cfg.Watch)
+			if fp == last {
+				continue
+			}
+			last = fp
+			sets, err := d.reload(life)
+			if err != nil {
+				d.log.Error("Corefile change not applied: the configuration in force stays", "corefile", strings.Join(cfg.Watch, ","), slog.Any("err", err))
+				continue
+			}
+			// A resolution lasts at most UpstreamTimeout, a stale answer's
+			// wait StaleBudget: after both the replaced upstreams are idle.
+			after := now.Add(cfg.Pipeline.UpstreamTimeout + cfg.Pipeline.StaleBudget + time.Second)
+			for _, s := range sets {
+				old = append(old, retired{s, after})
+			}
+		}
+	}
+}
+
+// reload re-reads the settings and puts their routes in force on every
+// listen address at once, returning the route sets they replaced. Settings
+// other than the routes take effect at the next start; the log says so.
+func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
+	next, err := d.cfg.Reload()
+	if err != nil {
+		return nil, err
+	}
+	if err := next.Validate(); err != nil {
+		return nil, err
+	}
+	if !slices.Equal(next.Listen, d.cfg.Listen) {
+		return nil, fmt.Errorf("listen addresses %v, now %v: a restart applies them", d.cfg.Listen, next.Listen)
+	}
+	if cachePolicy(next) != cachePolicy(d.cfg) {
+		d.log.Warn("Corefile cache policy changed: it applies at the next start", "corefile", next.Corefile)
+	}
+	sets := make([]*routeSet, len(d.views))
+	for i, v := range d.views {
+		if sets[i], err = d.buildRoutes(life, &next, v); err != nil {
+			for _, s := range sets[:i] {
+				s.stop.closeAll(d.log)
+			}
+			return nil, err
+		}
+	}
+	replaced := make([]*routeSet, 0, len(d.views))
+	for i, v := range d.views {
+		if err := v.pipe.SetRoutes(sets[i].routes); err != nil {
+			// Checked by Validate and buildRoutes; the old routes stay.
+			d.log.Error("routes not replaced", "listener", v.listen.String(), slog.Any("err", err))
+			sets[i].stop.closeAll(d.log)
+			continue
+		}
+		v.mu.Lock()
+		prev := v.set
+		if prev != nil { // nil: the daemon is stopping
+			v.set = sets[i]
+		}
+		v.mu.Unlock()
+		if prev == nil {
+			sets[i].stop.closeAll(d.log)
+			continue
+		}
+		prev.unregister(v.reg)
+		if err := sets[i].register(v.reg); err != nil {
+			d.log.Warn("upstream metrics not registered after a reload", "listener", v.listen.String(), slog.Any("err", err))
+		}
+		replaced = append(replaced, prev)
+	}
+	d.log.Info("Corefile reloaded", "corefile", next.Corefile, "ignored", len(next.Ignored))
+	return replaced, nil
+}
+
+// cachePolicy is what a Corefile sets of the cache, to tell a change.
+func cachePolicy(c Config) [7]time.Duration {
+	cc := c.Cache
+	return [7]time.Duration{cc.MaxTTL, cc.MaxNegTTL, cc.MinTTL, cc.MinNegTTL, cc.ServfailTTL, cc.MaxStale, time.Duration(c.Pipeline.StaleMode)}
+}

@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
+)
+
+// TestCorefileReload: a Corefile rewritten while the daemon serves takes
+// effect within 2 s, with no query lost on the way; a broken one is
+// logged and the routes in force stay.
+func TestCorefileReload(t *testing.T) {
+	upA, upB := startUpstreamAnswering(t, "192.0.2.1"), startUpstreamAnswering(t, "192.0.2.2")
+	base := loopbackConfig(t, upA)
+	listen := base.Listen[0]
+	path := filepath.Join(t.TempDir(), "Corefile")
+	write := func(text string) {
+		t.Helper()
+		// As localdns.sh and editors do: a new file renamed over the old.
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forwardTo := func(up netip.AddrPort) string {
+		return fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), listen.Addr(), up)
+	}
+	write(forwardTo(upA))
+	layer := func() (Config, error) {
+		cfg := base
+		cfg.Routes = nil
+		s, err := corefile.Load(path, cfg.Listen)
+		if err != nil {
+			return Config{}, err
+		}
+		ApplyCorefile(&cfg, s)
+		return cfg, nil
+	}
+	cfg, err := layer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Reload, cfg.Watch, cfg.ReloadInterval = layer, []string{path}, 100*time.Millisecond
+	r := start(t, cfg)
+
+	var n atomic.Int64
+	ask := func(name string) (string, error) {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		c := &dns.Client{Timeout: time.Second}
+		resp, _, err := c.Exchange(m, listen.String())
+		if err != nil {
+			return "", err
+		}
+		if len(resp.Answer) != 1 {
+			return "", fmt.Errorf("%s: %s %v", name, dns.RcodeToString[resp.Rcode], resp.Answer)
+		}
+		return resp.Answer[0].(*dns.A).A.String(), nil
+	}
+	fresh := func() string { return fmt.Sprintf("q%d.example.", n.Add(1)) }
+	if got, err := ask(fresh()); err != nil || got != "192.0.2.1" {
+		t.Fatalf("before the reload: %s %v, want 192.0.2.1", got, err)
+	}
+
+	// Queries all through the reload: none may go unanswered.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var sent, failed atomic.Int64
+	var firstErr atomic.Value
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sent.Add(1)
+				if _, err := ask(fresh()); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}
+		})
+	}
+	write(forwardTo(upB))
+	start := time.Now()
+	testkit.Eventually(t, 2*time.Second, "the rewritten Corefile in force", func() bool {
+		got, err := ask(fresh())
+		return err == nil && got == "192.0.2.2"
+	})
+	took := time.Since(start)
+	// The load goes on until the replaced upstream group is stopped, once
+	// the resolutions that started with it are done.
+	testkit.Eventually(t, 10*time.Second, "the replaced routes stopped", func() bool {
+		return strings.Contains(r.logs.String(), `"msg":"replaced routes stopped"`)
+	})
+	close(stop)
+	wg.Wait()
+	t.Logf("reload in force after %s; %d queries during it, %d unanswered", took.Round(time.Millisecond), sent.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d queries failed during the reload, first: %v", failed.Load(), sent.Load(), firstErr.Load())
+	}
+
+	// A broken Corefile: logged, and the routes in force stay.
+	write(".:53 {\n  cache 3600 {\n    serve_stale notaduration\n  }\n}\n")
+	testkit.Eventually(t, 2*time.Second, "the broken Corefile reported", func() bool {
+		return strings.Contains(r.logs.String(), `"msg":"Corefile change not applied: the configuration in force stays"`)
+	})
+	if got, err := ask(fresh()); err != nil || got != "192.0.2.2" {
+		t.Fatalf("after a broken Corefile: %s %v, want 192.0.2.2 from the routes in force", got, err)
+	}
+	st := r.d.Status()
+	if len(st.Upstreams) != 1 || st.Upstreams[0].Server != upB.String() {
+		t.Errorf("status upstreams %+v, want only %s", st.Upstreams, upB)
+	}
+}
