@@ -77,13 +77,29 @@ func TestAnswersMatchCoreDNS(t *testing.T) {
 	t.Run("large answer: TC over UDP, whole over TCP", func(t *testing.T) {
 		m := new(dns.Msg)
 		m.SetQuestion(nstest.LargeName, dns.TypeA) // no EDNS: 512 bytes
-		// CoreDNS fills a truncated reply with what fits; dnsstandby sends
-		// empty sections. Clients retry over TCP either way.
-		if r := l.ask(t, "udp", standbyAddr, m); !r.Truncated {
-			t.Errorf("CoreDNS over UDP: not truncated")
+		// Both fill a truncated reply with the whole records that fit and
+		// set TC (clients that ignore TC use what they got); clients that
+		// honour it retry over TCP.
+		// How many fit depends on name compression, and miekg/dns
+		// compresses case-sensitively: an entry first learned through a
+		// mixed-case query (earlier in this test) packs its first owner
+		// name whole, one record fewer. So: the same records, give or
+		// take the last.
+		udpRef, udpGot := l.ask(t, "udp", standbyAddr, m), l.ask(t, "udp", asideAddr, m)
+		if !udpRef.Truncated || !udpGot.Truncated || len(udpGot.Answer) == 0 {
+			t.Errorf("over UDP: CoreDNS TC=%v, dnsstandby TC=%v with %d records", udpRef.Truncated, udpGot.Truncated, len(udpGot.Answer))
 		}
-		if r := l.ask(t, "udp", asideAddr, m); !r.Truncated || len(r.Answer) != 0 {
-			t.Errorf("dnsstandby over UDP: TC=%v with %d records", r.Truncated, len(r.Answer))
+		fewer, more := rrKeys(udpGot.Answer), rrKeys(udpRef.Answer)
+		if len(fewer) > len(more) {
+			fewer, more = more, fewer
+		}
+		for k := range fewer {
+			if _, ok := more[k]; !ok {
+				t.Errorf("over UDP: %s is in one reply and not the other (dnsstandby %d records, CoreDNS %d)", k, len(udpGot.Answer), len(udpRef.Answer))
+			}
+		}
+		if d := len(udpGot.Answer) - len(udpRef.Answer); d < -1 || d > 1 {
+			t.Errorf("over UDP: dnsstandby sends %d records, CoreDNS %d", len(udpGot.Answer), len(udpRef.Answer))
 		}
 		got, ref := l.ask(t, "tcp", asideAddr, m), l.ask(t, "tcp", standbyAddr, m)
 		if len(got.Answer) != nstest.LargeCount || got.Truncated {
