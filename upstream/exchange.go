@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -12,19 +13,22 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Exchange sends req to the servers in order and returns the first reply,
-// whatever its rcode: a SERVFAIL from kube-dns is its answer, not a reason
-// to ask elsewhere. Servers marked down are skipped; when every server not
-// marked down has failed, those marked down are tried too, in order, so
-// that no exchange gives up without trying every server. A timeout or a
-// network error moves on to the next server.
+// Exchange sends req to the servers in the order of the Policy and
+// returns the first reply, whatever its rcode: a SERVFAIL from kube-dns is
+// its answer, not a reason to ask elsewhere. Servers marked down are
+// skipped; when every server not marked down has failed, those marked down
+// are tried too, in the same order, so that no exchange gives up without
+// trying every server — unless FailFast, which never asks a server marked
+// down. A timeout or a network error moves on to the next server.
 //
 // ctx bounds the whole exchange. req is not modified; the reply carries
 // req's ID and question. A truncated reply is retried over TCP on the same
 // server, and returned only when no server gives a full one. When no
 // server answered the error is an *Error; a request that cannot be sent
 // (not exactly one question, does not pack) fails before any attempt, and
-// so does one over MaxConcurrent: an *Error with Cause ErrLimitExceeded.
+// so does one over MaxConcurrent (an *Error with Cause ErrLimitExceeded)
+// and, with FailFast, one that finds every server marked down (Cause
+// ErrNoHealthy).
 func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	if g.closed.Load() {
 		return nil, &Error{Cause: ErrClosed}
@@ -44,21 +48,30 @@ func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
 
+	// No allocation for up to smallGroup servers (a forward has at most
+	// 15 in CoreDNS).
 	var (
-		triedBuf [8]bool // no allocation for the usual one or two servers
+		orderBuf [smallGroup]int
+		triedBuf [smallGroup]bool
+		order    []int
 		tried    []bool
 	)
-	if n := len(g.servers); n <= len(triedBuf) {
-		tried = triedBuf[:n]
+	if n := len(g.servers); n <= smallGroup {
+		order, tried = orderBuf[:n], triedBuf[:n]
 	} else {
-		tried = make([]bool, n)
+		order, tried = make([]int, n), make([]bool, n)
 	}
+	g.order(order)
 	var (
 		truncated *dns.Msg // the first TC=1 reply, kept as a last resort
 		fails     []error
 	)
 	for pass := range 2 {
-		for i, s := range g.servers {
+		if pass == 1 && g.cfg.FailFast {
+			break
+		}
+		for _, i := range order {
+			s := g.servers[i]
 			if tried[i] || (pass == 0 && s.down.Load()) {
 				continue
 			}
@@ -80,7 +93,46 @@ func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 			fails = append(fails, err)
 		}
 	}
+	if len(fails) == 0 {
+		// Every attempt made either answered, returned, or failed into
+		// fails: none was made, which only FailFast with every server
+		// marked down leads to. CoreDNS answers SERVFAIL.
+		return nil, &Error{Cause: ErrNoHealthy}
+	}
 	return truncatedOr(truncated, &Error{Failures: fails})
+}
+
+// smallGroup is the most servers an exchange orders without allocating.
+const smallGroup = 16
+
+// order fills order, of len(g.servers), with the indexes of the servers
+// in the order this exchange asks them, as CoreDNS forward's policies
+// list them. It does not allocate.
+func (g *Group) order(order []int) {
+	for i := range order {
+		order[i] = i
+	}
+	n := len(order)
+	if n < 2 {
+		return
+	}
+	switch g.cfg.Policy {
+	case PolicyRoundRobin:
+		// The counter's next value picks the first server; the others
+		// follow in Config order, not rotated (CoreDNS's roundRobin.List).
+		k := int(g.robin.Add(1) % uint64(n))
+		order[0] = k
+		for i := 1; i <= k; i++ {
+			order[i] = i - 1
+		}
+	case PolicyRandom:
+		// Fisher–Yates: every order equally likely, as rand.Perm gives
+		// CoreDNS, without its allocation.
+		for i := n - 1; i > 0; i-- {
+			j := rand.IntN(i + 1)
+			order[i], order[j] = order[j], order[i]
+		}
+	}
 }
 
 func truncatedOr(truncated *dns.Msg, err error) (*dns.Msg, error) {
@@ -211,8 +263,9 @@ type Error struct {
 	// Failures are the failed attempts, in order: each names the server,
 	// the transport and the reason.
 	Failures []error
-	// Cause is what cut the exchange short — the caller's ctx.Err(),
-	// ErrClosed or ErrLimitExceeded — or nil when every server was tried.
+	// Cause is what cut the exchange short or kept it from starting —
+	// the caller's ctx.Err(), ErrClosed, ErrLimitExceeded or ErrNoHealthy
+	// — or nil when every server it could ask was tried.
 	Cause error
 }
 
@@ -238,8 +291,8 @@ func (e *Error) Error() string {
 }
 
 // Unwrap lets errors.Is find the cause (context.DeadlineExceeded,
-// context.Canceled, ErrClosed, ErrLimitExceeded) and the failures' socket
-// errors.
+// context.Canceled, ErrClosed, ErrLimitExceeded, ErrNoHealthy) and the
+// failures' socket errors.
 func (e *Error) Unwrap() []error {
 	out := make([]error, 0, len(e.Failures)+1)
 	if e.Cause != nil {

@@ -42,6 +42,16 @@ func TestNew(t *testing.T) {
 		{"zero health check", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.HealthCheck = 0 }, "upstream: HealthCheck must be positive, got 0s"},
 		{"zero expiry", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.ExpireTCP = 0 }, "upstream: ExpireTCP must be positive, got 0s"},
 		{"negative max concurrent", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.MaxConcurrent = -1 }, "upstream: MaxConcurrent must not be negative, got -1"},
+		{"round robin, fail fast, probe options", func(c *Config) {
+			c.Servers = []netip.AddrPort{good}
+			c.Policy, c.FailFast, c.HealthCheckDomain, c.HealthCheckNoRec = PolicyRoundRobin, true, "health.local.", true
+		}, ""},
+		{"random", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.Policy = PolicyRandom }, ""},
+		{"zero policy", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.Policy = "" }, `upstream: Policy must be sequential, round_robin or random, got ""`},
+		{"unknown policy", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.Policy = "least_loaded" }, `upstream: Policy must be sequential, round_robin or random, got "least_loaded"`},
+		{"empty probe domain", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.HealthCheckDomain = "" }, `upstream: HealthCheckDomain must be a fully qualified domain name, got ""`},
+		{"probe domain not fully qualified", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.HealthCheckDomain = "health.local" }, `upstream: HealthCheckDomain must be a fully qualified domain name, got "health.local"`},
+		{"probe domain invalid", func(c *Config) { c.Servers = []netip.AddrPort{good}; c.HealthCheckDomain = "health..local." }, "upstream: HealthCheckDomain must be a fully qualified domain name"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,11 +81,15 @@ func TestNew(t *testing.T) {
 // TestDefaultConfig holds DefaultConfig to CoreDNS forward's defaults.
 func TestDefaultConfig(t *testing.T) {
 	want := Config{
-		Timeout:       2 * time.Second,        // plugin/pkg/proxy read timeout
-		MaxFails:      2,                      // max_fails
-		HealthCheck:   500 * time.Millisecond, // health_check
-		ExpireTCP:     10 * time.Second,       // expire
-		MaxConcurrent: 0,                      // max_concurrent: none
+		Policy:            PolicySequential,       // dnsstandby's own (CoreDNS's is random)
+		FailFast:          false,                  // failfast_all_unhealthy_upstreams absent
+		Timeout:           2 * time.Second,        // plugin/pkg/proxy read timeout
+		MaxFails:          2,                      // max_fails
+		HealthCheck:       500 * time.Millisecond, // health_check
+		HealthCheckDomain: ".",                    // health_check without domain
+		HealthCheckNoRec:  false,                  // health_check without no_rec
+		ExpireTCP:         10 * time.Second,       // expire
+		MaxConcurrent:     0,                      // max_concurrent: none
 	}
 	if got := DefaultConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)

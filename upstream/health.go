@@ -13,8 +13,8 @@ import (
 // attempts themselves count (so two slow external names in a row can mark
 // kube-dns down; the first answered probe puts it back). After MaxFails
 // consecutive failures a server is marked down, and one goroutine per down
-// server probes it with `. IN NS` every HealthCheck until it answers with
-// any rcode. An answer to a real query (a down server is still tried when
+// server probes it with `HealthCheckDomain IN NS` (`. IN NS` by default)
+// every HealthCheck until it answers with any rcode. An answer to a real query (a down server is still tried when
 // all else failed) brings it back as well.
 
 // answered records that s replied.
@@ -106,12 +106,14 @@ func (s *server) probeDone() bool {
 	return true
 }
 
-// check sends s one `. IN NS` query, with RD set as CoreDNS's health
-// checker does, and returns nil on any matching reply. The probe is
-// not counted in the metrics: they describe the queries of pods.
+// check sends s one `HealthCheckDomain IN NS` query, with RD set unless
+// HealthCheckNoRec, as CoreDNS's health checker does with its `domain` and
+// `no_rec`, and returns nil on any matching reply. The probe is not
+// counted in the metrics: they describe the queries of pods.
 func (g *Group) check(s *server) error {
 	ping := new(dns.Msg)
-	ping.SetQuestion(".", dns.TypeNS)
+	ping.SetQuestion(g.cfg.HealthCheckDomain, dns.TypeNS)
+	ping.RecursionDesired = !g.cfg.HealthCheckNoRec
 	q, err := newQuery(ping)
 	if err != nil {
 		return err

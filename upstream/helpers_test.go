@@ -53,7 +53,8 @@ type testServer struct {
 
 	udpQueries atomic.Int64 // not counting health probes
 	tcpQueries atomic.Int64 // not counting health probes
-	probes     atomic.Int64 // `. IN NS` queries
+	probes     atomic.Int64 // health probes: NS queries for "." or testProbeDomain
+	lastProbe  atomic.Pointer[dns.Msg]
 	accepts    atomic.Int64
 	wg         sync.WaitGroup
 }
@@ -121,8 +122,17 @@ func (s *testServer) stop() {
 	s.wg.Wait()
 }
 
+// testProbeDomain is the HealthCheckDomain tests set other than ".".
+const testProbeDomain = "health.local."
+
+// isProbe reports whether q is a health probe: tests ask no NS query for
+// either name.
 func isProbe(q *dns.Msg) bool {
-	return len(q.Question) == 1 && q.Question[0].Name == "." && q.Question[0].Qtype == dns.TypeNS
+	if len(q.Question) != 1 || q.Question[0].Qtype != dns.TypeNS {
+		return false
+	}
+	n := q.Question[0].Name
+	return n == "." || n == testProbeDomain
 }
 
 func (s *testServer) serveUDP() {
@@ -139,6 +149,7 @@ func (s *testServer) serveUDP() {
 		}
 		if isProbe(q) {
 			s.probes.Add(1)
+			s.lastProbe.Store(q)
 		} else {
 			s.udpQueries.Add(1)
 		}
@@ -195,6 +206,7 @@ func (s *testServer) serveConn(c net.Conn) {
 		served++
 		if isProbe(q) {
 			s.probes.Add(1)
+			s.lastProbe.Store(q)
 		} else {
 			s.tcpQueries.Add(1)
 		}

@@ -1,8 +1,9 @@
 // Package upstream forwards the queries dnsstandby cannot answer from its
 // cache to the configured upstream servers — in practice the kube-dns
-// ClusterIP — the way CoreDNS's forward plugin does with `policy
-// sequential`: servers are tried in order, a server that keeps failing is
-// marked down, skipped and probed until it answers again.
+// ClusterIP — the way CoreDNS's forward plugin does: each query puts the
+// servers in the order of the group's policy (sequential, round_robin or
+// random), a server that keeps failing is marked down, skipped and probed
+// until it answers again.
 //
 // It owns everything between a query message and its upstream reply: the
 // sockets (a fresh connected UDP socket per query, a small pool of TCP
@@ -24,6 +25,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 const (
@@ -47,19 +50,50 @@ var (
 	// is CoreDNS forward's ErrLimitExceeded, which LocalDNS answers with
 	// REFUSED.
 	ErrLimitExceeded = errors.New("max concurrent queries exceeded")
+	// ErrNoHealthy is the Cause of the *Error returned by Exchange, at
+	// once and without asking any server, when FailFast is set and every
+	// server is marked down. It is CoreDNS forward's ErrNoHealthy, which
+	// LocalDNS answers with SERVFAIL.
+	ErrNoHealthy = errors.New("every upstream server is marked down")
 	// ErrQuestionCount is returned for a request without exactly one
 	// question: the reply check needs the question, and resolvers never
 	// send more than one.
 	ErrQuestionCount = errors.New("request does not have exactly one question")
 )
 
+// Policy is the order in which an exchange asks the servers, as CoreDNS
+// forward's `policy`: it is drawn afresh for each query.
+type Policy string
+
+// The policies of CoreDNS forward.
+const (
+	// PolicySequential asks the servers in Config order.
+	PolicySequential Policy = "sequential"
+	// PolicyRoundRobin asks first the next server of a counter shared by
+	// every query of the group, then the others in Config order, as
+	// CoreDNS does (for servers A B C: B A C, then C A B, then A B C).
+	PolicyRoundRobin Policy = "round_robin"
+	// PolicyRandom asks the servers in a random order (every order
+	// equally likely).
+	PolicyRandom Policy = "random"
+)
+
 // Config says where to forward and how patiently. Start from
 // DefaultConfig and set Servers.
 type Config struct {
-	// Servers are tried in this order (CoreDNS `policy sequential`).
+	// Servers are the upstreams, asked in the order Policy gives.
 	// Addresses must be specified (not 0.0.0.0 or ::), ports non-zero, and
 	// each server listed once.
 	Servers []netip.AddrPort
+	// Policy orders the servers for each query: PolicySequential,
+	// PolicyRoundRobin or PolicyRandom. Servers marked down go last
+	// whatever the policy.
+	Policy Policy
+	// FailFast never asks a server marked down, and so fails an exchange
+	// at once with ErrNoHealthy when every server is (CoreDNS forward's
+	// failfast_all_unhealthy_upstreams). Without it, servers marked down
+	// are asked after those in service have failed.
+	FailFast bool
 	// Timeout bounds each attempt: a UDP exchange, or a TCP exchange
 	// including one retry on a fresh connection. It should be well under
 	// the caller's deadline: an attempt cut short by the caller's context
@@ -71,6 +105,12 @@ type Config struct {
 	// HealthCheck is the probe interval for a server marked down. Must be
 	// positive.
 	HealthCheck time.Duration
+	// HealthCheckDomain is the name a probe asks for (type NS): fully
+	// qualified, as CoreDNS forward's `health_check ... domain NAME`.
+	HealthCheckDomain string
+	// HealthCheckNoRec sends probes with RD=0 (CoreDNS forward's
+	// `health_check ... no_rec`); otherwise RD=1.
+	HealthCheckNoRec bool
 	// ExpireTCP is how long an idle pooled TCP connection is kept. Must be
 	// positive.
 	ExpireTCP time.Duration
@@ -98,12 +138,23 @@ func DefaultConfig() Config {
 		// inside glibc's 5 s resolver timeout, for a second server or the
 		// caller's stale answer.
 		Timeout: 2 * time.Second,
+		// dnsstandby's own default, how it has always asked kube-dns (the
+		// single server of a route given on the command line). CoreDNS's
+		// default is random; ApplyCorefile sets the policy of LocalDNS's
+		// Corefile, CoreDNS's default included.
+		Policy: PolicySequential,
+		// CoreDNS forward's default: servers marked down are still asked
+		// when every server is.
+		FailFast: false,
 		// CoreDNS forward's max_fails.
 		MaxFails: 2,
 		// CoreDNS forward's health_check interval. Its authors call 0.5 s
 		// "an eternity in DNS" but a balance between finding a recovered
 		// upstream quickly and not sending much (plugin/pkg/up).
 		HealthCheck: 500 * time.Millisecond,
+		// CoreDNS forward's probe, `. IN NS` with RD=1.
+		HealthCheckDomain: ".",
+		HealthCheckNoRec:  false,
 		// CoreDNS forward's expire. A CoreDNS server (and kube-dns is one)
 		// closes a TCP connection after 10 s idle (core/dnsserver
 		// IdleTimeout), so an older pooled connection would be dead
@@ -140,6 +191,14 @@ func (c *Config) validate() error {
 		}
 		seen[k] = true
 	}
+	switch c.Policy {
+	case PolicySequential, PolicyRoundRobin, PolicyRandom:
+	default:
+		return fmt.Errorf("Policy must be %s, %s or %s, got %q", PolicySequential, PolicyRoundRobin, PolicyRandom, c.Policy)
+	}
+	if _, ok := dns.IsDomainName(c.HealthCheckDomain); !ok || !dns.IsFqdn(c.HealthCheckDomain) {
+		return fmt.Errorf("HealthCheckDomain must be a fully qualified domain name, got %q", c.HealthCheckDomain)
+	}
 	switch {
 	case c.Timeout <= 0:
 		return fmt.Errorf("Timeout must be positive, got %s", c.Timeout)
@@ -170,6 +229,7 @@ type Group struct {
 	cancel context.CancelFunc
 	closed atomic.Bool // Close was called; read on every Exchange
 
+	robin      atomic.Uint64 // PolicyRoundRobin's counter, one step per exchange
 	concurrent atomic.Int64  // exchanges in flight, counted only with MaxConcurrent > 0
 	rejects    atomic.Uint64 // exchanges refused with ErrLimitExceeded
 
