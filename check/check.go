@@ -1,10 +1,11 @@
 // Package check audits a node for dnsstandby (`dnsstandby check`): is
 // LocalDNS's unit able to stay down for good, do pods ask 169.254.10.11 at
 // all, are the listen addresses local, do LocalDNS and dnsstandby share
-// one reuseport group, and what does the running daemon report (steering,
+// one reuseport group, does dnsstandby listen wherever LocalDNS's Corefile
+// has LocalDNS listen, and what does the running daemon report (steering,
 // mode, upstreams, mirror feed, cache).
 //
-// It only reads: `systemctl show`, files, netlink and sock_diag dumps,
+// It only reads: `systemctl show`, files (kubelet's, LocalDNS's Corefile), netlink and sock_diag dumps,
 // /proc, and the daemon's admin socket. The one thing it sends is a DNS
 // query to each upstream, to see that it answers. It binds nothing on the
 // listen addresses and changes no unit, file or setting.
@@ -106,6 +107,11 @@ func (r Report) MarshalJSON() ([]byte, error) {
 type Config struct {
 	// LocalDNSUnit is LocalDNS's systemd unit (localdns.service).
 	LocalDNSUnit string
+	// LocalDNSCorefile is LocalDNS's Corefile, which says the listeners
+	// LocalDNS serves: a path, or several separated by commas of which
+	// the first that exists is read, as `dnsstandby run
+	// --localdns-corefile` reads it.
+	LocalDNSCorefile string
 	// KubeletConfig is kubelet's config file; "" means the --config named
 	// in KubeletFlags, else DefaultKubeletConfig.
 	KubeletConfig string
@@ -131,10 +137,14 @@ type Config struct {
 
 // Defaults for Config, as on an AKS node and for dnsstandby's own flags.
 const (
-	DefaultLocalDNSUnit  = "localdns.service"
-	DefaultKubeletConfig = "/var/lib/kubelet/config.yaml"
-	DefaultKubeletFlags  = "/etc/default/kubelet"
-	DefaultClusterDomain = "cluster.local"
+	DefaultLocalDNSUnit = "localdns.service"
+	// DefaultLocalDNSCorefile: on an AKS node, what LocalDNS's CoreDNS
+	// runs (localdns.sh writes it at each start), then what it is written
+	// from.
+	DefaultLocalDNSCorefile = "/opt/azure/containers/localdns/updated.localdns.corefile,/opt/azure/containers/localdns/localdns.corefile"
+	DefaultKubeletConfig    = "/var/lib/kubelet/config.yaml"
+	DefaultKubeletFlags     = "/etc/default/kubelet"
+	DefaultClusterDomain    = "cluster.local"
 	// DefaultTimeout: a reachable upstream on the cluster network answers
 	// a SOA query for its own zone in milliseconds; one that takes longer
 	// than this is as good as unreachable for a pod whose resolver waits 5 s
@@ -148,11 +158,12 @@ const (
 // DefaultConfig returns the defaults for every field.
 func DefaultConfig() Config {
 	return Config{
-		LocalDNSUnit: DefaultLocalDNSUnit,
-		KubeletFlags: DefaultKubeletFlags,
-		AdminSocket:  admin.DefaultSocket,
-		Timeout:      DefaultTimeout,
-		MirrorWindow: DefaultMirrorWindow,
+		LocalDNSUnit:     DefaultLocalDNSUnit,
+		LocalDNSCorefile: DefaultLocalDNSCorefile,
+		KubeletFlags:     DefaultKubeletFlags,
+		AdminSocket:      admin.DefaultSocket,
+		Timeout:          DefaultTimeout,
+		MirrorWindow:     DefaultMirrorWindow,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -44,6 +45,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		cfg.Listen = daemonListen(daemon.Status)
 	}
 	unitOut, unitErr := systemctlShow(ctx, cfg.LocalDNSUnit)
+	localdns := readLocalDNSCorefile(cfg.LocalDNSCorefile)
 	kube := readKubelet(cfg)
 	addrs := listAddrs()
 	groups := make([]groupFacts, 0, len(cfg.Listen))
@@ -99,6 +101,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		add(groupResult(g, daemonPID))
 	}
 	add(daemonResult(daemon, groups))
+	add(localdnsListenersResult(localdns, daemon))
 	addIf(steeringResult(daemon))
 	add(upstreamResult(probes, daemon.Status != nil && daemon.Status.Upstreams != nil))
 	addIf(mirrorResult(daemon))
@@ -110,6 +113,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 func withDefaults(cfg Config) Config {
 	d := DefaultConfig()
 	cfg.LocalDNSUnit = cmp.Or(cfg.LocalDNSUnit, d.LocalDNSUnit)
+	cfg.LocalDNSCorefile = cmp.Or(cfg.LocalDNSCorefile, d.LocalDNSCorefile)
 	cfg.KubeletFlags = cmp.Or(cfg.KubeletFlags, d.KubeletFlags)
 	cfg.AdminSocket = cmp.Or(cfg.AdminSocket, d.AdminSocket)
 	cfg.Timeout = cmp.Or(cfg.Timeout, d.Timeout)
@@ -175,6 +179,26 @@ func readKubelet(cfg Config) kubeletFacts {
 		k.Config, k.ConfigErr = parseKubeletConfig(data)
 	}
 	return k
+}
+
+// readLocalDNSCorefile reads the first of the comma-separated paths that
+// exists, and the listeners its blocks serve.
+func readLocalDNSCorefile(paths string) corefileFacts {
+	f := corefileFacts{Tried: strings.Split(paths, ",")}
+	for _, p := range f.Tried {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		f.Path = p
+		if err != nil {
+			f.Err = err
+			return f
+		}
+		f.Listeners, f.Err = corefileListeners(p, data)
+		return f
+	}
+	return f
 }
 
 // listAddrs maps every address of the network namespace to the links

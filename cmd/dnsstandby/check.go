@@ -24,6 +24,7 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.LocalDNSUnit, "localdns-unit", cfg.LocalDNSUnit, "LocalDNS's systemd `UNIT`")
+	fs.StringVar(&cfg.LocalDNSCorefile, "localdns-corefile", cfg.LocalDNSCorefile, "LocalDNS's Corefile `PATH`, or several separated by commas of which the first that exists is read: the listeners LocalDNS serves, each of which dnsstandby should listen on too")
 	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", "", "kubelet's config `FILE` (YAML or JSON) (default: the --config the kubelet flags name, else "+check.DefaultKubeletConfig+")")
 	fs.StringVar(&cfg.KubeletFlags, "kubelet-flags", cfg.KubeletFlags, "the environment `FILE` holding kubelet's flags")
 	fs.Var(&addrList{p: &listen}, "listen", "`ADDR:PORT` pods ask, repeatable (default: the daemon's --listen, else "+status.DefaultListen.String()+")")
@@ -45,6 +46,10 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "dnsstandby check: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	if cfg.LocalDNSCorefile == "" {
+		fmt.Fprintln(stderr, "dnsstandby check: --localdns-corefile must name a file")
 		return exitUsage
 	}
 	if cfg.Timeout <= 0 || cfg.MirrorWindow < 0 {

@@ -2,10 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dnsstandby/dnsstandby/check"
+	"github.com/dnsstandby/dnsstandby/daemon"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
 func TestCheckCommandLine(t *testing.T) {
@@ -22,6 +33,9 @@ func TestCheckCommandLine(t *testing.T) {
 		{"zero timeout", []string{"check", "--timeout", "0s"}, nil, exitUsage, "--timeout must be positive"},
 		{"stray argument", []string{"check", "now"}, nil, exitUsage, "unexpected arguments"},
 		{"bad env", []string{"check"}, map[string]string{"DNSSTANDBY_TIMEOUT": "soon"}, exitUsage, "DNSSTANDBY_TIMEOUT"},
+		{"help names the Corefile flag and its default", []string{"check", "-h"}, nil, exitOK, `(default "` + check.DefaultLocalDNSCorefile + `")`},
+		{"empty Corefile path", []string{"check", "--localdns-corefile", ""}, nil, exitUsage, "--localdns-corefile must name a file"},
+		{"empty Corefile path from the environment", []string{"check"}, map[string]string{"DNSSTANDBY_LOCALDNS_COREFILE": ""}, exitUsage, "--localdns-corefile must name a file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,5 +73,82 @@ FAIL: 1 PASS, 1 WARN, 1 FAIL
 `
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestCheckLocalDNSListeners runs the daemon on loopback and `dnsstandby
+// check` against it with LocalDNS's Corefile binding the daemon's listen
+// address and, in a second Corefile, one more: the row compares what the
+// Corefile has LocalDNS serve with the listen addresses the daemon reports
+// on its admin socket.
+func TestCheckLocalDNSListeners(t *testing.T) {
+	dir := t.TempDir()
+	up := startUpstream(t)
+	listen := nstest.FreeLoopbackAddr(t)
+	sock := filepath.Join(dir, "admin.sock")
+	cfg, _, err := runConfig([]string{"--listen", listen.String(), "--upstream", up.String(), "--mirror", "none", "--steering", "off",
+		"--admin-socket", sock, "--anchor-link", "", "--metrics-addr", "", "--state-dir", ""}, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("Run did not return")
+		}
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("not ready")
+	}
+
+	other := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), listen.Port())
+	for _, tc := range []struct {
+		name      string
+		bind      string
+		want      check.Status
+		wantFound string
+		wantFix   string
+	}{
+		{"covered", listen.Addr().String(), check.Pass, "LocalDNS serves " + listen.String(), ""},
+		{"one more listener", listen.Addr().String() + " " + other.Addr().String(), check.Warn, other.String() + " not covered", "add --listen " + other.String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			corefile := filepath.Join(t.TempDir(), "updated.localdns.corefile")
+			data := fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), tc.bind, up)
+			if err := os.WriteFile(corefile, []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			code := dispatch([]string{"check", "--json", "--admin-socket", sock, "--localdns-corefile", filepath.Join(filepath.Dir(corefile), "absent") + "," + corefile,
+				"--kubelet-flags", filepath.Join(dir, "absent"), "--localdns-unit", "dnsstandby-test-absent.service", "--mirror-window", "0s"}, &out, &errb)
+			var rep check.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("exit %d, unreadable JSON: %v\n%s%s", code, err, out.String(), errb.String())
+			}
+			i := slices.IndexFunc(rep.Results, func(r check.Result) bool { return r.Name == "localdns-listeners" })
+			if i < 0 {
+				t.Fatalf("no localdns-listeners row:\n%s", out.String())
+			}
+			r := rep.Results[i]
+			if r.Status != tc.want || !strings.Contains(r.Found, tc.wantFound) || !strings.Contains(r.Fix, tc.wantFix) {
+				t.Errorf("%s: %s (fix: %s); want %s, %q, fix %q", r.Status, r.Found, r.Fix, tc.want, tc.wantFound, tc.wantFix)
+			}
+			if !strings.Contains(r.Found, corefile) {
+				t.Errorf("found %q does not name %s, the Corefile read", r.Found, corefile)
+			}
+		})
 	}
 }

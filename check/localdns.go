@@ -1,0 +1,212 @@
+package check
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/coredns/caddy/caddyfile"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
+)
+
+// localdnsDefaultListeners are the listeners AgentBaker's Corefile gives
+// LocalDNS: the node's (kubelet, hostNetwork and dnsPolicy:Default pods)
+// and the pods' (dnsPolicy:ClusterFirst).
+func localdnsDefaultListeners() []netip.AddrPort {
+	return []netip.AddrPort{netip.MustParseAddrPort("169.254.10.10:53"), netip.MustParseAddrPort("169.254.10.11:53")}
+}
+
+// corefileFacts is where LocalDNS's Corefile says LocalDNS listens, or
+// why that is not known.
+type corefileFacts struct {
+	Tried []string // the paths looked for, in order
+	Path  string   // the first of them that exists; "" when none does
+	Err   error    // Path could not be read, or not parsed
+	// Listeners are the addresses some block of the Corefile serves plain
+	// DNS on, the defaults first.
+	Listeners []localdnsListener
+}
+
+// localdnsListener is one address LocalDNS serves.
+type localdnsListener struct {
+	Addr netip.AddrPort
+	// Err: the blocks serving Addr are there, but dnsstandby cannot read
+	// them (`dnsstandby run` would then fall back to its flags).
+	Err error
+}
+
+// corefileListeners finds the addresses LocalDNS serves, from its Corefile
+// (data, read from file): 169.254.10.10:53 and 169.254.10.11:53, and every
+// address a block's bind names, on each port a block key names. Whether a
+// block serves an address is decided as `dnsstandby run` decides which
+// blocks it takes (corefile.Parse: plain DNS, the port, bind and its
+// except); this function only proposes the addresses to ask about. Bind
+// arguments that are interface names propose nothing.
+func corefileListeners(file string, data []byte) ([]localdnsListener, error) {
+	blocks, err := caddyfile.Parse(file, bytes.NewReader(data), nil)
+	if err != nil {
+		return nil, err
+	}
+	// Errors in block keys and bind come whatever the address asked
+	// about; port 0 is served by no block, so this finds only those.
+	if _, err := corefile.Parse(file, bytes.NewReader(data), []netip.AddrPort{netip.AddrPortFrom(netip.IPv4Unspecified(), 0)}); !errors.Is(err, corefile.ErrNoServerBlock) {
+		if err == nil {
+			err = errors.New("a block serves port 0")
+		}
+		return nil, err
+	}
+	candidates := localdnsDefaultListeners()
+	add := func(ap netip.AddrPort) {
+		if ap.Addr().IsValid() && !ap.Addr().IsUnspecified() && !slices.Contains(candidates, ap) {
+			candidates = append(candidates, ap)
+		}
+	}
+	for _, b := range blocks {
+		var ports []uint16
+		for _, k := range b.Keys {
+			if p := keyPort(k); !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+		for _, tok := range b.Tokens["bind"] {
+			ip, err := netip.ParseAddr(tok.Text)
+			if err != nil {
+				continue // "bind", an interface name, "except", a brace
+			}
+			for _, p := range ports {
+				add(netip.AddrPortFrom(ip.Unmap().WithZone(""), p))
+			}
+		}
+	}
+	var out []localdnsListener
+	for _, c := range candidates {
+		_, err := corefile.Parse(file, bytes.NewReader(data), []netip.AddrPort{c})
+		switch {
+		case errors.Is(err, corefile.ErrNoServerBlock):
+		case err != nil:
+			// Not a key or bind error (those are found above): a plugin
+			// of a block serving c, which is there all the same.
+			out = append(out, localdnsListener{Addr: c, Err: err})
+		default:
+			out = append(out, localdnsListener{Addr: c})
+		}
+	}
+	return out, nil
+}
+
+// keyPort is the port of a server block key ("cluster.local:53",
+// "dns://.:53"): 53 when it names none, as CoreDNS has it. A key that is
+// not understood gives 53 too: corefile.Parse judges keys.
+func keyPort(key string) uint16 {
+	if _, rest, ok := strings.Cut(key, "://"); ok {
+		key = rest
+	}
+	i := strings.LastIndex(key, ":")
+	if i < 0 {
+		return 53
+	}
+	p, err := strconv.ParseUint(key[i+1:], 10, 16)
+	if err != nil {
+		return 53
+	}
+	return uint16(p)
+}
+
+// listenCovers reports whether a daemon listening on listen answers
+// queries sent to ap: the same address and port, or a wildcard address of
+// ap's port (0.0.0.0 for IPv4, :: for every address).
+func listenCovers(listen []netip.AddrPort, ap netip.AddrPort) bool {
+	addr := ap.Addr().Unmap()
+	for _, l := range listen {
+		la := l.Addr().Unmap()
+		if l.Port() != ap.Port() {
+			continue
+		}
+		if la == addr || la.IsUnspecified() && (la.Is6() || addr.Is4()) {
+			return true
+		}
+	}
+	return false
+}
+
+// localdnsListenersResult judges whether dnsstandby stands in for LocalDNS
+// on every listener LocalDNS serves: a listener it does not serve goes
+// unanswered when LocalDNS fails. AKS's LocalDNS serves two, the node's
+// 169.254.10.10:53 and the pods' 169.254.10.11:53.
+func localdnsListenersResult(f corefileFacts, d daemonFacts) Result {
+	const name = "localdns-listeners"
+	fixPath := "give --localdns-corefile the Corefile LocalDNS runs (its CoreDNS's -conf: ps -C coredns -o args)"
+	switch {
+	case f.Path == "":
+		return Result{Name: name, Status: Warn,
+			Found: "LocalDNS's Corefile is not at " + strings.Join(f.Tried, " nor ") + ": which listeners LocalDNS serves is not known",
+			Fix:   fixPath}
+	case f.Err != nil:
+		return Result{Name: name, Status: Warn,
+			Found: fmt.Sprintf("cannot read LocalDNS's Corefile %s: %v", f.Path, f.Err),
+			Fix:   "fix the Corefile, or " + fixPath}
+	case len(f.Listeners) == 0:
+		return Result{Name: name, Status: Warn,
+			Found: fmt.Sprintf("no block of %s serves plain DNS on %s or on an address it binds", f.Path, joinAddrPorts(localdnsDefaultListeners())),
+			Fix:   fixPath}
+	}
+	served := make([]netip.AddrPort, len(f.Listeners))
+	var more []finding
+	for i, l := range f.Listeners {
+		served[i] = l.Addr
+		if l.Err != nil {
+			more = append(more, finding{Warn, fmt.Sprintf("dnsstandby cannot read LocalDNS's blocks for %s (%v): `dnsstandby run --localdns-corefile %s --validate` says more", l.Addr, l.Err, f.Path)})
+		}
+	}
+	found := fmt.Sprintf("LocalDNS serves %s (%s)", joinAddrPorts(served), f.Path)
+	var listen []netip.AddrPort
+	if d.Status != nil && d.Status.Config != nil {
+		for _, s := range d.Status.Config.Listen {
+			if ap, err := netip.ParseAddrPort(s); err == nil {
+				listen = append(listen, ap)
+			}
+		}
+	}
+	switch {
+	case d.Status == nil:
+		return Result{Name: name, Status: Warn, Found: found + "; dnsstandby's listen addresses are not known: its status is not",
+			Fix: "see the dnsstandby row"}
+	case len(listen) == 0:
+		return Result{Name: name, Status: Warn, Found: found + "; the daemon does not report its listen addresses",
+			Fix: "run a dnsstandby as new as this check"}
+	}
+	var uncovered []netip.AddrPort
+	for _, ap := range served {
+		if !listenCovers(listen, ap) {
+			uncovered = append(uncovered, ap)
+		}
+	}
+	found += "; dnsstandby listens on " + joinAddrPorts(listen)
+	if len(uncovered) > 0 {
+		found += ": " + joinAddrPorts(uncovered) + " not covered, unanswered when LocalDNS fails"
+		add := make([]string, len(uncovered))
+		for i, ap := range uncovered {
+			add[i] = "--listen " + ap.String()
+		}
+		more = slices.Insert(more, 0, finding{Warn, "add " + strings.Join(add, " ") + " to dnsstandby's options (/etc/default/dnsstandby, or the DaemonSet's args) and restart it"})
+	}
+	for _, l := range f.Listeners {
+		if l.Err != nil {
+			found += fmt.Sprintf("; %s: its blocks are unreadable to dnsstandby", l.Addr)
+		}
+	}
+	return verdict(name, found, more...)
+}
+
+func joinAddrPorts(aps []netip.AddrPort) string {
+	s := make([]string, len(aps))
+	for i, ap := range aps {
+		s[i] = ap.String()
+	}
+	return strings.Join(s, ", ")
+}
