@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -57,12 +58,18 @@ func (r *capsRun) expect(want map[string]float64) error {
 
 // TestDaemonSetCapabilities runs dnsstandby with the DaemonSet's args and
 // with exactly the capabilities its securityContext adds (as root, like the
-// container), beside a real CoreDNS holding 169.254.10.11, and checks that
-// it gets everything the args ask for: steering level adopt with
-// LocalDNS's UDP socket adopted, the address anchor, the packet tap. Then
-// it drops each capability in turn and checks the one thing that needs it
-// breaks, so that none is spare. Needs root, CoreDNS (make bin/coredns) and
-// setpriv (util-linux).
+// container), beside a real CoreDNS as LocalDNS on 169.254.10.10 and
+// 169.254.10.11, and checks that it gets everything the args ask for:
+// steering level adopt with LocalDNS's UDP sockets on both listeners
+// adopted, the address anchor, the packet tap. Then it drops each
+// capability in turn and checks the one thing that needs it breaks, so
+// that none is spare. Needs root, CoreDNS (make bin/coredns) and setpriv
+// (util-linux).
+//
+// The args read LocalDNS's Corefile from the node's
+// /opt/azure/containers/localdns: here dnsstandby is given, in a test
+// directory instead, the very Corefile the CoreDNS standing in for
+// LocalDNS runs (caseArgs); every other arg is the manifest's.
 func TestDaemonSetCapabilities(t *testing.T) {
 	nstest.RequireRoot(t)
 	nstest.CoreDNSBinary(t)
@@ -92,17 +99,28 @@ func TestDaemonSetCapabilities(t *testing.T) {
 	if err := ns.AddLink("localdns", "", "169.254.10.10/32", "169.254.10.11/32"); err != nil {
 		t.Fatal(err)
 	}
-	// LocalDNS as AgentBaker renders it, its pods' root block answering
-	// with whoami instead of forwarding: nothing leaves the namespace.
-	corefile := testkit.Corefile{Extra: "whoami"}.String()
+	// kube-dns, in the namespace too (answering with whoami): nothing
+	// leaves it.
+	const kubeDNS = "10.0.0.10"
+	if err := ns.AddLink("kubedns", "", kubeDNS+"/32"); err != nil {
+		t.Fatal(err)
+	}
+	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: ".:53 {\n    bind " + kubeDNS + "\n    whoami\n}\n", Probe: kubeDNS + ":53"})
+	// LocalDNS as AgentBaker renders it, both root blocks forwarding to
+	// kube-dns.
+	corefile := testkit.Corefile{KubeDNS: kubeDNS, VnetDNS: kubeDNS}.String()
 	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: corefile, Probe: testkit.PodListener + ":53"})
 
 	full := map[string]float64{
 		`dnsstandby_steer_level{level="adopt"}`:                                    1,
+		`dnsstandby_steer_group_level{group="169.254.10.10:53/udp",level="adopt"}`: 1,
 		`dnsstandby_steer_group_level{group="169.254.10.11:53/udp",level="adopt"}`: 1,
+		`dnsstandby_steer_peers{group="169.254.10.10:53/udp"}`:                     1,
 		`dnsstandby_steer_peers{group="169.254.10.11:53/udp"}`:                     1,
 		`dnsstandby_mode{mode="mirror"}`:                                           1,
 		`dnsstandby_anchor_ready`:                                                  1,
+		`dnsstandby_anchor_addresses`:                                              2,
+		`dnsstandby_mirror_tap_enabled{listener="169.254.10.10:53"}`:               1,
 		`dnsstandby_mirror_tap_enabled{listener="169.254.10.11:53"}`:               1,
 	}
 	cases := []struct {
@@ -159,7 +177,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 					t.Fatalf("%s is not in the DaemonSet's capabilities %q", c, manifestCaps)
 				}
 			}
-			runArgs := caseArgs(args, t.TempDir())
+			runArgs := caseArgs(t, args, corefile)
 			set := "-all"
 			for _, c := range caps {
 				set += ",+" + strings.ToLower(c)
@@ -200,10 +218,15 @@ func TestDaemonSetCapabilities(t *testing.T) {
 	}
 }
 
-// caseArgs adapts the DaemonSet's args to one run here: the state and the
-// admin socket in dir instead of the node's paths, and a bridge anchor (this
-// project's machines lack the dummy driver; AKS nodes have it).
-func caseArgs(args []string, dir string) []string {
+// caseArgs adapts the DaemonSet's args to one run here: LocalDNS's
+// Corefile (as updated.localdns.corefile), the state and the admin socket
+// in a test directory instead of the node's paths, and a bridge anchor
+// (this project's machines lack the dummy driver; AKS nodes have it).
+func caseArgs(t *testing.T, args []string, corefile string) []string {
+	args, dir := inLocalDNSDir(t, args)
+	if err := os.WriteFile(filepath.Join(dir, "updated.localdns.corefile"), []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := make([]string, 0, len(args)+1)
 	for _, a := range args {
 		switch {

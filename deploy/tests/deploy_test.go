@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
 )
 
 // The Kubernetes files, relative to these tests (deploy/tests).
@@ -27,6 +30,18 @@ const (
 	alertsFile    = "../kubernetes/alerts.yaml"
 	dashboardFile = "../kubernetes/dashboard.json"
 )
+
+// Where an AKS node keeps LocalDNS's Corefile, as the deploy files name
+// it: the directory, and the --localdns-corefile value (the first that
+// exists is read: what LocalDNS's CoreDNS runs, then what localdns.sh
+// writes it from).
+const (
+	localdnsDir       = "/opt/azure/containers/localdns"
+	localdnsCorefiles = localdnsDir + "/updated.localdns.corefile," + localdnsDir + "/localdns.corefile"
+)
+
+// LocalDNS's listeners, which the deploy files listen on, both.
+var localdnsListeners = []string{"169.254.10.10:53", "169.254.10.11:53"}
 
 // The parts of the Kubernetes API the manifest uses. Decoding is strict
 // (KnownFields): a misspelled field, which the API server would drop or
@@ -309,6 +324,22 @@ func (m *manifest) mountFor(path string) (string, bool) {
 	return "", false
 }
 
+// hostPathFor returns, for the mount at or above path in the container, the
+// node path it maps to, whether it is read-only, and the hostPath type.
+func (m *manifest) hostPathFor(path string) (host string, readOnly bool, typ string, ok bool) {
+	for _, vm := range m.container.VolumeMounts {
+		if path != vm.MountPath && !strings.HasPrefix(path, vm.MountPath+"/") {
+			continue
+		}
+		for _, v := range m.pod.Volumes {
+			if v.Name == vm.Name && v.HostPath != nil {
+				return v.HostPath.Path + strings.TrimPrefix(path, vm.MountPath), vm.ReadOnly, v.HostPath.Type, true
+			}
+		}
+	}
+	return "", false, "", false
+}
+
 // wantCapabilities is what --steering=adopt --mirror=tap needs, each added
 // capability for the reason daemonset.yaml gives;
 // TestDaemonSetCapabilities shows, by dropping each, that none is spare.
@@ -558,14 +589,48 @@ func TestDaemonSet(t *testing.T) {
 			}
 			return nil
 		}},
-		{"steering adopt, mirror tap, on LocalDNS's address", func() error {
-			for flag, want := range map[string]string{"listen": "169.254.10.11:53", "steering": "adopt", "mirror": "tap"} {
+		{"steering adopt, mirror tap, on both of LocalDNS's listeners, from its Corefile", func() error {
+			for flag, want := range map[string]string{"steering": "adopt", "mirror": "tap", "localdns-corefile": localdnsCorefiles} {
 				if got := m.flag(flag); got != want {
 					return fmt.Errorf("--%s=%q, want %q", flag, got, want)
 				}
 			}
-			if up := m.flag("upstream"); up == "" || strings.HasPrefix(up, "169.254.10.") {
-				return fmt.Errorf("--upstream=%q: want the kube-dns ClusterIP", up)
+			args, err := m.args()
+			if err != nil {
+				return err
+			}
+			if got := slices.Sorted(slices.Values(args["listen"])); !slices.Equal(got, localdnsListeners) {
+				return fmt.Errorf("--listen %q, want %q", got, localdnsListeners)
+			}
+			// No ClusterIP written in: the Corefile has each zone's.
+			if up := args["upstream"]; len(up) > 0 {
+				return fmt.Errorf("--upstream=%q: the forward targets come from LocalDNS's Corefile; --upstream would replace them all", up)
+			}
+			return nil
+		}},
+		{"LocalDNS's Corefile and hosts file on read-only host mounts at the node's paths", func() error {
+			// The hosts file is the one AgentBaker's Corefile names.
+			s, err := corefile.Load(agentBakerCorefile, []netip.AddrPort{netip.MustParseAddrPort(localdnsListeners[1])})
+			if err != nil {
+				return err
+			}
+			z := s.ZoneFor(".")
+			if z == nil || z.Hosts == nil {
+				return fmt.Errorf("%s: no hosts plugin in the pods' root block", agentBakerCorefile)
+			}
+			paths := append(strings.Split(m.flag("localdns-corefile"), ","), z.Hosts.File)
+			for _, path := range paths {
+				host, readOnly, typ, ok := m.hostPathFor(path)
+				switch {
+				case !ok:
+					return fmt.Errorf("%s is on no hostPath mount", path)
+				case host != path:
+					return fmt.Errorf("%s is %s on the node: the Corefile names the node's paths, so they must stay the same", path, host)
+				case !readOnly:
+					return fmt.Errorf("the mount holding %s is writable: dnsstandby only reads LocalDNS's files", path)
+				case typ == "FileOrCreate" || typ == "File":
+					return fmt.Errorf("%s is mounted as a file (%s): localdns.sh rewrites the Corefile, and a file mount keeps the old one", path, typ)
+				}
 			}
 			return nil
 		}},
@@ -585,6 +650,7 @@ func TestManifestDecodingIsStrict(t *testing.T) {
 	for _, tt := range []struct{ from, to string }{
 		{"hostPID: true", "hostPid: true"},
 		{"readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true"},
+		{"readOnly: true", "readonly: true"},
 		{"kind: DaemonSet", "kind: Deployment"},
 	} {
 		bad := bytes.Replace(data, []byte(tt.from), []byte(tt.to), 1)
@@ -646,7 +712,11 @@ func (m *manifest) expandArgs(hostIP string) ([]string, error) {
 
 // TestDaemonSetArgs runs the real binary: every flag in the container's
 // args is one `dnsstandby run -h` lists, and `dnsstandby run ARGS
-// --validate` accepts their values.
+// --validate` accepts their values. The args read LocalDNS's Corefile from
+// the node's /opt/azure/containers/localdns, which this machine lacks: the
+// test writes AgentBaker's Corefile (corefile/testdata) into a directory
+// of its own and gives that directory's paths instead, leaving every other
+// arg as the manifest has it (validateWithCorefile).
 func TestDaemonSetArgs(t *testing.T) {
 	m := loadManifest(t, readFile(t, daemonSetFile))
 	bin := buildDNSStandby(t)
@@ -678,16 +748,18 @@ func TestDaemonSetArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append(expanded, "--validate")...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no DNSSTANDBY_* from the test's environment
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("dnsstandby %s --validate: %v\n%s", strings.Join(expanded, " "), err, out)
-	}
+	validateWithCorefile(t, bin, expanded)
 	// The same check rejects bad values, typed or checked after parsing,
 	// so it is not vacuous.
+	withCorefile, dir := inLocalDNSDir(t, expanded)
+	if err := os.WriteFile(filepath.Join(dir, "updated.localdns.corefile"), readFile(t, agentBakerCorefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, wrong := range []string{"--probe-interval=often", "--mirror=tapz", "--upstream=169.254.10.11:53"} {
-		bad := append(slices.Clone(expanded), wrong, "--validate")
-		if out, err := exec.Command(bin, bad...).CombinedOutput(); err == nil {
+		bad := append(slices.Clone(withCorefile), wrong, "--validate")
+		cmd := exec.Command(bin, bad...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		if out, err := cmd.CombinedOutput(); err == nil {
 			t.Errorf("%s was accepted:\n%s", wrong, out)
 		}
 	}

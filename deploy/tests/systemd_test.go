@@ -116,20 +116,80 @@ func TestSystemdUnitSettings(t *testing.T) {
 
 // TestSystemdDefaultsArgs: the options dnsstandby.default gives are ones
 // `dnsstandby run` accepts, split on white space as systemd splits
-// $DNSSTANDBY_OPTS.
+// $DNSSTANDBY_OPTS: both of LocalDNS's listeners, served from LocalDNS's
+// Corefile at the node's paths, no upstream written in. This machine has
+// no /opt/azure/containers/localdns: the test writes AgentBaker's Corefile
+// (corefile/testdata) into a directory of its own and gives that
+// directory's paths instead, leaving every other option as the file has
+// it (validateWithCorefile).
 func TestSystemdDefaultsArgs(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^DNSSTANDBY_OPTS="([^"]*)"$`).FindStringSubmatch(deploy.SystemdDefaults)
 	if m == nil {
 		t.Fatalf("no DNSSTANDBY_OPTS=\"...\" line in dnsstandby.default:\n%s", deploy.SystemdDefaults)
 	}
 	opts := strings.Fields(m[1])
-	if len(opts) == 0 || !slices.Contains(opts, "--upstream") {
-		t.Fatalf("DNSSTANDBY_OPTS %q: want at least --upstream", m[1])
+	var listen, corefiles, upstreams []string
+	for i := 0; i+1 < len(opts); i++ {
+		switch opts[i] {
+		case "--listen":
+			listen = append(listen, opts[i+1])
+		case "--localdns-corefile":
+			corefiles = append(corefiles, opts[i+1])
+		case "--upstream":
+			upstreams = append(upstreams, opts[i+1])
+		}
+	}
+	slices.Sort(listen)
+	if !slices.Equal(listen, localdnsListeners) {
+		t.Errorf("DNSSTANDBY_OPTS %q: --listen %q, want %q", m[1], listen, localdnsListeners)
+	}
+	if !slices.Equal(corefiles, []string{localdnsCorefiles}) {
+		t.Errorf("DNSSTANDBY_OPTS %q: --localdns-corefile %q, want %q", m[1], corefiles, localdnsCorefiles)
+	}
+	if len(upstreams) > 0 {
+		t.Errorf("DNSSTANDBY_OPTS %q: --upstream %q: the forward targets come from LocalDNS's Corefile; --upstream would replace them all", m[1], upstreams)
 	}
 	bin := buildDNSStandby(t)
-	cmd := exec.Command(bin, append(append([]string{"run"}, opts...), "--validate")...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("dnsstandby run %s --validate: %v\n%s", m[1], err, out)
+	validateWithCorefile(t, bin, append([]string{"run"}, opts...))
+}
+
+// TestSystemdUnitReadsLocalDNSFiles: the unit's sandbox leaves LocalDNS's
+// Corefile and its hosts file readable. ProtectSystem=strict makes them
+// read-only, which is all dnsstandby needs; these settings would hide them.
+// (Whether systemd really lets the process read them is seen only on a
+// node or in the lab, under a real systemd.)
+func TestSystemdUnitReadsLocalDNSFiles(t *testing.T) {
+	got := unitSettings(deploy.SystemdUnit)
+	if v := got["Service.ProtectSystem"]; !slices.Equal(v, []string{"strict"}) {
+		t.Errorf("ProtectSystem = %q, want strict (everything read-only, readable)", v)
+	}
+	if v := got["Service.ProtectHome"]; slices.Contains(v, "tmpfs") {
+		t.Errorf("ProtectHome = %q", v)
+	}
+	for _, key := range []string{"RootDirectory", "RootImage"} {
+		if v := got["Service."+key]; len(v) > 0 {
+			t.Errorf("%s=%q: the node's files are not under it", key, v)
+		}
+	}
+	// A path setting naming a directory at or above LocalDNS's files
+	// hides or replaces them (BindPaths= with DEST after a colon).
+	covers := func(p string) bool {
+		if p != "/" {
+			p = strings.TrimSuffix(p, "/")
+		}
+		return slices.Contains([]string{"/", "/opt", "/opt/azure", "/opt/azure/containers", localdnsDir, "/etc", "/etc/localdns"}, strings.TrimSuffix(p, "/"))
+	}
+	for _, key := range []string{"InaccessiblePaths", "TemporaryFileSystem", "BindPaths", "BindReadOnlyPaths"} {
+		for _, v := range got["Service."+key] {
+			for _, f := range strings.Fields(v) {
+				src, dst, _ := strings.Cut(strings.TrimLeft(f, "-+"), ":")
+				if key == "TemporaryFileSystem" {
+					dst = "" // PATH:OPTIONS
+				}
+				if covers(src) && key != "BindPaths" && key != "BindReadOnlyPaths" || covers(dst) {
+					t.Errorf("%s=%s hides LocalDNS's Corefile (%s) or its hosts file (/etc/localdns)", key, v, localdnsDir)
+				}
+			}
+		}
 	}
 }
