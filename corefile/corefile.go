@@ -73,6 +73,8 @@ type Zone struct {
 	MaxConcurrent        int           // 0: no limit
 	MaxFails             int           // health checks failed before an upstream counts as down; default 2
 	HealthCheck          time.Duration // health-check interval; default 500ms
+	HealthCheckNoRec     bool          // health_check ... no_rec: probes with RD=0
+	HealthCheckDomain    string        // health_check ... domain NAME, fully qualified and lower case; "" when not set (CoreDNS probes ".")
 	Expire               time.Duration // idle upstream connections are closed after this; default 10s
 	FailfastAllUnhealthy bool          // failfast_all_unhealthy_upstreams
 	ForwardExcept        []string      // names under these are not forwarded by this stanza

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coredns/caddy/caddyfile"
@@ -33,6 +34,8 @@ type forwardStanza struct {
 	maxConc    int
 	maxFails   int
 	hcInterval time.Duration
+	hcNoRec    bool
+	hcDomain   string // "" : CoreDNS's "."
 	expire     time.Duration
 	failfast   bool
 	except     []string
@@ -46,6 +49,8 @@ func (f *forwardStanza) apply(z *Zone) {
 	z.MaxConcurrent = f.maxConc
 	z.MaxFails = f.maxFails
 	z.HealthCheck = f.hcInterval
+	z.HealthCheckNoRec = f.hcNoRec
+	z.HealthCheckDomain = f.hcDomain
 	z.Expire = f.expire
 	z.FailfastAllUnhealthy = f.failfast
 	z.ForwardExcept = append([]string(nil), f.except...)
@@ -229,7 +234,9 @@ func (d *directive) forwardTarget(t string) (ap netip.AddrPort, ok bool, err err
 	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true, nil
 }
 
-// healthCheck reads `health_check DURATION [no_rec] [domain NAME]`.
+// healthCheck reads `health_check DURATION [no_rec] [domain NAME]` as
+// CoreDNS does: each health_check line sets the domain back to "." (here
+// ""), while no_rec, once given, stays.
 func (d *directive) healthCheck(f *forwardStanza) error {
 	if !d.NextArg() {
 		return d.argErr()
@@ -239,9 +246,11 @@ func (d *directive) healthCheck(f *forwardStanza) error {
 		return err
 	}
 	f.hcInterval = dur
+	f.hcDomain = ""
 	for d.NextArg() {
 		switch o := d.Val(); o {
 		case "no_rec":
+			f.hcNoRec = true
 		case "domain":
 			if !d.NextArg() {
 				return d.argErr()
@@ -249,6 +258,8 @@ func (d *directive) healthCheck(f *forwardStanza) error {
 			if _, ok := dns.IsDomainName(d.Val()); !ok {
 				return d.errf("health_check: invalid domain name %q", d.Val())
 			}
+			// CoreDNS's plugin.Name(...).Normalize().
+			f.hcDomain = strings.ToLower(dns.Fqdn(d.Val()))
 		default:
 			return d.errf("health_check: unknown option %q", o)
 		}

@@ -1,6 +1,7 @@
 package corefile
 
 import (
+	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -15,6 +16,8 @@ type forwardView struct {
 	MaxConcurrent        int
 	MaxFails             int
 	HealthCheck, Expire  time.Duration
+	HealthCheckNoRec     bool
+	HealthCheckDomain    string
 	FailfastAllUnhealthy bool
 	Except               []string
 	Line                 int
@@ -25,6 +28,7 @@ func viewForward(z *Zone) forwardView {
 		Policy: z.ForwardPolicy, PreferUDP: z.PreferUDP, ForceTCP: z.ForceTCP,
 		MaxConcurrent: z.MaxConcurrent, MaxFails: z.MaxFails,
 		HealthCheck: z.HealthCheck, Expire: z.Expire,
+		HealthCheckNoRec: z.HealthCheckNoRec, HealthCheckDomain: z.HealthCheckDomain,
 		FailfastAllUnhealthy: z.FailfastAllUnhealthy,
 		Except:               z.ForwardExcept, Line: z.ForwardLine,
 	}
@@ -65,6 +69,29 @@ func TestForward(t *testing.T) {
 				*f = defaultForward("10.0.0.10:53")
 				f.ForceTCP, f.Policy, f.MaxConcurrent = true, "round_robin", 1000
 				f.HealthCheck, f.FailfastAllUnhealthy = time.Second, true
+				f.HealthCheckNoRec, f.HealthCheckDomain = true, "health.local."
+			}},
+		{name: "health_check domain is normalized", body: "forward . 10.0.0.10 {\n  health_check 1s domain Health.Local\n}",
+			want: func(f *forwardView) {
+				*f = defaultForward("10.0.0.10:53")
+				f.HealthCheck, f.HealthCheckDomain = time.Second, "health.local."
+			}},
+		{name: "health_check no_rec alone", body: "forward . 10.0.0.10 {\n  health_check 2s no_rec\n}",
+			want: func(f *forwardView) {
+				*f = defaultForward("10.0.0.10:53")
+				f.HealthCheck, f.HealthCheckNoRec = 2*time.Second, true
+			}},
+		{name: "health_check domain before no_rec", body: "forward . 10.0.0.10 {\n  health_check 1s domain health.local no_rec\n}",
+			want: func(f *forwardView) {
+				*f = defaultForward("10.0.0.10:53")
+				f.HealthCheck, f.HealthCheckNoRec, f.HealthCheckDomain = time.Second, true, "health.local."
+			}},
+		// CoreDNS sets its probe domain back to "." at each health_check,
+		// and leaves no_rec as an earlier line set it.
+		{name: "second health_check resets the domain, not no_rec", body: "forward . 10.0.0.10 {\n  health_check 1s no_rec domain health.local.\n  health_check 3s\n}",
+			want: func(f *forwardView) {
+				*f = defaultForward("10.0.0.10:53")
+				f.HealthCheck, f.HealthCheckNoRec = 3*time.Second, true
 			}},
 		{name: "several targets keep their order", body: "forward . 10.224.0.5 10.224.0.4:5353 dns://10.0.0.10 dns://10.0.0.11:1053",
 			want: func(f *forwardView) {
@@ -155,5 +182,41 @@ func TestForwardPerZone(t *testing.T) {
 	}
 	if len(s.Notes) != 0 {
 		t.Errorf("notes = %v", s.Notes)
+	}
+}
+
+// TestForwardHealthKnobs reads AgentBaker's rendering of the forward
+// health knobs: each listener's root zone keeps its health_check options
+// and failfast_all_unhealthy_upstreams.
+func TestForwardHealthKnobs(t *testing.T) {
+	tests := []struct {
+		listen netip.AddrPort
+		want   func(f *forwardView)
+	}{
+		{nodeListener, func(f *forwardView) {
+			*f = defaultForward("168.63.129.16:53")
+			f.Policy, f.PreferUDP, f.MaxConcurrent, f.Line = "sequential", true, 1000, 33
+			f.HealthCheck, f.HealthCheckNoRec, f.HealthCheckDomain = time.Second, true, "health.local."
+			f.FailfastAllUnhealthy = true
+		}},
+		{podListener, func(f *forwardView) {
+			*f = defaultForward("10.0.0.10:53")
+			f.Policy, f.PreferUDP, f.MaxConcurrent, f.Line = "sequential", true, 1000, 63
+			f.HealthCheck = 2 * time.Second
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.listen.String(), func(t *testing.T) {
+			s, err := Load("testdata/agentbaker-health-check.corefile", []netip.AddrPort{tt.listen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := viewForward(zone(t, s, "."))
+			var want forwardView
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("forward:\n got %+v\nwant %+v", got, want)
+			}
+		})
 	}
 }
