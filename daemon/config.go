@@ -89,10 +89,14 @@ type Route struct {
 	// are, as LocalDNS's cache plugin caches them.
 	Templates []corefile.Template
 	Hosts     *corefile.Hosts
+	// Whoami answers what the templates and hosts pass on in a block
+	// without a forward (CoreDNS runs whoami after forward): the client's
+	// address and port, as LocalDNS's health-check block does.
+	Whoami bool
 }
 
 // local reports whether the route makes answers of its own.
-func (r *Route) local() bool { return len(r.Templates) > 0 || r.Hosts != nil }
+func (r *Route) local() bool { return len(r.Templates) > 0 || r.Hosts != nil || r.Whoami }
 
 // routesFor returns the routes serving the listen address ap.
 func (c *Config) routesFor(ap netip.AddrPort) []Route {

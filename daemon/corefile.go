@@ -8,6 +8,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/pipeline"
+	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
 // This file is the Corefile contract: which of LocalDNS's settings the
@@ -16,10 +17,10 @@ import (
 
 // ApplyCorefile takes from a LocalDNS Corefile's blocks (those serving
 // the listen addresses, as corefile.Parse selected them):
-//   - per zone with a forward, templates or hosts, on each of cfg.Listen
-//     its block serves: a Route with its template stanzas, its hosts
-//     plugin, and its forward's servers, force_tcp, max_concurrent,
-//     max_fails, health_check and expire;
+//   - per zone with a forward, templates, hosts or whoami, on each of
+//     cfg.Listen its block serves: a Route with its template stanzas, its
+//     hosts plugin, whoami, and its forward's servers, force_tcp,
+//     max_concurrent, max_fails, health_check and expire;
 //   - from the root zone's cache plugin: the TTL caps and floors, the
 //     SERVFAIL TTL, serve_stale's duration and mode;
 //   - into Ignored: every option and plugin LocalDNS uses that dnsstandby
@@ -32,7 +33,7 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 	var routes []Route
 	for _, z := range s.Zones {
 		cfg.Ignored = append(cfg.Ignored, ignored(z)...)
-		if len(z.Upstreams) == 0 && len(z.Templates) == 0 && z.Hosts == nil {
+		if len(z.Upstreams) == 0 && len(z.Templates) == 0 && z.Hosts == nil && !z.Whoami {
 			continue
 		}
 		for _, ap := range cfg.Listen {
@@ -65,10 +66,22 @@ func zoneRoute(cfg *Config, ap netip.AddrPort, z corefile.Zone) Route {
 	r := NewRoute(z.Name, z.Upstreams...)
 	r.Listen = ap
 	r.Templates, r.Hosts = z.Templates, z.Hosts
+	r.Whoami = z.Whoami && len(z.Upstreams) == 0 // after a forward, whoami never answers
+	if len(z.Upstreams) == 0 {
+		// No forward (or none dnsstandby can use): its settings are
+		// zero and have nothing to apply to.
+		return r
+	}
 	u := &r.Upstream
+	u.Policy = upstream.Policy(z.ForwardPolicy)
+	u.FailFast = z.FailfastAllUnhealthy
 	u.ForceTCP = z.ForceTCP
 	u.MaxConcurrent = z.MaxConcurrent
 	u.MaxFails = z.MaxFails
+	u.HealthCheckNoRec = z.HealthCheckNoRec
+	if z.HealthCheckDomain != "" { // "": CoreDNS's ".", the default
+		u.HealthCheckDomain = z.HealthCheckDomain
+	}
 	// A zero interval or expiry has no use here; keep the defaults.
 	if z.HealthCheck > 0 {
 		u.HealthCheck = z.HealthCheck
@@ -98,7 +111,7 @@ func rootCache(zones []corefile.Zone) *corefile.Cache {
 var (
 	// imitated: read by corefile and applied by ApplyCorefile (bind
 	// selects the blocks).
-	imitated = []string{"bind", "forward", "cache", "template", "hosts"}
+	imitated = []string{"bind", "forward", "cache", "template", "hosts", "whoami"}
 	// noAnswerEffect: plugins that log, export or check, and change no
 	// answer; dnsstandby has its own logs, metrics and health endpoints.
 	noAnswerEffect = []string{"errors", "log", "ready", "health", "loop", "prometheus", "reload", "debug", "dnstap", "pprof", "trace"}
@@ -121,14 +134,8 @@ func ignored(z corefile.Zone) []string {
 		}
 	}
 	if len(z.Upstreams) > 0 {
-		if z.ForwardPolicy != "" && z.ForwardPolicy != "sequential" {
-			add("forward policy %s: dnsstandby tries the servers in order (sequential)", z.ForwardPolicy)
-		}
-		if z.PreferUDP {
-			add("forward prefer_udp: dnsstandby asks over UDP unless force_tcp, whatever the client used")
-		}
-		if z.FailfastAllUnhealthy {
-			add("forward failfast_all_unhealthy_upstreams: dnsstandby still tries servers marked down when all are")
+		if !z.PreferUDP && !z.ForceTCP {
+			add("forward without prefer_udp or force_tcp: LocalDNS asks over the client's protocol and passes a truncated reply on; dnsstandby asks over UDP and retries a truncated reply over TCP, as prefer_udp")
 		}
 		if len(z.ForwardExcept) > 0 {
 			add("forward except %s: dnsstandby forwards those names too", strings.Join(z.ForwardExcept, " "))

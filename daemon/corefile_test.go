@@ -16,11 +16,13 @@ import (
 // does not imitate.
 func TestApplyCorefile(t *testing.T) {
 	pod := []string{
+		"169.254.10.11:53 health-check.localdns.local. [] tcp=false conc=0",
 		"169.254.10.11:53 cluster.local. [10.0.0.10:53] tcp=true conc=1000",
 		"169.254.10.11:53 testdomain567.com. [168.63.129.16:53] tcp=false conc=1000",
 		"169.254.10.11:53 . [10.0.0.10:53] tcp=false conc=1000",
 	}
 	node := []string{
+		"169.254.10.10:53 health-check.localdns.local. [] tcp=false conc=0",
 		"169.254.10.10:53 cluster.local. [10.0.0.10:53] tcp=true conc=1000",
 		"169.254.10.10:53 testdomain456.com. [10.0.0.10:53] tcp=false conc=1000",
 		"169.254.10.10:53 . [168.63.129.16:53] tcp=false conc=1000",
@@ -32,16 +34,16 @@ func TestApplyCorefile(t *testing.T) {
 	}{
 		{"169.254.10.11:53",
 			pod,
-			[]string{"plugin whoami not imitated",
+			[]string{
 				"forward policy round_robin", "forward policy random", "forward prefer_udp", `nsid "localdns-pod"`,
 				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: each listener's cache follows its root block's policy"}},
 		{"169.254.10.10:53",
 			node,
-			[]string{"plugin whoami not imitated", `nsid "localdns"`}},
+			[]string{`nsid "localdns"`}},
 		// Both listeners: each zone's block on its own address, the
 		// blocks the Corefile orders (most specific zone first).
 		{"169.254.10.10:53,169.254.10.11:53",
-			[]string{node[0], node[1], pod[0], pod[1], node[2], pod[2]},
+			[]string{node[0], pod[0], node[1], node[2], pod[1], pod[2], node[3], pod[3]},
 			[]string{`nsid "localdns"`, `nsid "localdns-pod"`}},
 	}
 	for _, tt := range tests {
@@ -61,7 +63,7 @@ func TestApplyCorefile(t *testing.T) {
 				u := r.Upstream
 				routes = append(routes, fmt.Sprintf("%s %s %v tcp=%v conc=%d", r.Listen, r.Zone, u.Servers, u.ForceTCP, u.MaxConcurrent))
 				// The forward defaults AgentBaker leaves alone, as CoreDNS has them.
-				if u.MaxFails != 2 || u.HealthCheck != 500*time.Millisecond || u.ExpireTCP != 10*time.Second {
+				if len(u.Servers) > 0 && u.MaxFails != 2 || u.HealthCheck != 500*time.Millisecond || u.ExpireTCP != 10*time.Second {
 					t.Errorf("%s: max_fails %d health_check %s expire %s, want CoreDNS's 2, 500ms, 10s", r.Zone, u.MaxFails, u.HealthCheck, u.ExpireTCP)
 				}
 			}
@@ -72,11 +74,15 @@ func TestApplyCorefile(t *testing.T) {
 					if len(r.Templates) != 2 || r.Hosts == nil || r.Hosts.File != "/etc/localdns/hosts" || r.Hosts.TTL != 5 {
 						t.Errorf("%s .: %d templates, hosts %+v; want AgentBaker's 2 and /etc/localdns/hosts with ttl 5", r.Listen, len(r.Templates), r.Hosts)
 					}
+				} else if r.Zone == "health-check.localdns.local." {
+					if !r.Whoami || len(r.Upstream.Servers) != 0 {
+						t.Errorf("%s health check: whoami %v servers %v; want whoami alone", r.Listen, r.Whoami, r.Upstream.Servers)
+					}
 				} else if r.local() {
 					t.Errorf("%s %s: answers of its own, want none", r.Listen, r.Zone)
 				}
 			}
-			for _, imitated := range []string{"plugin hosts", "plugin template"} {
+			for _, imitated := range []string{"plugin hosts", "plugin template", "plugin whoami"} {
 				if strings.Contains(strings.Join(cfg.Ignored, "\n"), imitated) {
 					t.Errorf("Ignored lists %s, which is imitated", imitated)
 				}

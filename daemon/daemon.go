@@ -304,8 +304,12 @@ func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view) (*route
 			return nil, err
 		}
 		if len(r.Upstream.Servers) == 0 {
-			set.routes = append(set.routes, pipeline.Route{Zone: r.Zone, Upstream: localFirst{answerers: local}})
-			d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil, "servers", "none")
+			route := pipeline.Route{Zone: r.Zone, Upstream: localFirst{answerers: local}}
+			if r.Whoami {
+				route = pipeline.Route{Zone: r.Zone, Direct: direct(local)}
+			}
+			set.routes = append(set.routes, route)
+			d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil, "whoami", r.Whoami, "servers", "none")
 			continue
 		}
 		uc := r.Upstream

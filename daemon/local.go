@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
 	"github.com/miekg/dns"
 
@@ -36,6 +37,21 @@ func (l localFirst) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error
 		return m, nil
 	}
 	return l.next.Exchange(ctx, req)
+}
+
+// direct answers for one client a block with whoami and no forward: its
+// templates and hosts first, then whoami, which answers everything.
+func direct(answerers []localanswer.Answerer) func(*dns.Msg, netip.AddrPort, bool) *dns.Msg {
+	return func(req *dns.Msg, client netip.AddrPort, tcp bool) *dns.Msg {
+		r := localanswer.Request{Msg: req, Client: client, TCP: tcp}
+		for _, a := range answerers {
+			if m, ok := a.Answer(r); ok {
+				return m
+			}
+		}
+		m, _ := localanswer.Whoami{}.Answer(r)
+		return m
+	}
 }
 
 // startLocal makes the route's own answerers and starts what they run

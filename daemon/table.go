@@ -13,7 +13,7 @@ import (
 // `dnsstandby run --validate` prints it.
 func (c *Config) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LISTENER\tZONE\tUPSTREAMS\tTRANSPORT\tMAX_CONCURRENT\tMAX_FAILS\tHEALTH_CHECK")
+	fmt.Fprintln(tw, "LISTENER\tZONE\tLOCAL\tUPSTREAMS\tTRANSPORT\tMAX_CONCURRENT\tMAX_FAILS\tHEALTH_CHECK")
 	for _, ap := range c.Listen {
 		for _, r := range c.routesFor(ap) {
 			u := r.Upstream
@@ -29,7 +29,11 @@ func (c *Config) WriteTable(w io.Writer) error {
 			if u.MaxConcurrent > 0 {
 				conc = fmt.Sprint(u.MaxConcurrent)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", ap, r.Zone, strings.Join(servers, " "), transport, conc, u.MaxFails, u.HealthCheck)
+			if len(servers) == 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\n", ap, r.Zone, localAnswers(r))
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", ap, r.Zone, localAnswers(r), strings.Join(servers, " "), transport, conc, u.MaxFails, u.HealthCheck)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -47,4 +51,23 @@ func (c *Config) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// localAnswers says which answers the route makes itself, in the order
+// they are asked: "templates 2, hosts", "whoami", or "-".
+func localAnswers(r Route) string {
+	var parts []string
+	if n := len(r.Templates); n > 0 {
+		parts = append(parts, fmt.Sprintf("templates %d", n))
+	}
+	if r.Hosts != nil {
+		parts = append(parts, "hosts "+r.Hosts.File)
+	}
+	if r.Whoami {
+		parts = append(parts, "whoami")
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

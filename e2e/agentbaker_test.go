@@ -34,13 +34,8 @@ const aksHosts = `# critical AKS names
 // agentBakerAccepted are the questions on which dnsstandby may answer
 // otherwise than LocalDNS, with the reason. Each is asked all the same:
 // its answers are logged, and it counts towards N only when they agree.
-var agentBakerAccepted = map[string]string{
-	"health-check.localdns.local. A": "whoami is not imitated (the start log says so): LocalDNS answers " +
-		"from the health-check block, NOERROR with no answer and the client's address and port in the " +
-		"additional section; dnsstandby makes no route of a block without forward, template or hosts, " +
-		"so the name goes to the listener's root block and its upstream answers (the VNet DNS's A on " +
-		"169.254.10.10, kube-dns's REFUSED on 169.254.10.11)",
-}
+// None today.
+var agentBakerAccepted = map[string]string{}
 
 // TestAgentBakerCorefile runs, for every LocalDNS Corefile rendered from
 // Azure/AgentBaker in corefile/testdata (each file's header says from
@@ -190,6 +185,11 @@ func testAgentBakerCorefile(t *testing.T, file string) {
 			diff = err.Error()
 		default:
 			diff = compareAnswers(before[i], r)
+			// whoami's answer is in the additional section: the client's
+			// address (its port differs from query to query).
+			if w, g := clientAddr(before[i]), clientAddr(r); diff == "" && w != g {
+				diff = fmt.Sprintf("client address in the additional section %q, LocalDNS %q", g, w)
+			}
 		}
 		switch {
 		case diff == "":
@@ -203,14 +203,11 @@ func testAgentBakerCorefile(t *testing.T, file string) {
 		}
 	}
 	t.Logf("%s: %d/%d answered as LocalDNS did (%d accepted differences)", filepath.Base(file), agree, len(queries), accepted)
-	whoami := false
-	for _, zs := range zones {
-		for _, z := range zs {
-			whoami = whoami || z.Whoami
-		}
+	if agree+accepted != len(queries) {
+		return
 	}
-	if out := p.Output(); whoami && !strings.Contains(out, "plugin whoami not imitated") {
-		t.Errorf("the start log does not list whoami as not imitated:\n%s", out)
+	if out := p.Output(); strings.Contains(out, "plugin whoami not imitated") {
+		t.Errorf("the start log lists whoami as not imitated:\n%s", out)
 	}
 }
 
@@ -279,6 +276,19 @@ func agentBakerQueries(l *lab, listeners []string, zones map[string][]corefile.Z
 			agentBakerQuery{server: server, name: nstest.LargeName, qtype: dns.TypeA, tcp: true})
 	}
 	return queries
+}
+
+// clientAddr is the address whoami puts in the additional section, or "".
+func clientAddr(m *dns.Msg) string {
+	for _, rr := range m.Extra {
+		switch rr := rr.(type) {
+		case *dns.A:
+			return rr.A.String()
+		case *dns.AAAA:
+			return rr.AAAA.String()
+		}
+	}
+	return ""
 }
 
 // compareAnswers says how got differs from want in what a client uses:

@@ -24,7 +24,7 @@ func BenchmarkAnswerHit(b *testing.B) {
 		b.Fatal(err)
 	}
 	done := make(chan struct{})
-	p.Resolve(append([]byte(nil), raw...), netip.MustParseAddr("10.1.0.1"), true, func([]byte) { close(done) })
+	p.Resolve(append([]byte(nil), raw...), netip.MustParseAddrPort("10.1.0.1:5353"), true, func([]byte) { close(done) })
 	<-done
 	buf := make([]byte, MaxUDPAnswer)
 	b.ReportAllocs()

@@ -76,7 +76,7 @@ func FuzzQueryPath(f *testing.F) {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			var once sync.Once
-			p.Resolve(append([]byte(nil), raw...), netip.MustParseAddr("10.1.0.1"), true, func(b []byte) {
+			p.Resolve(append([]byte(nil), raw...), netip.MustParseAddrPort("10.1.0.1:5353"), true, func(b []byte) {
 				once.Do(func() { check(b, true); wg.Done() })
 			})
 			done := make(chan struct{})

@@ -38,10 +38,15 @@ type Exchanger interface {
 	Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error)
 }
 
-// Route sends queries for names under Zone to Upstream.
+// Route sends queries for names under Zone to Upstream, or answers them
+// with Direct.
 type Route struct {
 	Zone     string // fully qualified, e.g. "." or "cluster.local."
 	Upstream Exchanger
+	// Direct, if set, answers instead of Upstream, for one client: the
+	// answer depends on who asks (whoami), so it is neither shared with
+	// other clients asking the same nor cached. It must not block.
+	Direct func(req *dns.Msg, client netip.AddrPort, tcp bool) *dns.Msg
 }
 
 // StaleMode is how a stale cache entry is used.
@@ -163,10 +168,10 @@ func (c *Config) validate() error {
 // the sockets its replies go to.
 type Pipeline struct {
 	cfg    Config
-	cache  *cache.Cache // always non-nil
+	cache  *cache.Cache            // always non-nil
 	routes atomic.Pointer[[]Route] // most specific zone first; replaced whole by SetRoutes
-	nsid   []byte       // or nil
-	log    *slog.Logger // always non-nil, tagged component=pipeline
+	nsid   []byte                  // or nil
+	log    *slog.Logger            // always non-nil, tagged component=pipeline
 
 	ctx    context.Context // good until Drain gives up waiting
 	cancel context.CancelFunc

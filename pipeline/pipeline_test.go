@@ -180,7 +180,7 @@ func ask(t *testing.T, w *Worker, raw []byte, client string) <-chan result {
 	case Reply:
 		deliver(buf[:n])
 	case Resolve:
-		w.p.Resolve(append([]byte(nil), raw...), netip.MustParseAddr(client), true, deliver)
+		w.p.Resolve(append([]byte(nil), raw...), netip.AddrPortFrom(netip.MustParseAddr(client), 5353), true, deliver)
 	}
 	return out
 }
@@ -653,7 +653,7 @@ func TestLargeUpstreamAnswerTruncated(t *testing.T) {
 				case Reply:
 					got <- buf[:n]
 				case Resolve:
-					p.Resolve(append([]byte(nil), raw...), netip.MustParseAddr("10.1.0.1"), tt.udp, func(b []byte) { got <- b })
+					p.Resolve(append([]byte(nil), raw...), netip.MustParseAddrPort("10.1.0.1:5353"), tt.udp, func(b []byte) { got <- b })
 				}
 				b := <-got
 				limit := wire.MaxMsgLen

@@ -44,10 +44,12 @@ type waiter struct {
 // Resolve answers a query the cache could not: it joins or starts an
 // upstream resolution and replies when that ends, with a stale entry if the
 // upstreams fail, or SERVFAIL (REFUSED if the upstream group refused the
-// query with upstream.ErrLimitExceeded). It does not block; reply may be called from
+// query with upstream.ErrLimitExceeded); a route with Direct answers at
+// once. from is the client's address and port. It does not block; reply may be called from
 // another goroutine, exactly once, or never if the query is dropped. msg
 // must not be modified after the call (pass a copy of a read buffer).
-func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([]byte)) {
+func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func([]byte)) {
+	client := from.Addr()
 	req := new(dns.Msg)
 	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
 		// The hot path's parse accepted it, miekg/dns's stricter one did not.
@@ -64,6 +66,14 @@ func (p *Pipeline) Resolve(msg []byte, client netip.Addr, udp bool, reply func([
 	if route == nil {
 		p.stats.answers[srcError].Add(1)
 		p.replyRcode(w, dns.RcodeRefused)
+		return
+	}
+	if route.Direct != nil {
+		// An answer for this client alone: neither shared nor cached.
+		p.stats.answers[srcUpstream].Add(1)
+		var q wire.Query
+		_ = wire.ParseQuery(msg, &q)
+		w.reply(p.render(&q, req, route.Direct(req, from, !udp), make([]byte, limitFor(&q, udp))))
 		return
 	}
 

@@ -18,14 +18,14 @@ func sortRoutes(in []Route) ([]Route, error) {
 		if _, ok := dns.IsDomainName(zone); !ok {
 			return nil, fmt.Errorf("route zone %q is not a domain name", r.Zone)
 		}
-		if r.Upstream == nil {
+		if r.Upstream == nil && r.Direct == nil {
 			return nil, fmt.Errorf("route %s has no upstream", zone)
 		}
 		if seen[zone] {
 			return nil, fmt.Errorf("zone %s routed twice", zone)
 		}
 		seen[zone] = true
-		out = append(out, Route{Zone: zone, Upstream: r.Upstream})
+		out = append(out, Route{Zone: zone, Upstream: r.Upstream, Direct: r.Direct})
 	}
 	slices.SortStableFunc(out, func(a, b Route) int {
 		return dns.CountLabel(b.Zone) - dns.CountLabel(a.Zone)

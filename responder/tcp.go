@@ -38,7 +38,7 @@ type tcpServer struct {
 
 type tcpConn struct {
 	c          *net.TCPConn
-	client     netip.Addr
+	client     netip.AddrPort
 	writeMu    sync.Mutex    // one answer at a time on the wire
 	inflight   atomic.Int32  // queries handed to the pipeline, not yet answered
 	lastActive atomic.Int64  // unix ns of the last query or answer
@@ -77,7 +77,7 @@ func (t *tcpServer) acceptLoop() {
 		t.s.stats.tcpAccepted.Add(1)
 		tc := &tcpConn{c: c, slots: make(chan struct{}, t.s.cfg.TCPPipeline)}
 		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-			tc.client = ap.Addr()
+			tc.client = ap
 		}
 		tc.lastActive.Store(time.Now().UnixNano())
 		if !t.admit(tc) {

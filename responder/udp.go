@@ -81,7 +81,7 @@ func (l *udpLoop) resolve(msg []byte, src netip.AddrPort) {
 	}
 	conn := l.conn
 	stats := &l.s.stats
-	l.pipe.Resolve(append([]byte(nil), msg...), src.Addr(), true, func(reply []byte) {
+	l.pipe.Resolve(append([]byte(nil), msg...), src, true, func(reply []byte) {
 		if _, err := conn.WriteToUDPAddrPort(reply, src); err != nil {
 			stats.udpSendFailures.Add(1)
 		}

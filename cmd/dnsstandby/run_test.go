@@ -78,7 +78,7 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
 	}
 	// The effective table: the route the flags gave, on the listen address.
-	for _, want := range []string{"options valid", "LISTENER", "127.0.0.153:53  .     10.0.0.10:53", "mirror feed: tap; steering: adopt"} {
+	for _, want := range []string{"options valid", "LISTENER", "127.0.0.153:53  .     -      10.0.0.10:53", "mirror feed: tap; steering: adopt"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
@@ -139,7 +139,9 @@ cluster.local:53 {
 		t.Fatal(err)
 	}
 	noForward := filepath.Join(dir, "NoForward")
-	if err := os.WriteFile(noForward, []byte(".:53 {\n  bind 169.254.10.11\n  whoami\n}\n"), 0o644); err != nil {
+	// A block that logs and answers nothing itself (whoami, templates or
+	// hosts would answer).
+	if err := os.WriteFile(noForward, []byte(".:53 {\n  bind 169.254.10.11\n  log\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// summary is what a case looks at: the routes, and the cache and
