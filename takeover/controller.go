@@ -227,6 +227,12 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 	c.probeCfg.Server, c.probeCfg.Name, c.probeCfg.Timeout = cfg.ProbeAddr, cfg.ProbeName, probeTimeout
 	if c.steer.Level() == steer.Adopt {
 		c.probeCfg.Server = firstUDP(cfg.Sockets) // the program routes the probe port to LocalDNS's socket
+	} else if slices.ContainsFunc(cfg.Sockets, func(o OurSocket) bool { return o.UDP && o.Addr == cfg.ProbeAddr }) {
+		// Nothing steers probes to LocalDNS below adopt: on an address
+		// dnsstandby serves too, a probe reaches LocalDNS only when the
+		// hash picks its socket (and never in hold, when ours takes all).
+		c.log.Warn("LocalDNS is probed on an address dnsstandby serves too, without adopt steering: probes that reach dnsstandby say nothing, and a held LocalDNS may stay held; give ProbeAddr an address only LocalDNS serves",
+			"probe_addr", cfg.ProbeAddr.String(), "level", c.steer.Level().String())
 	}
 	c.ensureProber()
 
@@ -375,10 +381,17 @@ func (c *Controller) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			c.stats.probe(res.OK, res.RTT)
 			c.mu.Lock()
 			c.lastProb = res
 			c.mu.Unlock()
+			if errors.Is(res.Err, peer.ErrSelfReply) {
+				// Below adopt, with dnsstandby on the probe address too,
+				// the kernel's hash gave the probe to one of our sockets:
+				// it says nothing of LocalDNS. Ask again soon.
+				probe.Reset(min(c.cfg.ProbeInterval, retryProbeAfter))
+				continue
+			}
+			c.stats.probe(res.OK, res.RTT)
 			// After a failure, look again soon: a hung LocalDNS is held
 			// after HungAfter failures in a row, and those should take
 			// a second or two, not HungAfter intervals.
