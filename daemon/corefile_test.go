@@ -35,7 +35,7 @@ func TestApplyCorefile(t *testing.T) {
 		{"169.254.10.11:53",
 			pod,
 			[]string{
-				"forward policy round_robin", "forward policy random", "forward prefer_udp", `nsid "localdns-pod"`,
+				`nsid "localdns-pod"`,
 				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: each listener's cache follows its root block's policy"}},
 		{"169.254.10.10:53",
 			node,
@@ -100,7 +100,7 @@ func TestApplyCorefile(t *testing.T) {
 					t.Errorf("Ignored lacks %q:\n%s", want, all)
 				}
 			}
-			for _, quiet := range []string{"plugin errors", "plugin log", "plugin ready", "plugin prometheus", "plugin loop", "plugin forward", "plugin cache", "plugin bind"} {
+			for _, quiet := range []string{"forward policy", "forward prefer_udp", "forward without prefer_udp", "forward failfast", "plugin errors", "plugin log", "plugin ready", "plugin prometheus", "plugin loop", "plugin forward", "plugin cache", "plugin bind"} {
 				if strings.Contains(all, quiet) {
 					t.Errorf("Ignored lists %q, which changes no answer or is imitated", quiet)
 				}
@@ -138,5 +138,51 @@ func TestApplyCorefileZeroDurations(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("Ignored lacks %q:\n%s", want, all)
 		}
+	}
+}
+
+// TestApplyCorefileForwardKnobs: each route's upstream gets its block's
+// policy, failfast_all_unhealthy_upstreams and health_check options.
+func TestApplyCorefileForwardKnobs(t *testing.T) {
+	tests := []struct {
+		file, listen string
+		want         map[string]string // zone: policy failfast health_check domain no_rec
+	}{
+		{"agentbaker.corefile", "169.254.10.11:53", map[string]string{
+			"cluster.local.":     "round_robin false 500ms . false",
+			"testdomain567.com.": "random false 500ms . false",
+			".":                  "sequential false 500ms . false",
+		}},
+		{"agentbaker-health-check.corefile", "169.254.10.10:53", map[string]string{
+			".": "sequential true 1s health.local. true",
+		}},
+		{"agentbaker-health-check.corefile", "169.254.10.11:53", map[string]string{
+			".": "sequential false 2s . false",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file+"/"+tt.listen, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Listen = []netip.AddrPort{netip.MustParseAddrPort(tt.listen)}
+			s, err := corefile.Load("../corefile/testdata/"+tt.file, cfg.Listen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ApplyCorefile(&cfg, s)
+			got := map[string]string{}
+			for _, r := range cfg.Routes {
+				if u := r.Upstream; len(u.Servers) > 0 {
+					got[r.Zone] = fmt.Sprintf("%s %v %s %s %v", u.Policy, u.FailFast, u.HealthCheck, u.HealthCheckDomain, u.HealthCheckNoRec)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("routes' forward knobs\n got %v\nwant %v", got, tt.want)
+			}
+			for _, l := range cfg.Ignored {
+				if strings.Contains(l, "forward policy") || strings.Contains(l, "failfast") || strings.Contains(l, "health_check") {
+					t.Errorf("Ignored lists what is imitated: %s", l)
+				}
+			}
+		})
 	}
 }
