@@ -19,8 +19,9 @@ import (
 // the listen addresses, as corefile.Parse selected them):
 //   - per zone with a forward, templates, hosts or whoami, on each of
 //     cfg.Listen its block serves: a Route with its template stanzas, its
-//     hosts plugin, whoami, and its forward's servers, force_tcp,
-//     max_concurrent, max_fails, health_check and expire;
+//     hosts plugin, whoami, and its forward's servers, policy,
+//     force_tcp, max_concurrent, max_fails, health_check (with no_rec
+//     and domain), expire and failfast_all_unhealthy_upstreams;
 //   - from the root zone's cache plugin: the TTL caps and floors, the
 //     SERVFAIL TTL, serve_stale's duration and mode;
 //   - into Ignored: every option and plugin LocalDNS uses that dnsstandby

@@ -13,7 +13,7 @@ import (
 // `dnsstandby run --validate` prints it.
 func (c *Config) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LISTENER\tZONE\tLOCAL\tUPSTREAMS\tTRANSPORT\tMAX_CONCURRENT\tMAX_FAILS\tHEALTH_CHECK")
+	fmt.Fprintln(tw, "LISTENER\tZONE\tLOCAL\tUPSTREAMS\tPOLICY\tTRANSPORT\tMAX_CONCURRENT\tMAX_FAILS\tHEALTH_CHECK")
 	for _, ap := range c.Listen {
 		for _, r := range c.routesFor(ap) {
 			u := r.Upstream
@@ -30,10 +30,14 @@ func (c *Config) WriteTable(w io.Writer) error {
 				conc = fmt.Sprint(u.MaxConcurrent)
 			}
 			if len(servers) == 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\n", ap, r.Zone, localAnswers(r))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\n", ap, r.Zone, localAnswers(r))
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", ap, r.Zone, localAnswers(r), strings.Join(servers, " "), transport, conc, u.MaxFails, u.HealthCheck)
+			policy := string(u.Policy)
+			if u.FailFast {
+				policy += ", failfast"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", ap, r.Zone, localAnswers(r), strings.Join(servers, " "), policy, transport, conc, u.MaxFails, u.HealthCheck)
 		}
 	}
 	if err := tw.Flush(); err != nil {

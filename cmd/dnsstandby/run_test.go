@@ -78,7 +78,7 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
 	}
 	// The effective table: the route the flags gave, on the listen address.
-	for _, want := range []string{"options valid", "LISTENER", "127.0.0.153:53  .     -      10.0.0.10:53", "mirror feed: tap; steering: adopt"} {
+	for _, want := range []string{"options valid", "LISTENER", "127.0.0.153:53  .     -      10.0.0.10:53  sequential", "mirror feed: tap; steering: adopt"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
 		}
