@@ -44,7 +44,9 @@ func inLocalDNSDir(t testing.TB, args []string) ([]string, string) {
 // rootRoute matches the line of `dnsstandby run --validate`'s table that
 // says listener forwards the root zone to upstream.
 func rootRoute(listener, upstream string) *regexp.Regexp {
-	return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(listener) + `\s+\.\s+` + regexp.QuoteMeta(upstream) + `(\s|$)`)
+	// The table's columns: LISTENER ZONE LOCAL UPSTREAMS ...; LOCAL may
+	// hold spaces ("templates 2, hosts /etc/localdns/hosts").
+	return regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(listener) + `\s+\.\s+.*\s` + regexp.QuoteMeta(upstream) + `(\s|$)`)
 }
 
 // validateWithCorefile runs `dnsstandby ARGS --validate` (args start with
