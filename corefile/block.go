@@ -230,6 +230,25 @@ func (d *directive) next() (bool, error) {
 	return true, nil
 }
 
+// once runs stanza for the directive's one occurrence in a block, as a
+// CoreDNS plugin that may appear once per server block reads it: a second
+// occurrence is an error. The tokens of the occurrence are stanza's to
+// read.
+func (d *directive) once(stanza func() error) error {
+	for n := 0; ; n++ {
+		ok, err := d.next()
+		if err != nil || !ok {
+			return err
+		}
+		if n > 0 {
+			return d.errf("can only be used once per server block")
+		}
+		if err := stanza(); err != nil {
+			return err
+		}
+	}
+}
+
 func (d *directive) errf(format string, args ...any) error {
 	return &Error{File: d.File(), Line: d.Line(), Plugin: d.name, Err: fmt.Errorf(format, args...)}
 }

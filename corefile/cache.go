@@ -45,17 +45,7 @@ func (p *parser) cache(toks []caddyfile.Token) (*Cache, error) {
 		ServfailTTL:     defaultServfailTTL,
 	}
 	d := p.directive("cache", toks)
-	for n := 0; ; n++ {
-		ok, err := d.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return c, nil
-		}
-		if n > 0 {
-			return nil, d.errf("can only be used once per server block")
-		}
+	err := d.once(func() error {
 		c.Line = d.Line()
 
 		// cache [TTL] [ZONES...]: a number first is the TTL.
@@ -64,7 +54,7 @@ func (p *parser) cache(toks []caddyfile.Token) (*Cache, error) {
 			if ttl, err := strconv.Atoi(args[0]); err == nil {
 				dur, err := d.ttl("", ttl, 1)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				c.MaxTTL, c.MaxNegTTL = dur, dur
 				args = args[1:]
@@ -74,10 +64,15 @@ func (p *parser) cache(toks []caddyfile.Token) (*Cache, error) {
 
 		for d.NextBlock() {
 			if err := d.cacheOption(c); err != nil {
-				return nil, err
+				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return c, nil
 }
 
 // cacheOption reads one line of the cache block.

@@ -73,24 +73,14 @@ func (p *parser) hosts(toks, root []caddyfile.Token, keys []key) (*Hosts, error)
 	}
 	h := &Hosts{File: defaultHostsFile, TTL: defaultHostsTTL, Reload: defaultHostsReload}
 	d := p.directive("hosts", toks)
-	for n := 0; ; n++ {
-		ok, err := d.next()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return h, nil
-		}
-		if n > 0 {
-			return nil, d.errf("can only be used once per server block")
-		}
+	err = d.once(func() error {
 		h.Line = d.Line()
 
 		args := d.RemainingArgs()
 		h.Zones = blockZones
 		if len(args) > 0 {
 			if err := d.hostsFile(h, args[0], rootDir); err != nil {
-				return nil, err
+				return err
 			}
 			if len(args) > 1 {
 				h.Zones = d.zones(args[1:])
@@ -99,10 +89,15 @@ func (p *parser) hosts(toks, root []caddyfile.Token, keys []key) (*Hosts, error)
 
 		for d.NextBlock() {
 			if err := d.hostsOption(h); err != nil {
-				return nil, err
+				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return h, nil
 }
 
 // hostsFile sets the file as CoreDNS does: joined to root when relative,

@@ -24,20 +24,15 @@ func (p *parser) nsid(toks []caddyfile.Token) (string, error) {
 	}
 	d := p.directive("nsid", toks)
 	data := ""
-	for n := 0; ; n++ {
-		ok, err := d.next()
-		if err != nil {
-			return "", err
-		}
-		if !ok {
-			return data, nil
-		}
-		if n > 0 {
-			return "", d.errf("can only be used once per server block")
-		}
+	err := d.once(func() error {
 		data = hostname()
 		if args := d.RemainingArgs(); len(args) > 0 {
 			data = strings.Join(args, " ")
 		}
+		return nil
+	})
+	if err != nil {
+		return "", err
 	}
+	return data, nil
 }
