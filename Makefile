@@ -43,6 +43,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePacket$$' -fuzztime $(FUZZTIME) ./mirror/tap/
 	$(GO) test -run '^$$' -fuzz '^FuzzFrames$$' -fuzztime $(FUZZTIME) ./mirror/dnstap/
 	$(GO) test -run '^$$' -fuzz '^FuzzDnstapMessage$$' -fuzztime $(FUZZTIME) ./mirror/dnstap/
+	$(GO) test -run '^$$' -fuzz '^FuzzServeTruncated$$' -fuzztime $(FUZZTIME) ./cache/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseHosts$$' -fuzztime $(FUZZTIME) ./localanswer/
+	$(GO) test -run '^$$' -fuzz '^FuzzTemplates$$' -fuzztime $(FUZZTIME) ./localanswer/
 
 ## bench: the cache's micro-benchmarks (ratios within one run are what count)
 bench:
