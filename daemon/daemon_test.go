@@ -25,32 +25,6 @@ import (
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
-// startUpstream runs a miekg/dns server on loopback answering every A
-// query with 192.0.2.53.
-func startUpstream(t *testing.T) netip.AddrPort { return startUpstreamAnswering(t, "192.0.2.53") }
-
-// startUpstreamAnswering runs a miekg/dns server on loopback answering
-// every A query with addr.
-func startUpstreamAnswering(t *testing.T, addr string) netip.AddrPort {
-	t.Helper()
-	ap := nstest.FreeLoopbackAddr(t)
-	pc, err := net.ListenPacket("udp", ap.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.RecursionAvailable = true
-		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A " + addr)
-		m.Answer = []dns.RR{rr}
-		_ = w.WriteMsg(m)
-	})}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return ap
-}
-
 // loopbackConfig is a daemon on a free loopback address of the host's
 // namespace, forwarding to up: no anchor link (the host's namespace is
 // not ours to change), no mirror, an admin socket and a state directory
@@ -140,7 +114,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // from upstream and then from cache, serves its HTTP endpoints and admin
 // socket, and at stop drains, closes and writes its snapshot.
 func TestRunServesAndStops(t *testing.T) {
-	up := startUpstream(t)
+	up := nstest.StartAnswerer(t, "192.0.2.53")
 	cfg := loopbackConfig(t, up)
 	r := start(t, cfg)
 	base := "http://" + cfg.MetricsAddr
@@ -272,7 +246,7 @@ func TestRunServesAndStops(t *testing.T) {
 // admin socket, whose path is a regular file) makes Run return its error
 // with every part started before it stopped.
 func TestStartFailureStopsWhatStarted(t *testing.T) {
-	cfg := loopbackConfig(t, startUpstream(t))
+	cfg := loopbackConfig(t, nstest.StartAnswerer(t, "192.0.2.53"))
 	if err := os.WriteFile(cfg.AdminSocket, []byte("not a socket"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +337,7 @@ func TestValidate(t *testing.T) {
 // have. A name asked on one is answered from its own upstream and cache,
 // never from the other's.
 func TestListenersKeepTheirOwnAnswers(t *testing.T) {
-	upNode, upPod := startUpstreamAnswering(t, "192.0.2.10"), startUpstreamAnswering(t, "192.0.2.11")
+	upNode, upPod := nstest.StartAnswerer(t, "192.0.2.10"), nstest.StartAnswerer(t, "192.0.2.11")
 	cfg := loopbackConfig(t, upNode)
 	node, pod := cfg.Listen[0], nstest.FreeLoopbackAddr(t)
 	cfg.Listen = append(cfg.Listen, pod)

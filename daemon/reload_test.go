@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
@@ -21,7 +22,7 @@ import (
 // effect within 2 s, with no query lost on the way; a broken one is
 // logged and the routes in force stay.
 func TestCorefileReload(t *testing.T) {
-	upA, upB := startUpstreamAnswering(t, "192.0.2.1"), startUpstreamAnswering(t, "192.0.2.2")
+	upA, upB := nstest.StartAnswerer(t, "192.0.2.1"), nstest.StartAnswerer(t, "192.0.2.2")
 	base := loopbackConfig(t, upA)
 	listen := base.Listen[0]
 	path := filepath.Join(t.TempDir(), "Corefile")

@@ -3,7 +3,6 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -156,23 +155,11 @@ func testAgentBakerCorefile(t *testing.T, file string) {
 		before[i] = r
 	}
 
-	args := []string{"run", "--localdns-corefile", path}
+	flags := []string{"--localdns-corefile", path}
 	for _, a := range listeners {
-		args = append(args, "--listen", a)
+		flags = append(flags, "--listen", a)
 	}
-	args = append(args, "--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
-		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir())
-	p := nstest.Start(t, l.node, binary, args...)
-	s := &standby{Process: p, metrics: "127.0.0.1:9355"}
-	testkit.Eventually(t, 10*time.Second, "dnsstandby ready", func() bool {
-		select {
-		case <-p.Done():
-			t.Fatalf("dnsstandby exited: %v", p.Err())
-		default:
-		}
-		code, _, err := l.get(s, "/readyz")
-		return err == nil && code == http.StatusOK
-	})
+	s := l.runStandby(t, flags...)
 	must(t, localdns.Signal(syscall.SIGKILL))
 	l.eventuallyMetric(t, s, 5*time.Second, "takeover", func() bool { return l.metric(t, s, "dnsstandby_mode", "mode", "takeover") == 1 })
 
@@ -206,7 +193,7 @@ func testAgentBakerCorefile(t *testing.T, file string) {
 	if agree+accepted != len(queries) {
 		return
 	}
-	if out := p.Output(); strings.Contains(out, "plugin whoami not imitated") {
+	if out := s.Output(); strings.Contains(out, "plugin whoami not imitated") {
 		t.Errorf("the start log lists whoami as not imitated:\n%s", out)
 	}
 }

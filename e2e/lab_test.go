@@ -125,9 +125,16 @@ func (l *lab) startStandby(t *testing.T, extra ...string) *standby {
 // startStandbyOn is startStandby listening on addr.
 func (l *lab) startStandbyOn(t *testing.T, addr string, extra ...string) *standby {
 	t.Helper()
-	args := append([]string{"run", "--listen", addr, "--upstream", kubeDNS,
-		"--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
-		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir()}, extra...)
+	return l.runStandby(t, append([]string{"--listen", addr, "--upstream", kubeDNS}, extra...)...)
+}
+
+// runStandby runs `dnsstandby run` in the node namespace with flags, its
+// HTTP endpoint and state of the test's own, and waits until /readyz says
+// it is ready.
+func (l *lab) runStandby(t *testing.T, flags ...string) *standby {
+	t.Helper()
+	args := append([]string{"run", "--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
+		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir()}, flags...)
 	p := nstest.Start(t, l.node, binary, args...) // shows its output if the test fails
 	s := &standby{Process: p, metrics: "127.0.0.1:9355"}
 	testkit.Eventually(t, 10*time.Second, "dnsstandby ready", func() bool {

@@ -2,20 +2,16 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dnsstandby/dnsstandby/check"
-	"github.com/dnsstandby/dnsstandby/daemon"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -83,36 +79,11 @@ FAIL: 1 PASS, 1 WARN, 1 FAIL
 // on its admin socket.
 func TestCheckLocalDNSListeners(t *testing.T) {
 	dir := t.TempDir()
-	up := startUpstream(t)
+	up := nstest.StartAnswerer(t, "192.0.2.53")
 	listen := nstest.FreeLoopbackAddr(t)
 	sock := filepath.Join(dir, "admin.sock")
-	cfg, _, err := runConfig([]string{"--listen", listen.String(), "--upstream", up.String(), "--mirror", "none", "--steering", "off",
-		"--admin-socket", sock, "--anchor-link", "", "--metrics-addr", "", "--state-dir", ""}, func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("Run did not return")
-		}
-	})
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("not ready")
-	}
+	startDaemon(t, "--listen", listen.String(), "--upstream", up.String(), "--mirror", "none", "--steering", "off",
+		"--admin-socket", sock, "--anchor-link", "", "--metrics-addr", "", "--state-dir", "")
 
 	other := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), listen.Port())
 	for _, tc := range []struct {

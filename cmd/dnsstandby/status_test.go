@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,40 +19,12 @@ import (
 	"github.com/dnsstandby/dnsstandby/status"
 )
 
-// startUpstream runs a miekg/dns server on loopback answering every A
-// query with 192.0.2.53.
-func startUpstream(t *testing.T) netip.AddrPort {
+// startDaemon runs the daemon `dnsstandby run args` would, on loopback
+// (the flags must keep it there), until the test ends, and waits until it
+// is ready.
+func startDaemon(t *testing.T, args ...string) {
 	t.Helper()
-	ap := nstest.FreeLoopbackAddr(t)
-	pc, err := net.ListenPacket("udp", ap.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 192.0.2.53")
-		m.Answer = []dns.RR{rr}
-		_ = w.WriteMsg(m)
-	})}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	return ap
-}
-
-// TestStatusForCheck runs the daemon on loopback, configured through
-// runConfig as `dnsstandby run` is, with a dnstap mirror feed; checks
-// that `dnsstandby status` and `dnsstandby check` both read what its
-// admin socket answers, and runs the audit against it.
-func TestStatusForCheck(t *testing.T) {
-	dir := t.TempDir()
-	up := startUpstream(t)
-	listen := nstest.FreeLoopbackAddr(t)
-	tapPath := filepath.Join(dir, "dnstap.sock")
-	sock := filepath.Join(dir, "admin.sock")
-	cfg, _, err := runConfig([]string{"--listen", listen.String(), "--upstream", up.String(),
-		"--mirror", "dnstap:" + tapPath, "--cache-max-entries", "500", "--steering", "auto",
-		"--admin-socket", sock, "--anchor-link", "", "--metrics-addr", "", "--state-dir", ""}, func(string) (string, bool) { return "", false })
+	cfg, _, err := runConfig(args, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +50,21 @@ func TestStatusForCheck(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("not ready")
 	}
+}
+
+// TestStatusForCheck runs the daemon on loopback, configured through
+// runConfig as `dnsstandby run` is, with a dnstap mirror feed; checks
+// that `dnsstandby status` and `dnsstandby check` both read what its
+// admin socket answers, and runs the audit against it.
+func TestStatusForCheck(t *testing.T) {
+	dir := t.TempDir()
+	up := nstest.StartAnswerer(t, "192.0.2.53")
+	listen := nstest.FreeLoopbackAddr(t)
+	tapPath := filepath.Join(dir, "dnstap.sock")
+	sock := filepath.Join(dir, "admin.sock")
+	startDaemon(t, "--listen", listen.String(), "--upstream", up.String(),
+		"--mirror", "dnstap:"+tapPath, "--cache-max-entries", "500", "--steering", "auto",
+		"--admin-socket", sock, "--anchor-link", "", "--metrics-addr", "", "--state-dir", "")
 	// One answer from upstream, so that the cache holds an entry.
 	m := new(dns.Msg)
 	m.SetQuestion("svc.example.", dns.TypeA)
