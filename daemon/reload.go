@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/pipeline"
 )
 
 // This file is the live reload: LocalDNS's Corefile is rewritten on nodes
@@ -147,8 +149,14 @@ func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
 	return replaced, nil
 }
 
-// cachePolicy is what a Corefile sets of the cache, to tell a change.
-func cachePolicy(c Config) [7]time.Duration {
+// policy is what ApplyCorefile takes of a Corefile's cache plugin, to
+// tell a change.
+type policy struct {
+	maxTTL, maxNegTTL, minTTL, minNegTTL, servfailTTL, maxStale time.Duration
+	staleMode                                                   pipeline.StaleMode
+}
+
+func cachePolicy(c Config) policy {
 	cc := c.Cache
-	return [7]time.Duration{cc.MaxTTL, cc.MaxNegTTL, cc.MinTTL, cc.MinNegTTL, cc.ServfailTTL, cc.MaxStale, time.Duration(c.Pipeline.StaleMode)}
+	return policy{cc.MaxTTL, cc.MaxNegTTL, cc.MinTTL, cc.MinNegTTL, cc.ServfailTTL, cc.MaxStale, c.Pipeline.StaleMode}
 }
