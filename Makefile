@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build test fmt-check vet fuzz bench bench-peers bench-mirror lab
+.PHONY: build test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
 
 ## build: bin/dnsstandby, stamped with its commit (see `dnsstandby version`)
 build:
@@ -11,7 +11,7 @@ build:
 
 ## test: gofmt check, go vet, and every test with the race detector
 ## (integration tests run CoreDNS from bin/coredns, so it is built first)
-test: fmt-check vet bin/coredns
+test: test-deps fmt-check vet bin/coredns
 	$(GO) test -race -count=1 ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/tests && $(GO) vet ./... && $(GO) test -count=1 ./...
@@ -23,6 +23,11 @@ test: fmt-check vet bin/coredns
 ## the dependency versions CoreDNS 1.13.1 was released with.
 bin/coredns: bench/tools/go.mod bench/tools/go.sum
 	cd bench/tools && $(GO) build -o ../../bin/coredns github.com/coredns/coredns
+
+## test-deps: the Debian packages the tests run (dig, kdig, dnsperf, dnsdist,
+## promtool), installed when missing (as root)
+test-deps:
+	@scripts/install-test-deps
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
