@@ -42,9 +42,11 @@ type Config struct {
 	ServfailTTL time.Duration
 
 	// MaxStale is how long past expiry an entry may still be served stale;
-	// StaleTTL is the TTL such answers carry.
-	MaxStale time.Duration
-	StaleTTL time.Duration
+	// StaleTTL is the TTL such answers carry; StaleMode is how the caller
+	// uses them (the cache itself serves stale only when told to).
+	MaxStale  time.Duration
+	StaleTTL  time.Duration
+	StaleMode StaleMode
 
 	// UDPSize is the payload size advertised in the OPT of answers.
 	UDPSize uint16
@@ -77,6 +79,7 @@ func DefaultConfig() Config {
 		MinNegTTL:  5 * time.Second,
 		MaxStale:   72000 * time.Second,
 		StaleTTL:   30 * time.Second,
+		StaleMode:  StaleVerify,
 		// 1232 avoids IP fragmentation on any path (DNS flag day 2020).
 		UDPSize: 1232,
 	}
@@ -103,6 +106,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MaxStale must not be negative, got %s", c.MaxStale)
 	case c.StaleTTL < 0:
 		return fmt.Errorf("StaleTTL must not be negative, got %s", c.StaleTTL)
+	case c.StaleMode != StaleVerify && c.StaleMode != StaleImmediate:
+		return fmt.Errorf("StaleMode %d is neither StaleVerify nor StaleImmediate", c.StaleMode)
 	case c.MinTTL > c.MaxTTL:
 		return fmt.Errorf("MinTTL %s is above MaxTTL %s", c.MinTTL, c.MaxTTL)
 	case c.MinNegTTL > c.MaxNegTTL:
@@ -118,6 +123,40 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// StaleMode is how stale entries are used: CoreDNS's serve_stale mode.
+type StaleMode uint8
+
+const (
+	// StaleVerify asks upstreams first and serves the stale entry only if
+	// they fail within the caller's budget (CoreDNS `serve_stale ...
+	// verify`, what LocalDNS's blocks use).
+	StaleVerify StaleMode = iota
+	// StaleImmediate serves the stale entry at once and refreshes it in
+	// the background (CoreDNS's default).
+	StaleImmediate
+)
+
+func (m StaleMode) String() string {
+	if m == StaleImmediate {
+		return "immediate"
+	}
+	return "verify"
+}
+
+// ParseStaleMode parses "verify" or "immediate".
+func ParseStaleMode(s string) (StaleMode, error) {
+	switch s {
+	case "verify":
+		return StaleVerify, nil
+	case "immediate":
+		return StaleImmediate, nil
+	}
+	return 0, fmt.Errorf("stale mode %q: want verify or immediate", s)
+}
+
+// StaleMode returns the cache's Config.StaleMode.
+func (c *Cache) StaleMode() StaleMode { return c.cfg.StaleMode }
 
 // maxTTL is the largest TTL RFC 2181 §8 allows.
 const maxTTL = 1<<31 - 1

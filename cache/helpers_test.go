@@ -103,6 +103,16 @@ func query(t testing.TB, name string, qtype uint16, edns int, do bool) *dns.Msg 
 	return m
 }
 
+// wireQuery packs q and parses it as the hot path does.
+func wireQuery(t testing.TB, q *dns.Msg) *wire.Query {
+	t.Helper()
+	var wq wire.Query
+	if err := wire.ParseQuery(pack(t, q), &wq); err != nil {
+		t.Fatalf("ParseQuery: %v", err)
+	}
+	return &wq
+}
+
 // serve runs a packed query through the cache's hot path and unpacks the
 // answer. It returns nil for a miss.
 func serve(t testing.TB, c *Cache, q *dns.Msg, limit int, allowStale bool) (*dns.Msg, Status) {

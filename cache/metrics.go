@@ -8,7 +8,7 @@ type Stats struct {
 	Bytes     int64
 	Hits      uint64 // fresh answers served
 	StaleHits uint64 // stale answers served
-	Misses    uint64 // lookups that found nothing servable
+	Misses    uint64 // queries the cache did not answer
 	Inserts   uint64
 	Evictions uint64 // entries pushed out by the entry or byte bound
 	Rejects   map[string]uint64
@@ -42,7 +42,7 @@ var (
 	descBytes     = prometheus.NewDesc("dnsstandby_cache_bytes", "Bytes the cache accounts for its entries, estimated overhead included.", nil, nil)
 	descHits      = prometheus.NewDesc("dnsstandby_cache_hits_total", "Fresh answers served from the cache.", nil, nil)
 	descStaleHits = prometheus.NewDesc("dnsstandby_cache_stale_hits_total", "Stale answers served from the cache (RFC 8767).", nil, nil)
-	descMisses    = prometheus.NewDesc("dnsstandby_cache_misses_total", "Cache lookups that found nothing servable.", nil, nil)
+	descMisses    = prometheus.NewDesc("dnsstandby_cache_misses_total", "Queries the cache did not answer: nothing servable, or a stale entry held back while upstreams are asked first.", nil, nil)
 	descInserts   = prometheus.NewDesc("dnsstandby_cache_inserts_total", "Responses stored in the cache.", nil, nil)
 	descEvictions = prometheus.NewDesc("dnsstandby_cache_evictions_total", "Entries evicted to stay within the entry and byte bounds.", nil, nil)
 	descRejects   = prometheus.NewDesc("dnsstandby_cache_rejects_total", "Responses not cached, by reason.", []string{"reason"}, nil)

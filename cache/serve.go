@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/wire"
@@ -16,10 +17,44 @@ import (
 // over TCP and a client that ignores TC (musl before 1.2.4) has what fit.
 //
 // A stale entry is written only if allowStale; otherwise Serve returns
-// (0, Stale) so the caller can try upstreams first and come back. Serve
-// returns (0, Miss) when nothing is servable, including when dst cannot
-// hold even a truncated answer. It does not allocate.
+// (0, Stale), counted as a miss, so the caller can try upstreams first and
+// come back. Serve returns (0, Miss) when nothing is servable, including
+// when dst cannot hold even a truncated answer. It does not allocate.
+//
+// Every call counts once, as a hit, a stale hit or a miss: call it once
+// per client query, and ServeAgain or WriteFresh for a second look.
 func (c *Cache) Serve(dst []byte, q *wire.Query, limit int, allowStale bool) (int, Status) {
+	return c.serve(dst, q, limit, allowStale, countAll)
+}
+
+// ServeAgain is Serve for a second look at a query that Serve counted as
+// a miss (a stale entry held back, upstreams failed): it counts the answer
+// it serves, fresh or stale, and not the miss again.
+func (c *Cache) ServeAgain(dst []byte, q *wire.Query, limit int, allowStale bool) (int, Status) {
+	return c.serve(dst, q, limit, allowStale, countServed)
+}
+
+// WriteFresh writes q's answer as Serve does if the entry is fresh, and
+// returns 0 if not; it counts nothing. It is for answering from the entry
+// an upstream reply has just filled: an upstream answer, not a hit.
+func (c *Cache) WriteFresh(dst []byte, q *wire.Query, limit int) int {
+	n, st := c.serve(dst, q, limit, false, countNone)
+	if !st.IsFresh() {
+		return 0
+	}
+	return n
+}
+
+// countMode says which outcomes of a lookup are counted.
+type countMode uint8
+
+const (
+	countAll    countMode = iota // hits, stale hits and misses
+	countServed                  // hits and stale hits
+	countNone
+)
+
+func (c *Cache) serve(dst []byte, q *wire.Query, limit int, allowStale bool, count countMode) (int, Status) {
 	if q.Opcode() != 0 || len(q.QName) == 0 {
 		return 0, Miss
 	}
@@ -30,7 +65,7 @@ func (c *Cache) Serve(dst []byte, q *wire.Query, limit int, allowStale bool) (in
 	now := c.now().UnixNano()
 	e, ok := s.get(h, now)
 	if !ok || !bytes.Equal(e.key(), key) {
-		s.misses.Add(1)
+		s.count(&s.misses, count == countAll)
 		return 0, Miss
 	}
 
@@ -44,26 +79,34 @@ func (c *Cache) Serve(dst []byte, q *wire.Query, limit int, allowStale bool) (in
 		}
 	case now < c.staleUntil(e):
 		if !allowStale {
+			s.count(&s.misses, count == countAll)
 			return 0, Stale
 		}
 		st, ttl = Stale, uint32(c.cfg.StaleTTL/time.Second)
 	default:
 		s.removeIf(h, e.stored)
-		s.misses.Add(1)
+		s.count(&s.misses, count == countAll)
 		return 0, Miss
 	}
 
 	n := c.write(dst, q, &e, ttl, limit)
 	switch {
 	case n == 0:
-		s.misses.Add(1)
+		s.count(&s.misses, count == countAll)
 		return 0, Miss
 	case st == Stale:
-		s.staleHits.Add(1)
+		s.count(&s.staleHits, count != countNone)
 	default:
-		s.hits.Add(1)
+		s.count(&s.hits, count != countNone)
 	}
 	return n, st
+}
+
+// count adds one to n if count is set.
+func (s *shard) count(n *atomic.Uint64, count bool) {
+	if count {
+		n.Add(1)
+	}
 }
 
 // Status reports what Serve would find for q (Fresh, Expiring, Stale or

@@ -476,14 +476,25 @@ func TestStats(t *testing.T) {
 	serve(t, c, q, 0, false)                                                // hit
 	serve(t, c, q, 0, false)                                                // hit
 	serve(t, c, query(t, "other.example.", dns.TypeA, -1, false), 0, false) // miss
+	buf, wq, none := make([]byte, 512), wireQuery(t, q), wireQuery(t, query(t, "none.example.", dns.TypeA, -1, false))
+	if n := c.WriteFresh(buf, wq, len(buf)); n == 0 { // a second look: not counted
+		t.Fatal("WriteFresh wrote nothing for a fresh entry")
+	}
 	clk.Advance(time.Minute)
-	serve(t, c, q, 0, false) // stale, not served: counted nowhere
-	serve(t, c, q, 0, true)  // stale hit
-	_ = c.Insert([]byte{0})  // reject
+	serve(t, c, q, 0, false)                                                   // stale, held back: a miss
+	if n, st := c.ServeAgain(buf, wq, len(buf), true); n == 0 || st != Stale { // stale hit, not another miss
+		t.Fatalf("ServeAgain: %d bytes, %s; want a stale answer", n, st)
+	}
+	if n := c.WriteFresh(buf, wq, len(buf)); n != 0 {
+		t.Fatal("WriteFresh wrote a stale entry")
+	}
+	c.ServeAgain(buf, none, len(buf), true) // a second look's miss: not counted
+	serve(t, c, q, 0, true)                 // stale hit
+	_ = c.Insert([]byte{0})                 // reject
 
 	st := c.Stats()
 	got := [...]uint64{st.Hits, st.StaleHits, st.Misses, st.Inserts, st.Rejects["malformed"], uint64(st.Entries)}
-	want := [...]uint64{2, 1, 1, 1, 1, 1}
+	want := [...]uint64{2, 2, 2, 1, 1, 1}
 	if got != want {
 		t.Fatalf("hits, stale hits, misses, inserts, malformed, entries = %v, want %v", got, want)
 	}

@@ -39,11 +39,13 @@ type Config struct {
 	Corefile string
 	Ignored  []string
 
-	// Cache is the policy of every listen address's cache; MaxEntries and
-	// MaxBytes bound them all together, each getting an even share.
-	// NSID and UDPSize are taken from Pipeline's.
+	// Cache is the cache policy of the routes without one of their own,
+	// and its MaxEntries and MaxBytes bound every route's cache together:
+	// each route (per listen address and zone) has a cache of its own,
+	// which gets an even share of both, never more entries than its own
+	// policy's MaxEntries. NSID and UDPSize are taken from Pipeline's.
 	Cache     cache.Config
-	Pipeline  pipeline.Config  // Cache and Routes are set by Run
+	Pipeline  pipeline.Config  // Routes are set by Run
 	Responder responder.Config // Listen is set by Run
 	Takeover  takeover.Config  // Sockets, Healthy, Answered, OnMirrorSafe and Anchor are set by Run
 	Anchor    Anchor
@@ -91,12 +93,51 @@ type Route struct {
 	Hosts     *corefile.Hosts
 	// Whoami answers what the templates and hosts pass on in a block
 	// without a forward (CoreDNS runs whoami after forward): the client's
-	// address and port, as LocalDNS's health-check block does.
+	// address and port, as LocalDNS's health-check block does. Such a
+	// route has no cache: its answers are for one client.
 	Whoami bool
+	// Cache is the block's cache policy, as its cache plugin sets it
+	// (nil: Config.Cache's). Its MaxEntries is the block's capacity;
+	// Config.Cache's bounds still cap it, and its NSID, UDPSize, Now and
+	// Logger are ignored.
+	Cache *cache.Config
 }
+
+// cached reports whether the route has a cache: every route but whoami's.
+func (r *Route) cached() bool { return !r.Whoami }
 
 // local reports whether the route makes answers of its own.
 func (r *Route) local() bool { return len(r.Templates) > 0 || r.Hosts != nil || r.Whoami }
+
+// caches returns how many caches the routes make in all, one per cached
+// route and listen address it serves: they share Cache's bounds.
+func (c *Config) caches() int {
+	n := 0
+	for _, ap := range c.Listen {
+		for _, r := range c.routesFor(ap) {
+			if r.cached() {
+				n++
+			}
+		}
+	}
+	return max(n, 1)
+}
+
+// cacheConfig returns the cache config of route r: its own policy or
+// Cache's, with an even share of Cache's bounds among the n caches.
+func (c *Config) cacheConfig(r *Route, n int) cache.Config {
+	cc := c.Cache
+	share := max(c.Cache.MaxEntries/n, 1)
+	if r.Cache != nil {
+		cc = *r.Cache
+		share = min(share, max(cc.MaxEntries, 1))
+	}
+	cc.MaxEntries = share
+	cc.MaxBytes = max(c.Cache.MaxBytes/int64(n), 1)
+	cc.NSID, cc.UDPSize = c.Pipeline.NSID, c.Pipeline.UDPSize
+	cc.Now, cc.Logger = nil, nil
+	return cc
+}
 
 // routesFor returns the routes serving the listen address ap.
 func (c *Config) routesFor(ap netip.AddrPort) []Route {

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
-	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
@@ -19,11 +19,11 @@ import (
 // the listen addresses, as corefile.Parse selected them):
 //   - per zone with a forward, templates, hosts or whoami, on each of
 //     cfg.Listen its block serves: a Route with its template stanzas, its
-//     hosts plugin, whoami, and its forward's servers, policy,
-//     force_tcp, max_concurrent, max_fails, health_check (with no_rec
-//     and domain), expire and failfast_all_unhealthy_upstreams;
-//   - from the root zone's cache plugin: the TTL caps and floors, the
-//     SERVFAIL TTL, serve_stale's duration and mode;
+//     hosts plugin, whoami, its forward's servers, policy, force_tcp,
+//     max_concurrent, max_fails, health_check (with no_rec and domain),
+//     expire and failfast_all_unhealthy_upstreams, and its cache plugin's
+//     capacity (success and denial together), TTL caps and floors,
+//     SERVFAIL TTL, serve_stale duration and mode;
 //   - into Ignored: every option and plugin LocalDNS uses that dnsstandby
 //     does not imitate, and every note of the parser.
 //
@@ -49,17 +49,22 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 	if len(routes) > 0 {
 		cfg.Routes = routes
 	}
-	if cc := rootCache(s.Zones); cc != nil {
-		c := &cfg.Cache
-		c.MaxTTL, c.MaxNegTTL = cc.MaxTTL, cc.MaxNegTTL
-		c.MinTTL, c.MinNegTTL = cc.MinTTL, cc.MinNegTTL
-		c.ServfailTTL = cc.ServfailTTL
-		c.MaxStale = cc.ServeStale
-		cfg.Pipeline.StaleMode = pipeline.StaleImmediate
-		if cc.StaleVerify {
-			cfg.Pipeline.StaleMode = pipeline.StaleVerify
-		}
+}
+
+// blockCache is the cache policy of a block's cache plugin, over the
+// daemon's defaults for what the plugin does not set (the stale TTL).
+func blockCache(defaults cache.Config, pc *corefile.Cache) *cache.Config {
+	c := defaults
+	c.MaxEntries = pc.SuccessCapacity + pc.DenialCapacity
+	c.MaxTTL, c.MaxNegTTL = pc.MaxTTL, pc.MaxNegTTL
+	c.MinTTL, c.MinNegTTL = pc.MinTTL, pc.MinNegTTL
+	c.ServfailTTL = pc.ServfailTTL
+	c.MaxStale = pc.ServeStale
+	c.StaleMode = cache.StaleImmediate
+	if pc.StaleVerify {
+		c.StaleMode = cache.StaleVerify
 	}
+	return &c
 }
 
 // zoneRoute is the route of zone z's block on the listen address ap.
@@ -68,6 +73,9 @@ func zoneRoute(cfg *Config, ap netip.AddrPort, z corefile.Zone) Route {
 	r.Listen = ap
 	r.Templates, r.Hosts = z.Templates, z.Hosts
 	r.Whoami = z.Whoami && len(z.Upstreams) == 0 // after a forward, whoami never answers
+	if z.Cache != nil && !r.Whoami {
+		r.Cache = blockCache(cfg.Cache, z.Cache)
+	}
 	if len(z.Upstreams) == 0 {
 		// No forward (or none dnsstandby can use): its settings are
 		// zero and have nothing to apply to.
@@ -97,17 +105,6 @@ func zoneRoute(cfg *Config, ap netip.AddrPort, z corefile.Zone) Route {
 	return r
 }
 
-// rootCache returns the cache block of the Corefile's root zone, or nil.
-// One cache serves every zone, so it follows the root block's policy.
-func rootCache(zones []corefile.Zone) *corefile.Cache {
-	for _, z := range zones {
-		if z.Name == "." && z.Cache != nil {
-			return z.Cache
-		}
-	}
-	return nil
-}
-
 // Plugins by what dnsstandby does about them.
 var (
 	// imitated: read by corefile and applied by ApplyCorefile (bind
@@ -135,6 +132,9 @@ func ignored(z corefile.Zone) []string {
 		}
 	}
 	if len(z.Upstreams) > 0 {
+		if z.Cache == nil {
+			add("no cache plugin: LocalDNS asks upstream every time; dnsstandby caches the zone with its defaults (Cache), so that it can answer stale when the upstreams fail")
+		}
 		if !z.PreferUDP && !z.ForceTCP {
 			add("forward without prefer_udp or force_tcp: LocalDNS asks over the client's protocol and passes a truncated reply on; dnsstandby asks over UDP and retries a truncated reply over TCP, as prefer_udp")
 		}
@@ -143,10 +143,7 @@ func ignored(z corefile.Zone) []string {
 		}
 	}
 	if c := z.Cache; c != nil {
-		if z.Name != "." {
-			add("cache: each listener's cache follows its root block's policy for every zone")
-		}
-		add("cache capacity success %d denial %d: dnsstandby's cache is bounded by Cache.MaxEntries and Cache.MaxBytes", c.SuccessCapacity, c.DenialCapacity)
+		add("cache capacity success %d denial %d: dnsstandby bounds the two together, at most %d entries, within its share of Cache.MaxEntries and Cache.MaxBytes", c.SuccessCapacity, c.DenialCapacity, c.SuccessCapacity+c.DenialCapacity)
 		if c.Prefetch > 0 {
 			add("cache prefetch %d: dnsstandby refreshes entries hit near expiry at Pipeline.RefreshRate instead", c.Prefetch)
 		}

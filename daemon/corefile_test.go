@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
-	"github.com/dnsstandby/dnsstandby/pipeline"
 )
 
 // TestApplyCorefile reads the Corefile AgentBaker renders, for each
@@ -36,7 +36,7 @@ func TestApplyCorefile(t *testing.T) {
 			pod,
 			[]string{
 				`nsid "localdns-pod"`,
-				"cache capacity success 9984 denial 9984", "zone cluster.local.: cache: each listener's cache follows its root block's policy"}},
+				"cache capacity success 9984 denial 9984: dnsstandby bounds the two together, at most 19968 entries"}},
 		{"169.254.10.10:53",
 			node,
 			[]string{`nsid "localdns"`}},
@@ -90,9 +90,36 @@ func TestApplyCorefile(t *testing.T) {
 			if strings.Join(routes, "\n") != strings.Join(tt.wantRoutes, "\n") {
 				t.Errorf("routes\n%s\nwant\n%s", strings.Join(routes, "\n"), strings.Join(tt.wantRoutes, "\n"))
 			}
-			// The root block's cache: serve_stale 3600s verify, servfail 0.
-			if cfg.Cache.MaxTTL != time.Hour || cfg.Cache.MaxStale != time.Hour || cfg.Cache.ServfailTTL != 0 || cfg.Pipeline.StaleMode != pipeline.StaleVerify {
-				t.Errorf("cache max ttl %s stale %s servfail %s mode %s", cfg.Cache.MaxTTL, cfg.Cache.MaxStale, cfg.Cache.ServfailTTL, cfg.Pipeline.StaleMode)
+			// Each block's own cache: AgentBaker's `cache 3600` with
+			// success and denial 9984 and servfail 0 everywhere;
+			// serve_stale 3600s verify in the root blocks, none in
+			// cluster.local's; whoami's block has no cache.
+			for _, r := range cfg.Routes {
+				c := r.Cache
+				if r.Whoami {
+					if c != nil {
+						t.Errorf("%s %s: whoami route with a cache", r.Listen, r.Zone)
+					}
+					continue
+				}
+				if c == nil {
+					t.Errorf("%s %s: no cache policy", r.Listen, r.Zone)
+					continue
+				}
+				if c.MaxEntries != 2*9984 || c.MaxTTL != time.Hour || c.MaxNegTTL != time.Hour || c.ServfailTTL != 0 {
+					t.Errorf("%s %s: cache entries %d max ttl %s neg %s servfail %s; want 19968, 1h, 1h, 0", r.Listen, r.Zone, c.MaxEntries, c.MaxTTL, c.MaxNegTTL, c.ServfailTTL)
+				}
+				wantStale := time.Duration(0)
+				switch r.Zone {
+				case ".":
+					wantStale = time.Hour
+				case "cluster.local.":
+				default: // the custom zones: AgentBaker's test sets serve_stale on them
+					continue
+				}
+				if c.MaxStale != wantStale || c.StaleMode != cache.StaleVerify && wantStale > 0 {
+					t.Errorf("%s %s: serve stale %s %s, want %s verify", r.Listen, r.Zone, c.MaxStale, c.StaleMode, wantStale)
+				}
 			}
 			all := strings.Join(cfg.Ignored, "\n")
 			for _, want := range tt.wantIgnored {

@@ -15,10 +15,12 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
@@ -55,10 +57,12 @@ type Daemon struct {
 	watched string
 
 	// The parts, set by Run as it starts them; read by the status.
-	views  []*view // one per listen address, in Listen order
-	srv    *responder.Server
-	dnstap *dnstap.Receiver
-	ctrl   *takeover.Controller
+	clk      *clock.Coarse
+	stateDir string  // Config.StateDir if usable, else ""
+	views    []*view // one per listen address, in Listen order
+	srv      *responder.Server
+	dnstap   *dnstap.Receiver
+	ctrl     *takeover.Controller
 }
 
 // group is one route's running upstream group.
@@ -135,9 +139,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.build.Collector())
 
-	if err := d.startViews(life, &wg, &stack, reg, clk); err != nil {
+	d.clk = clk
+	if err := d.startViews(life, &stack, reg, clk); err != nil {
 		return err
 	}
+	d.startSnapshots(life, &wg, &stack)
 	if err := d.startListeners(&stack, reg); err != nil {
 		return err
 	}
@@ -183,8 +189,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	ready.set(true)
 	close(d.ready)
 	st := d.ctrl.Status()
-	log.Info("dnsstandby ready", "listen", fmt.Sprint(cfg.Listen), "mode", st.Mode, "steering", st.Steering.Level,
-		"stale_mode", cfg.Pipeline.StaleMode.String(), "cache_max_entries", cfg.Cache.MaxEntries, "serve_stale", cfg.Cache.MaxStale.String())
+	log.Info("dnsstandby ready", "listen", fmt.Sprint(cfg.Listen), "mode", st.Mode, "steering", st.Steering.Level, "caches", len(d.caches()))
 	// takeover.Start returned with the anchor, the steering program and
 	// the first mode in place: systemd may now start LocalDNS.
 	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(cfg.Listen), st.Mode, st.Steering.Level))
@@ -202,14 +207,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 // view is what serves one listen address. LocalDNS answers each of its
-// listeners from the server blocks bound to it, with their own forwards;
-// a view is dnsstandby's copy of that: its own upstream groups, pipeline
-// and cache, so that an answer learned through one listener is never
-// served through another.
+// listeners from the server blocks bound to it, each with its own forward
+// and cache; a view is dnsstandby's copy of that: its own pipeline, and
+// per zone an upstream group and a cache, so that an answer learned
+// through one block is never served through another.
 type view struct {
 	listen netip.AddrPort
 	reg    prometheus.Registerer // the daemon's, with the listener label
-	cache  *cache.Cache
 	pipe   *pipeline.Pipeline
 	tap    *tap.Tap // nil unless the mirror feed is the tap and it runs
 
@@ -217,20 +221,33 @@ type view struct {
 	set *routeSet
 }
 
-// startViews makes a view per listen address, each with its share of the
-// cache bounds, and registers their metrics under a listener label.
-func (d *Daemon) startViews(life context.Context, wg *sync.WaitGroup, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
+// zoneCache is one route's cache on a view, kept across reloads while its
+// zone is routed and its policy stays.
+type zoneCache struct {
+	zone string
+	cfg  cache.Config // as built, to tell a policy change
+	c    *cache.Cache
+	snap snapshots
+}
+
+// startViews makes a view per listen address, with its routes, their
+// caches and its pipeline, and registers their metrics under a listener
+// label.
+func (d *Daemon) startViews(life context.Context, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
+	if dir := d.cfg.StateDir; dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			d.log.Error("state directory unusable: no cache snapshots", "dir", dir, slog.Any("err", err))
+		} else {
+			d.stateDir = dir
+		}
+	}
 	for _, ap := range d.cfg.Listen {
 		v := &view{listen: ap}
 		v.reg = prometheus.WrapRegistererWith(prometheus.Labels{"listener": ap.String()}, reg)
-		if err := d.startCache(life, wg, stack, v.reg, clk, v); err != nil {
-			return err
-		}
-		if err := d.startRoutes(life, stack, v); err != nil {
+		if err := d.startRoutes(life, stack, clk, v); err != nil {
 			return err
 		}
 		pc := d.cfg.Pipeline
-		pc.Cache = v.cache
 		pc.Logger = d.base.With("listener", ap.String())
 		pc.Routes = v.set.routes
 		pipe, err := pipeline.New(pc)
@@ -246,67 +263,78 @@ func (d *Daemon) startViews(life context.Context, wg *sync.WaitGroup, stack *clo
 	return nil
 }
 
-// startCache makes the view's cache, warm from the view's last snapshot
-// when there is one: a restart during a takeover answers from what the
-// last process knew. The snapshot is written again periodically and at
-// stop.
-func (d *Daemon) startCache(life context.Context, wg *sync.WaitGroup, stack *closers, reg prometheus.Registerer, clk *clock.Coarse, v *view) error {
-	cfg := d.cfg
-	cc := cfg.Cache
+// newZoneCache makes route r's cache on view v with config cc. It starts
+// warm: from prev, the zone's cache until now when its policy changed,
+// else from the zone's last snapshot, if any, so that a restart during a
+// takeover answers from what the last process knew.
+func (d *Daemon) newZoneCache(v *view, zone string, cc cache.Config, clk *clock.Coarse, prev *zoneCache) (*zoneCache, error) {
+	built := cc
 	cc.Now = clk.Now
-	cc.NSID, cc.UDPSize = cfg.Pipeline.NSID, cfg.Pipeline.UDPSize
-	// The bounds are the daemon's, shared evenly by the views.
-	n := len(cfg.Listen)
-	cc.MaxEntries, cc.MaxBytes = max(cc.MaxEntries/n, 1), max(cc.MaxBytes/int64(n), 1)
 	c, err := cache.New(cc)
 	if err != nil {
-		return fmt.Errorf("listener %s: %w", v.listen, err)
+		return nil, fmt.Errorf("cache of zone %s on %s: %w", zone, v.listen, err)
 	}
-	if err := reg.Register(c); err != nil {
-		return fmt.Errorf("listener %s: register cache metrics: %w", v.listen, err)
+	zc := &zoneCache{zone: zone, cfg: built, c: c}
+	zc.snap = snapshots{log: d.base.With("component", "snapshot", "listener", v.listen.String(), "zone", zone)}
+	if d.stateDir != "" {
+		zc.snap.path = snapshotPath(d.stateDir, v.listen, zone)
 	}
-	v.cache = c
-	if cfg.StateDir == "" {
-		return nil
+	switch {
+	case prev != nil:
+		zc.snap.copyFrom(prev.c, c)
+	case zc.snap.path != "":
+		zc.snap.load(c)
 	}
-	snap := snapshots{path: snapshotPath(cfg.StateDir, v.listen), log: d.base.With("component", "snapshot", "listener", v.listen.String())}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		snap.log.Error("state directory unusable: no cache snapshots", "dir", cfg.StateDir, slog.Any("err", err))
-		return nil
-	}
-	snap.load(c)
-	loopCtx, stopLoop := context.WithCancel(life)
-	done := make(chan struct{})
-	wg.Go(func() { defer close(done); snap.loop(loopCtx, c, cfg.SnapshotInterval) })
-	// The last write, once the listeners are closed and the loop is done.
-	stack.push("cache snapshot "+v.listen.String(), func() error { stopLoop(); <-done; return snap.save(c, slog.LevelInfo) })
-	return nil
+	return zc, nil
 }
 
 // routeSet is one generation of a view's routes: what its pipeline asks
-// per zone, the upstream groups behind them (for the status and the
-// metrics), and what stops them. A reloaded Corefile makes a new one.
+// per zone, the upstream groups and caches behind them (for the status
+// and the metrics), and what stops them. A reloaded Corefile makes a new
+// one, which keeps the caches of the zones it still routes alike.
 type routeSet struct {
 	routes []pipeline.Route
 	groups []group
-	stop   closers // the groups, and the hosts files' reloads
+	caches map[string]*zoneCache // by zone
+	stop   closers               // the groups, and the hosts files' reloads
 }
 
 // buildRoutes makes, per route of cfg serving the view's listen address,
-// its local answers and its upstream group. On error it stops what it
-// made.
-func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view) (*routeSet, error) {
-	set := &routeSet{}
+// its local answers, its upstream group and its cache (the one of prev,
+// the set in force, when the zone's policy is the same). On error it
+// stops what it made.
+func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view, prev *routeSet, clk *clock.Coarse) (*routeSet, error) {
+	set := &routeSet{caches: map[string]*zoneCache{}}
+	fail := func(err error) (*routeSet, error) {
+		set.stop.closeAll(d.log)
+		return nil, err
+	}
+	n := cfg.caches()
 	for _, r := range cfg.routesFor(v.listen) {
 		local, err := d.startLocal(life, &set.stop, v, r)
 		if err != nil {
-			set.stop.closeAll(d.log)
-			return nil, err
+			return fail(err)
+		}
+		var zc *zoneCache
+		if r.cached() {
+			cc := cfg.cacheConfig(&r, n)
+			var old *zoneCache
+			if prev != nil {
+				old = prev.caches[r.Zone]
+			}
+			if old != nil && reflect.DeepEqual(old.cfg, cc) {
+				zc = old
+			} else if zc, err = d.newZoneCache(v, r.Zone, cc, clk, old); err != nil {
+				return fail(err)
+			}
+			set.caches[r.Zone] = zc
 		}
 		if len(r.Upstream.Servers) == 0 {
 			route := pipeline.Route{Zone: r.Zone, Upstream: localFirst{answerers: local}}
 			if r.Whoami {
 				route = pipeline.Route{Zone: r.Zone, Direct: direct(local)}
+			} else {
+				route.Cache = zc.c
 			}
 			set.routes = append(set.routes, route)
 			d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil, "whoami", r.Whoami, "servers", "none")
@@ -317,8 +345,7 @@ func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view) (*route
 		uc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
 		g, err := upstream.New(uc)
 		if err != nil {
-			set.stop.closeAll(d.log)
-			return nil, fmt.Errorf("upstream for zone %s on %s: %w", r.Zone, v.listen, err)
+			return fail(fmt.Errorf("upstream for zone %s on %s: %w", r.Zone, v.listen, err))
 		}
 		set.stop.push("upstream "+r.Zone+" on "+v.listen.String(), g.Close)
 		set.groups = append(set.groups, group{r.Zone, g})
@@ -326,52 +353,123 @@ func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view) (*route
 		if len(local) > 0 {
 			ex = localFirst{answerers: local, next: g}
 		}
-		set.routes = append(set.routes, pipeline.Route{Zone: r.Zone, Upstream: ex})
+		set.routes = append(set.routes, pipeline.Route{Zone: r.Zone, Upstream: ex, Cache: zc.c})
 		d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil,
-			"servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent)
+			"servers", fmt.Sprint(uc.Servers), "force_tcp", uc.ForceTCP, "max_concurrent", uc.MaxConcurrent,
+			"cache_max_entries", zc.cfg.MaxEntries, "serve_stale", zc.cfg.MaxStale.String(), "stale_mode", zc.cfg.StaleMode.String())
 	}
 	return set, nil
 }
 
-// register registers the set's upstream groups under their zone label;
-// unregister takes them out again.
-func (s *routeSet) register(reg prometheus.Registerer) error {
+// register registers what of the set prev does not have: its upstream
+// groups and its new caches, under their zone label; unregister takes out
+// what next does not keep. prev and next may be nil.
+func (s *routeSet) register(reg prometheus.Registerer, prev *routeSet) error {
 	for _, g := range s.groups {
-		if err := prometheus.WrapRegistererWith(prometheus.Labels{"zone": g.zone}, reg).Register(g.g); err != nil {
+		if err := zoneRegisterer(reg, g.zone).Register(g.g); err != nil {
 			return fmt.Errorf("register upstream metrics of zone %s: %w", g.zone, err)
+		}
+	}
+	for zone, zc := range s.caches {
+		if prev != nil && prev.caches[zone] == zc {
+			continue
+		}
+		if err := zoneRegisterer(reg, zone).Register(zc.c); err != nil {
+			return fmt.Errorf("register cache metrics of zone %s: %w", zone, err)
 		}
 	}
 	return nil
 }
 
-func (s *routeSet) unregister(reg prometheus.Registerer) {
+func (s *routeSet) unregister(reg prometheus.Registerer, next *routeSet) {
 	for _, g := range s.groups {
-		prometheus.WrapRegistererWith(prometheus.Labels{"zone": g.zone}, reg).Unregister(g.g)
+		zoneRegisterer(reg, g.zone).Unregister(g.g)
 	}
+	for zone, zc := range s.caches {
+		if next == nil || next.caches[zone] != zc {
+			zoneRegisterer(reg, zone).Unregister(zc.c)
+		}
+	}
+}
+
+func zoneRegisterer(reg prometheus.Registerer, zone string) prometheus.Registerer {
+	return prometheus.WrapRegistererWith(prometheus.Labels{"zone": zone}, reg)
 }
 
 // startRoutes makes the view's first route set; the closer stops the set
 // in force at stop, whichever generation it is.
-func (d *Daemon) startRoutes(life context.Context, stack *closers, v *view) error {
-	set, err := d.buildRoutes(life, &d.cfg, v)
+func (d *Daemon) startRoutes(life context.Context, stack *closers, clk *clock.Coarse, v *view) error {
+	set, err := d.buildRoutes(life, &d.cfg, v, nil, clk)
 	if err != nil {
 		return err
 	}
 	v.set = set
+	// At stop the listeners are closed already: the caches hold all they
+	// will, and their snapshots are written last.
 	stack.push("routes on "+v.listen.String(), func() error {
 		v.mu.Lock()
 		s := v.set
 		v.set = nil
 		v.mu.Unlock()
-		if s != nil {
-			s.stop.closeAll(d.log)
+		if s == nil {
+			return nil
 		}
-		return nil
+		s.stop.closeAll(d.log)
+		var errs []error
+		for _, zc := range s.caches {
+			if zc.snap.path != "" {
+				errs = append(errs, zc.snap.save(zc.c, slog.LevelInfo))
+			}
+		}
+		return errors.Join(errs...)
 	})
-	if err := set.register(v.reg); err != nil {
+	if err := set.register(v.reg, nil); err != nil {
 		return fmt.Errorf("listener %s: %w", v.listen, err)
 	}
 	return nil
+}
+
+// caches returns the caches in force on every view.
+func (d *Daemon) caches() []*zoneCache {
+	var out []*zoneCache
+	for _, v := range d.views {
+		v.mu.Lock()
+		if v.set != nil {
+			for _, zc := range v.set.caches {
+				out = append(out, zc)
+			}
+		}
+		v.mu.Unlock()
+	}
+	return out
+}
+
+// startSnapshots writes every cache's snapshot every SnapshotInterval
+// until stop; the routes' closers write the last ones.
+func (d *Daemon) startSnapshots(life context.Context, wg *sync.WaitGroup, stack *closers) {
+	if d.stateDir == "" {
+		return
+	}
+	loopCtx, stopLoop := context.WithCancel(life)
+	done := make(chan struct{})
+	wg.Go(func() {
+		defer close(done)
+		t := time.NewTicker(d.cfg.SnapshotInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+				for _, zc := range d.caches() {
+					if err := zc.snap.save(zc.c, slog.LevelDebug); err != nil {
+						zc.snap.log.Error("cache snapshot not written", slog.Any("err", err))
+					}
+				}
+			}
+		}
+	})
+	stack.push("cache snapshot loop", func() error { stopLoop(); <-done; return nil })
 }
 
 // startListeners opens the listen addresses, each feeding its view's
@@ -408,7 +506,7 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 		for _, v := range d.views {
 			tc := tap.DefaultConfig()
 			tc.Addrs, tc.Port, tc.Logger = []netip.Addr{v.listen.Addr()}, v.listen.Port(), d.base.With("listener", v.listen.String())
-			tp, err := tap.Start(life, tc, v.cache.InsertMirror)
+			tp, err := tap.Start(life, tc, v.pipe.InsertMirror)
 			if err != nil {
 				fail(fmt.Errorf("listener %s: %w", v.listen, err))
 				continue
@@ -425,7 +523,7 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 		v := d.views[0]
 		dc := dnstap.DefaultConfig()
 		dc.Path, dc.Logger = m.DnstapPath, d.base
-		rx, err := dnstap.Listen(life, dc, v.cache.InsertMirror)
+		rx, err := dnstap.Listen(life, dc, v.pipe.InsertMirror)
 		if err != nil {
 			fail(err)
 			return

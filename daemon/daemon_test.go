@@ -215,7 +215,7 @@ func TestRunServesAndStops(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	logs := r.logs.String()
-	for _, want := range []string{`"msg":"shutting down"`, `"msg":"cache snapshot written","component":"snapshot","listener":"` + cfg.Listen[0].String() + `","entries":1`, `"msg":"stopped"`} {
+	for _, want := range []string{`"msg":"shutting down"`, `"msg":"cache snapshot written","component":"snapshot","listener":"` + cfg.Listen[0].String() + `","zone":".","entries":1`, `"msg":"stopped"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("no %s in the logs", want)
 		}
@@ -225,7 +225,7 @@ func TestRunServesAndStops(t *testing.T) {
 	if i, j := strings.Index(logs, `"shutting down"`), strings.Index(logs, `"cache snapshot written"`); i < 0 || j < i {
 		t.Errorf("snapshot written before shutting down:\n%s", logs)
 	}
-	if fi, err := os.Stat(snapshotPath(cfg.StateDir, cfg.Listen[0])); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(snapshotPath(cfg.StateDir, cfg.Listen[0], ".")); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("snapshot after stop: %v %v", fi, err)
 	}
 	// Everything is closed: the addresses can be bound again.
@@ -276,7 +276,7 @@ func TestStartFailureStopsWhatStarted(t *testing.T) {
 	}
 	ln.Close()
 	// The snapshot closer ran too (the state directory was usable).
-	if _, err := os.Stat(snapshotPath(cfg.StateDir, cfg.Listen[0])); err != nil {
+	if _, err := os.Stat(snapshotPath(cfg.StateDir, cfg.Listen[0], ".")); err != nil {
 		t.Errorf("no snapshot after a failed start: %v", err)
 	}
 }
@@ -372,7 +372,7 @@ func TestListenersKeepTheirOwnAnswers(t *testing.T) {
 	_, body := httpGet(t, "http://"+cfg.MetricsAddr+"/metrics")
 	for _, ap := range cfg.Listen {
 		for _, want := range []string{
-			`dnsstandby_cache_entries{listener="` + ap.String() + `"} 1`,
+			`dnsstandby_cache_entries{listener="` + ap.String() + `",zone="."} 1`,
 			`dnsstandby_queries_total{listener="` + ap.String() + `",source="cache"} 1`,
 		} {
 			if !strings.Contains(body, want) {
@@ -384,7 +384,7 @@ func TestListenersKeepTheirOwnAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ap := range cfg.Listen {
-		if _, err := os.Stat(snapshotPath(cfg.StateDir, ap)); err != nil {
+		if _, err := os.Stat(snapshotPath(cfg.StateDir, ap, ".")); err != nil {
 			t.Errorf("no snapshot for %s: %v", ap, err)
 		}
 	}

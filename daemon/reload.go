@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/dnsstandby/dnsstandby/pipeline"
 )
 
 // This file is the live reload: LocalDNS's Corefile is rewritten on nodes
@@ -96,8 +94,10 @@ func (d *Daemon) watch(life context.Context) {
 }
 
 // reload re-reads the settings and puts their routes in force on every
-// listen address at once, returning the route sets they replaced. Settings
-// other than the routes take effect at the next start; the log says so.
+// listen address at once, returning the route sets they replaced. A zone
+// still routed keeps its cache; one whose cache policy changed gets a new
+// cache holding the old one's entries. Settings other than the routes and
+// their caches take effect at the next start.
 func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
 	next, err := d.cfg.Reload()
 	if err != nil {
@@ -109,12 +109,12 @@ func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
 	if !slices.Equal(next.Listen, d.cfg.Listen) {
 		return nil, fmt.Errorf("listen addresses %v, now %v: a restart applies them", d.cfg.Listen, next.Listen)
 	}
-	if cachePolicy(next) != cachePolicy(d.cfg) {
-		d.log.Warn("Corefile cache policy changed: it applies at the next start", "corefile", next.Corefile)
-	}
 	sets := make([]*routeSet, len(d.views))
 	for i, v := range d.views {
-		if sets[i], err = d.buildRoutes(life, &next, v); err != nil {
+		v.mu.Lock()
+		prev := v.set
+		v.mu.Unlock()
+		if sets[i], err = d.buildRoutes(life, &next, v, prev, d.clk); err != nil {
 			for _, s := range sets[:i] {
 				s.stop.closeAll(d.log)
 			}
@@ -139,24 +139,12 @@ func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
 			sets[i].stop.closeAll(d.log)
 			continue
 		}
-		prev.unregister(v.reg)
-		if err := sets[i].register(v.reg); err != nil {
+		prev.unregister(v.reg, sets[i])
+		if err := sets[i].register(v.reg, prev); err != nil {
 			d.log.Warn("upstream metrics not registered after a reload", "listener", v.listen.String(), slog.Any("err", err))
 		}
 		replaced = append(replaced, prev)
 	}
 	d.log.Info("Corefile reloaded", "corefile", next.Corefile, "ignored", len(next.Ignored))
 	return replaced, nil
-}
-
-// policy is what ApplyCorefile takes of a Corefile's cache plugin, to
-// tell a change.
-type policy struct {
-	maxTTL, maxNegTTL, minTTL, minNegTTL, servfailTTL, maxStale time.Duration
-	staleMode                                                   pipeline.StaleMode
-}
-
-func cachePolicy(c Config) policy {
-	cc := c.Cache
-	return policy{cc.MaxTTL, cc.MaxNegTTL, cc.MinTTL, cc.MinNegTTL, cc.ServfailTTL, cc.MaxStale, c.Pipeline.StaleMode}
 }

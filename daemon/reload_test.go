@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -129,4 +131,131 @@ func TestCorefileReload(t *testing.T) {
 	if len(st.Upstreams) != 1 || st.Upstreams[0].Server != upB.String() {
 		t.Errorf("status upstreams %+v, want only %s", st.Upstreams, upB)
 	}
+}
+
+// TestReloadCaches: each zone of a listener has a cache of its own; a
+// reload keeps the cache of a zone whose policy stays, carries the
+// entries of one whose policy changed over to its new cache, and drops
+// the cache of a zone no longer routed.
+func TestReloadCaches(t *testing.T) {
+	upA, upB := nstest.StartAnswerer(t, "192.0.2.1"), nstest.StartAnswerer(t, "192.0.2.2")
+	base := loopbackConfig(t, upA)
+	listen := base.Listen[0]
+	path := filepath.Join(t.TempDir(), "Corefile")
+	corefileText := func(rootUp netip.AddrPort, rootTTL int, extraZone string) string {
+		text := fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n    cache %d {\n        serve_stale 3600s verify\n    }\n}\n", listen.Port(), listen.Addr(), rootUp, rootTTL)
+		if extraZone != "" {
+			text += fmt.Sprintf("%s:%d {\n    bind %s\n    forward . %s\n}\n", extraZone, listen.Port(), listen.Addr(), upA)
+		}
+		return text
+	}
+	write := func(text string) {
+		t.Helper()
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(corefileText(upA, 3600, "cluster.local"))
+	layer := func() (Config, error) {
+		cfg := base
+		cfg.Routes = nil
+		s, err := corefile.Load(path, cfg.Listen)
+		if err != nil {
+			return Config{}, err
+		}
+		ApplyCorefile(&cfg, s)
+		return cfg, nil
+	}
+	cfg, err := layer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Reload, cfg.Watch, cfg.ReloadInterval = layer, []string{path}, 50*time.Millisecond
+	r := start(t, cfg)
+	caches := func() map[string]*zoneCache {
+		v := r.d.views[0]
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.set.caches
+	}
+	ask := func(name string) string {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, listen.String())
+		if err != nil || len(resp.Answer) != 1 {
+			t.Fatalf("%s: %v %v", name, resp, err)
+		}
+		return resp.Answer[0].(*dns.A).A.String()
+	}
+	metrics := func() string {
+		t.Helper()
+		resp, err := http.Get("http://" + cfg.MetricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+
+	first := caches()
+	if len(first) != 2 || first["."] == first["cluster.local."] {
+		t.Fatalf("caches %v, want two: one for . and one for cluster.local.", first)
+	}
+	if got := ask("www.example."); got != "192.0.2.1" {
+		t.Fatalf("first answer %s", got)
+	}
+	if first["."].c.Len() != 1 || first["cluster.local."].c.Len() != 0 {
+		t.Fatalf("entries: . %d, cluster.local. %d; want 1 and 0", first["."].c.Len(), first["cluster.local."].c.Len())
+	}
+
+	// The root's forward changes, its cache policy does not: same cache,
+	// so the cached answer stays.
+	write(corefileText(upB, 3600, "cluster.local"))
+	testkit.Eventually(t, 2*time.Second, "the new forward in force", func() bool {
+		for _, u := range r.d.Status().Upstreams {
+			if u.Zone == "." && u.Server == upB.String() {
+				return true
+			}
+		}
+		return false
+	})
+	if c := caches(); c["."] != first["."] || c["cluster.local."] != first["cluster.local."] {
+		t.Fatal("a reload that keeps the cache policy replaced a cache")
+	}
+	if got := ask("www.example."); got != "192.0.2.1" {
+		t.Fatalf("after a forward change: %s, want the cached 192.0.2.1", got)
+	}
+
+	// The root's cache policy changes and cluster.local goes: a new root
+	// cache with the old one's entry, and no cluster.local cache.
+	write(corefileText(upB, 600, ""))
+	testkit.Eventually(t, 2*time.Second, "the new cache policy in force", func() bool { return caches()["."] != first["."] })
+	c := caches()
+	if len(c) != 1 || c["."].cfg.MaxTTL != 600*time.Second || c["."].c.Len() != 1 {
+		t.Fatalf("after a policy change: %d caches, root max TTL %s with %d entries; want 1, 10m0s, 1", len(c), c["."].cfg.MaxTTL, c["."].c.Len())
+	}
+	if got := ask("www.example."); got != "192.0.2.1" {
+		t.Fatalf("after a policy change: %s, want the carried-over 192.0.2.1", got)
+	}
+	body := metrics()
+	if !strings.Contains(body, `dnsstandby_cache_entries{listener="`+listen.String()+`",zone="."} 1`) || strings.Contains(body, `zone="cluster.local."`) {
+		t.Errorf("cache metrics after the reload:\n%s", grepLines(body, "dnsstandby_cache_entries"))
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,15 +10,28 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/cache"
 )
 
-// snapshotPath is where the cache of the listen address ap keeps its
-// snapshot in dir: cache-169.254.10.11-53.snapshot.
-func snapshotPath(dir string, ap netip.AddrPort) string {
-	return filepath.Join(dir, fmt.Sprintf("cache-%s-%d.snapshot", ap.Addr(), ap.Port()))
+// snapshotPath is where the cache of zone on the listen address ap keeps
+// its snapshot in dir: cache-169.254.10.11-53-cluster.local.snapshot,
+// "root" standing for the root zone. Bytes a file name should not hold
+// are replaced by "_".
+func snapshotPath(dir string, ap netip.AddrPort, zone string) string {
+	name := strings.TrimSuffix(strings.ToLower(zone), ".")
+	if name == "" {
+		name = "root"
+	}
+	name = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+			return r
+		}
+		return '_'
+	}, name)
+	return filepath.Join(dir, fmt.Sprintf("cache-%s-%d-%s.snapshot", ap.Addr(), ap.Port(), name))
 }
 
 // writeAtomic writes a file so that a crash at any moment leaves either the
@@ -101,18 +115,18 @@ func (s snapshots) load(c *cache.Cache) {
 	s.log.Info("cache snapshot loaded", "path", path, "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
 }
 
-// loop writes a snapshot every interval until ctx is done.
-func (s snapshots) loop(ctx context.Context, c *cache.Cache, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.save(c, slog.LevelDebug); err != nil {
-				s.log.Error("cache snapshot not written", slog.Any("err", err))
-			}
-		}
+// copyFrom fills the empty cache c with the entries of old, the zone's
+// cache under its former policy: a reloaded Corefile that changes a
+// block's cache policy does not cost that block its answers.
+func (s snapshots) copyFrom(old, c *cache.Cache) {
+	var b bytes.Buffer
+	n, err := old.Save(&b)
+	if err == nil {
+		n, err = c.Load(&b)
 	}
+	if err != nil {
+		s.log.Error("cache policy changed: entries not carried over", slog.Any("err", err))
+		return
+	}
+	s.log.Info("cache policy changed: entries carried over", "entries", n)
 }

@@ -49,10 +49,17 @@ func TestSnapshotRoundTripThroughFiles(t *testing.T) {
 	if err := c1.Insert(b); err != nil {
 		t.Fatal(err)
 	}
-	path := snapshotPath(dir, netip.MustParseAddrPort("169.254.10.11:53"))
-	if filepath.Base(path) != "cache-169.254.10.11-53.snapshot" {
-		t.Errorf("snapshot file %s", path)
+	ap := netip.MustParseAddrPort("169.254.10.11:53")
+	for zone, want := range map[string]string{
+		".":              "cache-169.254.10.11-53-root.snapshot",
+		"Cluster.Local.": "cache-169.254.10.11-53-cluster.local.snapshot",
+		`a/b\\c.`:        "cache-169.254.10.11-53-a_b__c.snapshot",
+	} {
+		if got := filepath.Base(snapshotPath(dir, ap, zone)); got != want {
+			t.Errorf("snapshot file of zone %s: %s, want %s", zone, got, want)
+		}
 	}
+	path := snapshotPath(dir, ap, ".")
 	snap := snapshots{path: path, log: log}
 	if err := snap.save(c1, slog.LevelInfo); err != nil {
 		t.Fatal(err)

@@ -40,7 +40,15 @@ func (d *Daemon) Status() status.Daemon {
 		st.Events = []takeover.Event{}
 	}
 	m := &status.Mirror{Feed: cfg.Mirror.Kind}
-	cs := &status.Cache{MaxEntries: int64(cfg.Cache.MaxEntries), MaxBytes: cfg.Cache.MaxBytes}
+	cs := &status.Cache{}
+	for _, zc := range d.caches() {
+		c := zc.c.Stats()
+		cs.Entries += int64(c.Entries)
+		cs.Bytes += c.Bytes
+		cs.Evictions += c.Evictions
+		cs.MaxEntries += int64(zc.cfg.MaxEntries)
+		cs.MaxBytes += zc.cfg.MaxBytes
+	}
 	for _, v := range d.views {
 		v.mu.Lock()
 		var groups []group
@@ -60,10 +68,6 @@ func (d *Daemon) Status() status.Daemon {
 			m.Accepted += ts.Accepted
 			m.Rejected += ts.RejectedTotal()
 		}
-		c := v.cache.Stats()
-		cs.Entries += int64(c.Entries)
-		cs.Bytes += c.Bytes
-		cs.Evictions += c.Evictions
 	}
 	slices.SortStableFunc(st.Upstreams, func(a, b status.Upstream) int {
 		return cmp.Or(cmp.Compare(a.Listener, b.Listener), cmp.Compare(a.Zone, b.Zone))

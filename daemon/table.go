@@ -8,8 +8,8 @@ import (
 )
 
 // WriteTable writes what the daemon would run with, for a person: per
-// listen address, each zone's upstreams and forward settings; the cache
-// policy; and what LocalDNS does that dnsstandby does not imitate.
+// listen address, each zone's upstreams and forward settings, then its
+// cache; and what LocalDNS does that dnsstandby does not imitate.
 // `dnsstandby run --validate` prints it.
 func (c *Config) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -43,11 +43,29 @@ func (c *Config) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	cc, n := c.Cache, max(len(c.Listen), 1)
-	fmt.Fprintf(w, "\ncache, one per listener: %d entries and %g MiB each; TTL %s to %s (negative %s to %s); SERVFAIL %s; serve stale %s, %s, TTL %s\n",
-		max(cc.MaxEntries/n, 1), float64(cc.MaxBytes/int64(n))/(1<<20), cc.MinTTL, cc.MaxTTL, cc.MinNegTTL, cc.MaxNegTTL,
-		cc.ServfailTTL, cc.MaxStale, c.Pipeline.StaleMode, cc.StaleTTL)
-	fmt.Fprintf(w, "mirror feed: %s; steering: %s\n", c.Mirror, c.Takeover.Steering)
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LISTENER\tZONE\tCACHE_ENTRIES\tCACHE_MIB\tTTL\tNEGATIVE_TTL\tSERVFAIL_TTL\tSERVE_STALE\tSTALE_TTL")
+	n := c.caches()
+	for _, ap := range c.Listen {
+		for _, r := range c.routesFor(ap) {
+			if !r.cached() {
+				fmt.Fprintf(tw, "%s\t%s\tnone\t-\t-\t-\t-\t-\t-\n", ap, r.Zone)
+				continue
+			}
+			cc := c.cacheConfig(&r, n)
+			stale := "off"
+			if cc.MaxStale > 0 {
+				stale = fmt.Sprintf("%s %s", cc.MaxStale, cc.StaleMode)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3g\t%s-%s\t%s-%s\t%s\t%s\t%s\n", ap, r.Zone, cc.MaxEntries, float64(cc.MaxBytes)/(1<<20),
+				cc.MinTTL, cc.MaxTTL, cc.MinNegTTL, cc.MaxNegTTL, cc.ServfailTTL, stale, cc.StaleTTL)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nmirror feed: %s; steering: %s\n", c.Mirror, c.Takeover.Steering)
 	if c.Corefile != "" {
 		fmt.Fprintf(w, "\nfrom %s, not imitated (%d):\n", c.Corefile, len(c.Ignored))
 		for _, line := range c.Ignored {

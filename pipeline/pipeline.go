@@ -39,58 +39,31 @@ type Exchanger interface {
 }
 
 // Route sends queries for names under Zone to Upstream, or answers them
-// with Direct.
+// with Direct. Its Cache is the zone's: answers learned through one route
+// are never served for another, as each of CoreDNS's server blocks has a
+// cache of its own.
 type Route struct {
 	Zone     string // fully qualified, e.g. "." or "cluster.local."
 	Upstream Exchanger
+	// Cache holds the zone's answers and says how stale ones are used
+	// (cache.Config.StaleMode). Required unless Direct is set.
+	Cache *cache.Cache
 	// Direct, if set, answers instead of Upstream, for one client: the
 	// answer depends on who asks (whoami), so it is neither shared with
 	// other clients asking the same nor cached. It must not block.
 	Direct func(req *dns.Msg, client netip.AddrPort, tcp bool) *dns.Msg
+
+	wireZone []byte // Zone in wire format, lower case; set by sortRoutes
 }
 
-// StaleMode is how a stale cache entry is used.
-type StaleMode uint8
-
-const (
-	// StaleVerify asks upstreams first and serves the stale entry only if
-	// they fail within the stale budget (CoreDNS `serve_stale ... verify`,
-	// what LocalDNS's pod block uses).
-	StaleVerify StaleMode = iota
-	// StaleImmediate serves the stale entry at once and refreshes it in
-	// the background (CoreDNS's default).
-	StaleImmediate
-)
-
-func (m StaleMode) String() string {
-	if m == StaleImmediate {
-		return "immediate"
-	}
-	return "verify"
-}
-
-// ParseStaleMode parses "verify" or "immediate".
-func ParseStaleMode(s string) (StaleMode, error) {
-	switch s {
-	case "verify":
-		return StaleVerify, nil
-	case "immediate":
-		return StaleImmediate, nil
-	}
-	return 0, fmt.Errorf("stale mode %q: want verify or immediate", s)
-}
-
-// Config configures a Pipeline. Start from DefaultConfig and set Cache
-// and Routes.
+// Config configures a Pipeline. Start from DefaultConfig and set
+// Routes.
 type Config struct {
-	Cache  *cache.Cache // must be non-nil
-	Routes []Route      // at least one
+	Routes []Route // at least one
 
-	// StaleMode is how stale cache entries are used.
-	StaleMode StaleMode
-	// StaleBudget is how long, in verify mode, a query with a stale entry
-	// waits for upstreams before the stale answer goes out. Must be
-	// positive.
+	// StaleBudget is how long, in a route whose cache is in verify mode, a
+	// query with a stale entry waits for upstreams before the stale answer
+	// goes out. Must be positive.
 	StaleBudget time.Duration
 	// UpstreamTimeout bounds one upstream resolution; a query with nothing
 	// stale to fall back on gets SERVFAIL when it runs out. Must be
@@ -117,11 +90,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the tunables' defaults; Cache and Routes are left
-// for the caller.
+// DefaultConfig returns the tunables' defaults; Routes are left for the
+// caller.
 func DefaultConfig() Config {
 	return Config{
-		StaleMode: StaleVerify,
 		// Pods' resolvers (glibc: 5 s, musl: 2.5 s per try) retry well after
 		// this: a stale answer within half a second is an answer on the
 		// first try.
@@ -142,12 +114,8 @@ func DefaultConfig() Config {
 // validate checks c; its errors name the Config field.
 func (c *Config) validate() error {
 	switch {
-	case c.Cache == nil:
-		return errors.New("Cache is nil")
 	case len(c.Routes) == 0:
 		return errors.New("Routes is empty")
-	case c.StaleMode != StaleVerify && c.StaleMode != StaleImmediate:
-		return fmt.Errorf("StaleMode %d is neither StaleVerify nor StaleImmediate", c.StaleMode)
 	case c.StaleBudget <= 0:
 		return fmt.Errorf("StaleBudget must be positive, got %s", c.StaleBudget)
 	case c.UpstreamTimeout <= 0:
@@ -168,7 +136,6 @@ func (c *Config) validate() error {
 // the sockets its replies go to.
 type Pipeline struct {
 	cfg    Config
-	cache  *cache.Cache            // always non-nil
 	routes atomic.Pointer[[]Route] // most specific zone first; replaced whole by SetRoutes
 	nsid   []byte                  // or nil
 	log    *slog.Logger            // always non-nil, tagged component=pipeline
@@ -207,7 +174,6 @@ func New(cfg Config) (*Pipeline, error) {
 	p := &Pipeline{
 		refreshes: newTokenBucket(float64(cfg.RefreshRate), float64(cfg.RefreshRate)),
 		cfg:       cfg,
-		cache:     cfg.Cache,
 		log:       log.With("component", "pipeline"),
 		flights:   make(map[flightKey]*flight),
 		perClient: make(map[netip.Addr]int),
@@ -356,9 +322,13 @@ func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 		w.answers[srcError].Add(1)
 		return writeError(dst, q, dns.RcodeRefused), Reply
 	}
+	r := w.p.route(q.QName)
+	if r == nil || r.Cache == nil {
+		return 0, Resolve // REFUSED, or an answer for this client alone
+	}
 	limit := limitFor(q, udp)
-	immediate := w.p.cfg.StaleMode == StaleImmediate
-	n, st := w.p.cache.Serve(dst, q, limit, immediate)
+	c := r.Cache
+	n, st := c.Serve(dst, q, limit, c.StaleMode() == cache.StaleImmediate)
 	switch {
 	case n > 0 && st == cache.Fresh:
 		w.answers[srcCache].Add(1)

@@ -127,24 +127,32 @@ func newPipelineF(f *testing.F, up Exchanger) (*Pipeline, *clock) {
 	return newPipelineTB(f, up, nil)
 }
 
+// newPipelineTB makes a pipeline routing everything to up, on a test
+// clock; mod may change the Config, and routes it leaves without a Cache
+// share one with the cache defaults.
 func newPipelineTB(t testing.TB, up Exchanger, mod func(*Config)) (*Pipeline, *clock) {
 	t.Helper()
+	return newPipelineCache(t, up, nil, mod)
+}
+
+// newPipelineCache is newPipelineTB with the shared cache's Config
+// changed by cmod.
+func newPipelineCache(t testing.TB, up Exchanger, cmod func(*cache.Config), mod func(*Config)) (*Pipeline, *clock) {
+	t.Helper()
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
-	ccfg := cache.DefaultConfig()
-	ccfg.Now = clk.Now
-	ccfg.NSID = "dnsstandby"
-	c, err := cache.New(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCache(t, clk, cmod)
 	cfg := DefaultConfig()
-	cfg.Cache = c
 	cfg.Routes = []Route{{Zone: ".", Upstream: up}}
 	cfg.StaleBudget = 50 * time.Millisecond
 	cfg.UpstreamTimeout = 500 * time.Millisecond
 	cfg.Logger = testkit.Logger(t)
 	if mod != nil {
 		mod(&cfg)
+	}
+	for i := range cfg.Routes {
+		if r := &cfg.Routes[i]; r.Cache == nil && r.Direct == nil {
+			r.Cache = c
+		}
 	}
 	p, err := New(cfg)
 	if err != nil {
@@ -156,6 +164,25 @@ func newPipelineTB(t testing.TB, up Exchanger, mod func(*Config)) (*Pipeline, *c
 		p.Drain(ctx)
 	})
 	return p, clk
+}
+
+// newCache returns a cache on clk (nil: the real clock) with the
+// defaults, changed by mod.
+func newCache(t testing.TB, clk *clock, mod func(*cache.Config)) *cache.Cache {
+	t.Helper()
+	ccfg := cache.DefaultConfig()
+	if clk != nil {
+		ccfg.Now = clk.Now
+	}
+	ccfg.NSID = "dnsstandby"
+	if mod != nil {
+		mod(&ccfg)
+	}
+	c, err := cache.New(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // result is what a client got back.
@@ -479,7 +506,7 @@ func TestStaleImmediate(t *testing.T) {
 		const name = "imm.example."
 		up := newFake()
 		up.set(name, name+" 60 IN A 192.0.2.1")
-		p, clk := newPipeline(t, up, func(c *Config) { c.StaleMode = StaleImmediate })
+		p, clk := newPipelineCache(t, up, func(c *cache.Config) { c.StaleMode = cache.StaleImmediate }, nil)
 		w := p.NewWorker()
 		wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
 		clk.Advance(2 * time.Minute)
@@ -914,10 +941,7 @@ func TestLimitExceededFromGroup(t *testing.T) {
 
 // TestNew: New takes the Config as given and names the field it rejects.
 func TestNew(t *testing.T) {
-	c, err := cache.New(cache.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCache(t, nil, nil)
 	tests := []struct {
 		name    string
 		mod     func(*Config)
@@ -925,10 +949,12 @@ func TestNew(t *testing.T) {
 	}{
 		{"defaults", func(*Config) {}, ""},
 		{"refresh off", func(c *Config) { c.RefreshRate = 0 }, ""},
-		{"no cache", func(c *Config) { c.Cache = nil }, "pipeline: Cache is nil"},
+		{"no cache", func(c *Config) { c.Routes[0].Cache = nil }, "pipeline: Routes: route . has no cache"},
+		{"direct, no cache", func(c *Config) {
+			c.Routes[0] = Route{Zone: ".", Direct: func(*dns.Msg, netip.AddrPort, bool) *dns.Msg { return nil }}
+		}, ""},
 		{"no routes", func(c *Config) { c.Routes = nil }, "pipeline: Routes is empty"},
 		{"route twice", func(c *Config) { c.Routes = append(c.Routes, c.Routes[0]) }, "pipeline: Routes: zone . routed twice"},
-		{"bad stale mode", func(c *Config) { c.StaleMode = 7 }, "pipeline: StaleMode 7"},
 		{"zero stale budget", func(c *Config) { c.StaleBudget = 0 }, "pipeline: StaleBudget must be positive, got 0s"},
 		{"zero upstream timeout", func(c *Config) { c.UpstreamTimeout = 0 }, "pipeline: UpstreamTimeout must be positive, got 0s"},
 		{"zero max inflight", func(c *Config) { c.MaxInflight = 0 }, "pipeline: MaxInflight must be positive, got 0"},
@@ -939,8 +965,7 @@ func TestNew(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.Cache = c
-			cfg.Routes = []Route{{Zone: ".", Upstream: newFake()}}
+			cfg.Routes = []Route{{Zone: ".", Upstream: newFake(), Cache: c}}
 			tt.mod(&cfg)
 			p, err := New(cfg)
 			if tt.wantErr == "" {

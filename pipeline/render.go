@@ -108,13 +108,16 @@ func (p *Pipeline) replyRcode(w *waiter, rcode int) {
 	w.reply(buf[:writeError(buf, &q, rcode)])
 }
 
-// replyStaleOr answers w from the cache, stale allowed, or with rcode
-// (SERVFAIL or REFUSED) when there is nothing to serve.
+// replyStaleOr answers w from its route's cache, stale allowed, or with
+// rcode (SERVFAIL or REFUSED) when there is nothing to serve.
 func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
 	var q wire.Query
 	_ = wire.ParseQuery(w.raw, &q)
 	buf := make([]byte, limitFor(&q, w.udp))
-	n, st := p.cache.Serve(buf, &q, len(buf), true)
+	n, st := 0, cache.Miss
+	if w.cache != nil {
+		n, st = w.cache.ServeAgain(buf, &q, len(buf), true)
+	}
 	switch st {
 	case cache.Fresh, cache.Expiring:
 		p.stats.answers[srcCache].Add(1)
@@ -140,7 +143,8 @@ func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
 	_ = wire.ParseQuery(w.raw, &q)
 	limit := limitFor(&q, w.udp)
 	buf := make([]byte, limit)
-	if n, st := p.cache.Serve(buf, &q, limit, false); st.IsFresh() {
+	// WriteFresh, not Serve: the query was counted as a miss already.
+	if n := w.cache.WriteFresh(buf, &q, limit); n > 0 {
 		// A hit has AA set, as CoreDNS's cache sets it; the answer that
 		// fills the cache goes out with the upstream's AA, as CoreDNS
 		// relays it.

@@ -15,8 +15,9 @@ import (
 )
 
 // flightKey identifies queries one upstream exchange can answer: the cache
-// key's fields.
+// key's fields, and the route whose upstream and cache it uses.
 type flightKey struct {
+	route         *Route
 	name          string // lower case
 	qtype, qclass uint16
 	do, cd        bool
@@ -34,8 +35,9 @@ type flight struct {
 
 // waiter is one client query waiting on a flight.
 type waiter struct {
-	raw    []byte   // the query as received (owned)
-	req    *dns.Msg // raw, parsed
+	raw    []byte       // the query as received (owned)
+	req    *dns.Msg     // raw, parsed
+	cache  *cache.Cache // the route's, for stale answers; nil: none
 	client netip.Addr
 	udp    bool
 	reply  func([]byte)
@@ -61,8 +63,9 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 		return
 	}
 	w := &waiter{raw: msg, req: req, client: client, udp: udp, reply: reply}
-	key := keyOf(req)
-	route := p.route(key.name)
+	var q wire.Query
+	_ = wire.ParseQuery(msg, &q) // miekg/dns read it: so does this
+	route := p.route(q.QName)
 	if route == nil {
 		p.stats.answers[srcError].Add(1)
 		p.replyRcode(w, dns.RcodeRefused)
@@ -71,11 +74,11 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 	if route.Direct != nil {
 		// An answer for this client alone: neither shared nor cached.
 		p.stats.answers[srcUpstream].Add(1)
-		var q wire.Query
-		_ = wire.ParseQuery(msg, &q)
 		w.reply(p.render(&q, req, route.Direct(req, from, !udp), make([]byte, limitFor(&q, udp))))
 		return
 	}
+	w.cache = route.Cache
+	key := keyOf(route, req)
 
 	p.mu.Lock()
 	if p.perClient[client] >= p.cfg.MaxPerClient {
@@ -118,7 +121,7 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 
 	// In verify mode a query with a stale entry waits only StaleBudget.
 	var budget time.Duration
-	if p.cfg.StaleMode == StaleVerify && p.hasStale(msg) {
+	if c := route.Cache; c.StaleMode() == cache.StaleVerify && c.Status(&q) == cache.Stale {
 		budget = p.cfg.StaleBudget
 	}
 	go p.fly(f, route.Upstream, budget)
@@ -137,11 +140,13 @@ func (p *Pipeline) refresh(msg []byte) {
 	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
 		return
 	}
-	key := keyOf(req)
-	route := p.route(key.name)
-	if route == nil {
+	var q wire.Query
+	_ = wire.ParseQuery(msg, &q)
+	route := p.route(q.QName)
+	if route == nil || route.Cache == nil {
 		return
 	}
+	key := keyOf(route, req)
 	p.mu.Lock()
 	if p.flights[key] != nil || len(p.flights) >= p.cfg.MaxInflight || p.closed {
 		p.mu.Unlock()
@@ -243,7 +248,7 @@ func (p *Pipeline) insert(f *flight, resp *dns.Msg) {
 		m.Extra = append(m.Extra, opt)
 	}
 	// Not cacheable (SERVFAIL, truncated...) is normal; the reply still goes out.
-	_ = p.cache.InsertMsg(&m)
+	_ = f.key.route.Cache.InsertMsg(&m)
 }
 
 // release ends w's claim on the caps.
@@ -258,19 +263,10 @@ func (p *Pipeline) release(w *waiter) {
 	p.mu.Unlock()
 }
 
-// hasStale reports whether the cache holds a stale entry for msg.
-func (p *Pipeline) hasStale(msg []byte) bool {
-	var q wire.Query
-	if wire.ParseQuery(msg, &q) != nil {
-		return false
-	}
-	return p.cache.Status(&q) == cache.Stale
-}
-
-// keyOf returns the flight key of a parsed query.
-func keyOf(req *dns.Msg) flightKey {
+// keyOf returns the flight key of a parsed query on route r.
+func keyOf(r *Route, req *dns.Msg) flightKey {
 	q := req.Question[0]
-	k := flightKey{name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass, cd: req.CheckingDisabled}
+	k := flightKey{route: r, name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass, cd: req.CheckingDisabled}
 	if opt := req.IsEdns0(); opt != nil {
 		k.do = opt.Do()
 	}

@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/wire"
 )
 
 // sortRoutes validates routes and orders them most specific zone first, so
@@ -18,14 +20,23 @@ func sortRoutes(in []Route) ([]Route, error) {
 		if _, ok := dns.IsDomainName(zone); !ok {
 			return nil, fmt.Errorf("route zone %q is not a domain name", r.Zone)
 		}
-		if r.Upstream == nil && r.Direct == nil {
+		switch {
+		case r.Upstream == nil && r.Direct == nil:
 			return nil, fmt.Errorf("route %s has no upstream", zone)
+		case r.Direct == nil && r.Cache == nil:
+			return nil, fmt.Errorf("route %s has no cache", zone)
 		}
 		if seen[zone] {
 			return nil, fmt.Errorf("zone %s routed twice", zone)
 		}
 		seen[zone] = true
-		out = append(out, Route{Zone: zone, Upstream: r.Upstream, Direct: r.Direct})
+		wireZone := make([]byte, 256)
+		n, err := dns.PackDomainName(zone, wireZone, 0, nil, false)
+		if err != nil {
+			return nil, fmt.Errorf("route zone %q: %w", r.Zone, err)
+		}
+		r.Zone, r.wireZone = zone, wireZone[:n]
+		out = append(out, r)
 	}
 	slices.SortStableFunc(out, func(a, b Route) int {
 		return dns.CountLabel(b.Zone) - dns.CountLabel(a.Zone)
@@ -33,17 +44,50 @@ func sortRoutes(in []Route) ([]Route, error) {
 	return out, nil
 }
 
-// route returns the route for a lower-case name, or nil if no zone
-// covers it.
-func (p *Pipeline) route(name string) *Route {
+// errNoRoute: no route with a cache covers the name.
+var errNoRoute = errors.New("no cached route for the name")
+
+// route returns the route for a wire-format name (any letter case), or nil
+// if no zone covers it. It matches whole labels, as CoreDNS does, so that
+// a name whose label holds an escaped dot (`a\.cluster.local.`) is not
+// taken for a name under that zone. It does not allocate.
+func (p *Pipeline) route(name []byte) *Route {
 	routes := *p.routes.Load()
 	for i := range routes {
-		z := routes[i].Zone
-		if z == "." || name == z || strings.HasSuffix(name, "."+z) {
+		if inZone(name, routes[i].wireZone) {
 			return &routes[i]
 		}
 	}
 	return nil
+}
+
+// inZone reports whether the wire-format name (uncompressed, well formed)
+// is zone (wire format, lower case) or under it.
+func inZone(name, zone []byte) bool {
+	for off := 0; off < len(name); off += int(name[off]) + 1 {
+		if len(name)-off == len(zone) {
+			return equalFold(name[off:], zone)
+		}
+		if len(name)-off < len(zone) || name[off] == 0 {
+			return false
+		}
+	}
+	return false
+}
+
+// equalFold compares a wire-format name with a lower-case one, folding
+// ASCII letters only (RFC 4343). Length octets are below 64, so they never
+// fold.
+func equalFold(name, lower []byte) bool {
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // SetRoutes replaces the routes, as New checks them, at once for every
@@ -58,4 +102,21 @@ func (p *Pipeline) SetRoutes(routes []Route) error {
 	}
 	p.routes.Store(&sorted)
 	return nil
+}
+
+// InsertMirror files a reply LocalDNS sent (the mirror feed) in the cache
+// of the route its question falls under, as cache.InsertMirror checks
+// it; a name no cached route covers is not filed. Errors are returned
+// unwrapped: this runs for every reply LocalDNS sends, and the feed
+// counts them by kind.
+func (p *Pipeline) InsertMirror(resp []byte) error {
+	var q wire.Query
+	if err := wire.ParseQuery(resp, &q); err != nil {
+		return err
+	}
+	r := p.route(q.QName)
+	if r == nil || r.Cache == nil {
+		return errNoRoute
+	}
+	return r.Cache.InsertMirror(resp)
 }

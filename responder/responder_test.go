@@ -66,8 +66,7 @@ func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod fun
 		t.Fatal(err)
 	}
 	pcfg := pipeline.DefaultConfig()
-	pcfg.Cache = c
-	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up}}
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up, Cache: c}}
 	pcfg.Logger = testkit.Logger(t)
 	p, err := pipeline.New(pcfg)
 	if err != nil {
@@ -205,8 +204,7 @@ func TestListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcfg := pipeline.DefaultConfig()
-	pcfg.Cache = c
-	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: &tableUpstream{}}}
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: &tableUpstream{}, Cache: c}}
 	p, err := pipeline.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -378,9 +376,8 @@ func TestShutdownAnswersInflight(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcfg := pipeline.DefaultConfig()
-	pcfg.Cache = c
 	up := &tableUpstream{delay: 100 * time.Millisecond, entered: make(chan struct{}, 1)}
-	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up}}
+	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up, Cache: c}}
 	pcfg.Logger = testkit.Logger(t)
 	p, err := pipeline.New(pcfg)
 	if err != nil {

@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/daemon"
-	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
@@ -143,10 +143,34 @@ func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (strin
 	if fs.NArg() > 0 {
 		return *o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	// A cache setting given wins over every block's own policy too.
+	fs.Visit(func(f *flag.Flag) {
+		if set := routeCacheFlags[f.Name]; set != nil {
+			for _, r := range cfg.Routes {
+				if r.Cache != nil {
+					set(r.Cache, &cfg.Cache)
+				}
+			}
+		}
+	})
 	if len(cfg.Routes) == 0 && cfg.Corefile == "" {
 		return *o, errors.New("no upstream: give --upstream ADDR:PORT (the kube-dns ClusterIP) or a --localdns-corefile whose blocks forward somewhere")
 	}
 	return *o, nil
+}
+
+// routeCacheFlags are the flags of a cache policy setting that a Corefile
+// block's cache plugin sets too: each copies its setting from the daemon's
+// cache policy (src) to a block's (dst). The bounds are not among them:
+// they bound every cache together.
+var routeCacheFlags = map[string]func(dst, src *cache.Config){
+	"cache-max-ttl":     func(dst, src *cache.Config) { dst.MaxTTL = src.MaxTTL },
+	"cache-max-neg-ttl": func(dst, src *cache.Config) { dst.MaxNegTTL = src.MaxNegTTL },
+	"cache-min-ttl":     func(dst, src *cache.Config) { dst.MinTTL, dst.MinNegTTL = src.MinTTL, src.MinNegTTL },
+	"servfail-ttl":      func(dst, src *cache.Config) { dst.ServfailTTL = src.ServfailTTL },
+	"serve-stale":       func(dst, src *cache.Config) { dst.MaxStale = src.MaxStale },
+	"stale-mode":        func(dst, src *cache.Config) { dst.StaleMode = src.StaleMode },
+	"stale-ttl":         func(dst, src *cache.Config) { dst.StaleTTL = src.StaleTTL },
 }
 
 // runFlags binds every flag of `dnsstandby run` to the field of cfg it
@@ -170,7 +194,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(minTTL{&c.MinTTL, &c.MinNegTTL}, "cache-min-ttl", "floor on how long answers stay fresh (the TTL served is never raised)")
 	fs.Var(notNegative(&c.ServfailTTL), "servfail-ttl", "how long SERVFAIL is cached (0: never)")
 	fs.Var(notNegative(&c.MaxStale), "serve-stale", "how long past expiry an answer may be served stale (0: never)")
-	fs.Var(parsed[pipeline.StaleMode]{&p.StaleMode, pipeline.ParseStaleMode, pipeline.StaleMode.String}, "stale-mode", "verify: ask upstreams first, serve stale if they fail within --stale-budget; immediate: serve stale and refresh in the background")
+	fs.Var(parsed[cache.StaleMode]{&c.StaleMode, cache.ParseStaleMode, cache.StaleMode.String}, "stale-mode", "verify: ask upstreams first, serve stale if they fail within --stale-budget; immediate: serve stale and refresh in the background")
 	fs.Var(positive(&c.StaleTTL), "stale-ttl", "TTL of stale answers (RFC 8767 recommends 30s)")
 	fs.Var(positive(&p.StaleBudget), "stale-budget", "in verify mode, how long a query with a stale answer waits for upstreams")
 
@@ -238,7 +262,16 @@ func (u *upstreamFlag) Set(v string) error {
 		return err
 	}
 	if !u.set {
-		u.cfg.Routes, u.set = []daemon.Route{daemon.NewRoute(".")}, true
+		// Only the forwards are replaced: the root block's cache policy
+		// stays.
+		root := daemon.NewRoute(".")
+		for _, r := range u.cfg.Routes {
+			if r.Zone == "." && r.Cache != nil {
+				root.Cache = r.Cache
+				break
+			}
+		}
+		u.cfg.Routes, u.set = []daemon.Route{root}, true
 	}
 	r := &u.cfg.Routes[0].Upstream
 	r.Servers = append(r.Servers, aps...)

@@ -150,21 +150,30 @@ cluster.local:53 {
 		var b strings.Builder
 		for _, r := range c.Routes {
 			u := r.Upstream
-			fmt.Fprintf(&b, "%s%v tcp=%v conc=%d fails=%d hc=%s exp=%s; ", r.Zone, u.Servers, u.ForceTCP, u.MaxConcurrent, u.MaxFails, u.HealthCheck, u.ExpireTCP)
+			cache := "-"
+			if rc := r.Cache; rc != nil {
+				cache = fmt.Sprintf("%d/%s/%s/%s", rc.MaxEntries, rc.MaxTTL, rc.MaxStale, rc.StaleMode)
+			}
+			fmt.Fprintf(&b, "%s%v tcp=%v conc=%d fails=%d hc=%s exp=%s cache=%s; ", r.Zone, u.Servers, u.ForceTCP, u.MaxConcurrent, u.MaxFails, u.HealthCheck, u.ExpireTCP, cache)
 		}
-		fmt.Fprintf(&b, "maxttl=%s stale=%s mode=%s inflight=%d perclient=%d", c.Cache.MaxTTL, c.Cache.MaxStale, c.Pipeline.StaleMode, c.Pipeline.MaxInflight, c.Pipeline.MaxPerClient)
+		fmt.Fprintf(&b, "maxttl=%s stale=%s mode=%s inflight=%d perclient=%d", c.Cache.MaxTTL, c.Cache.MaxStale, c.Cache.StaleMode, c.Pipeline.MaxInflight, c.Pipeline.MaxPerClient)
 		return b.String()
 	}
 	def := daemon.DefaultConfig()
 	du := daemon.NewRoute(".").Upstream
 	defaults := func(routes string) string {
-		return fmt.Sprintf("%smaxttl=%s stale=%s mode=%s inflight=%d perclient=%d", routes, def.Cache.MaxTTL, def.Cache.MaxStale, def.Pipeline.StaleMode, def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient)
+		return fmt.Sprintf("%smaxttl=%s stale=%s mode=%s inflight=%d perclient=%d", routes, def.Cache.MaxTTL, def.Cache.MaxStale, def.Cache.StaleMode, def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient)
 	}
-	flagRoute := func(servers string) string {
-		return fmt.Sprintf(".[%s] tcp=false conc=%d fails=%d hc=%s exp=%s; ", servers, du.MaxConcurrent, du.MaxFails, du.HealthCheck, du.ExpireTCP)
+	flagRoute := func(servers, cache string) string {
+		return fmt.Sprintf(".[%s] tcp=false conc=%d fails=%d hc=%s exp=%s cache=%s; ", servers, du.MaxConcurrent, du.MaxFails, du.HealthCheck, du.ExpireTCP, cache)
 	}
-	// Most specific zone first, as the Corefile reader orders them.
-	fromCorefile := "cluster.local.[10.0.0.20:53] tcp=false conc=0 fails=2 hc=500ms exp=10s; .[10.0.0.10:53] tcp=true conc=500 fails=4 hc=2s exp=30s; "
+	// Most specific zone first, as the Corefile reader orders them; the
+	// root block's cache plugin is the root route's, cluster.local has
+	// none.
+	fromCorefile := func(rootCache string) string {
+		return "cluster.local.[10.0.0.20:53] tcp=false conc=0 fails=2 hc=500ms exp=10s cache=-; .[10.0.0.10:53] tcp=true conc=500 fails=4 hc=2s exp=30s cache=" + rootCache + "; "
+	}
+	others := fmt.Sprintf("inflight=%d perclient=%d", def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient)
 
 	tests := []struct {
 		name    string
@@ -174,22 +183,22 @@ cluster.local:53 {
 		wantErr string
 	}{
 		{"defaults and a flag", []string{"--upstream", "10.0.0.10,10.0.0.11:5353"}, nil,
-			defaults(flagRoute("10.0.0.10:53 10.0.0.11:5353")), ""},
+			defaults(flagRoute("10.0.0.10:53 10.0.0.11:5353", "-")), ""},
 		{"environment", nil, map[string]string{"DNSSTANDBY_UPSTREAM": "10.0.0.10", "DNSSTANDBY_MAX_INFLIGHT": "7"},
-			strings.Replace(defaults(flagRoute("10.0.0.10:53")), "inflight=1000", "inflight=7", 1), ""},
+			strings.Replace(defaults(flagRoute("10.0.0.10:53", "-")), "inflight=1000", "inflight=7", 1), ""},
 		{"flag over environment", []string{"--max-inflight", "5"}, map[string]string{"DNSSTANDBY_UPSTREAM": "10.0.0.10", "DNSSTANDBY_MAX_INFLIGHT": "7"},
-			strings.Replace(defaults(flagRoute("10.0.0.10:53")), "inflight=1000", "inflight=5", 1), ""},
+			strings.Replace(defaults(flagRoute("10.0.0.10:53", "-")), "inflight=1000", "inflight=5", 1), ""},
 		{"Corefile over defaults", []string{"--localdns-corefile", path}, nil,
-			fromCorefile + fmt.Sprintf("maxttl=10m0s stale=1h0m0s mode=immediate inflight=%d perclient=%d", def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient), ""},
+			defaults(fromCorefile("19968/10m0s/1h0m0s/immediate")), ""},
 		{"environment over Corefile", nil, map[string]string{"DNSSTANDBY_LOCALDNS_COREFILE": path, "DNSSTANDBY_SERVE_STALE": "10s"},
-			fromCorefile + fmt.Sprintf("maxttl=10m0s stale=10s mode=immediate inflight=%d perclient=%d", def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient), ""},
-		{"flags over Corefile", []string{"--localdns-corefile", path, "--upstream", "10.9.9.9", "--serve-stale", "10s", "--stale-mode", "verify"}, nil,
-			flagRoute("10.9.9.9:53") + fmt.Sprintf("maxttl=10m0s stale=10s mode=verify inflight=%d perclient=%d", def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient), ""},
+			fromCorefile("19968/10m0s/10s/immediate") + "maxttl=1h0m0s stale=10s mode=verify " + others, ""},
+		{"flags over Corefile", []string{"--localdns-corefile", path, "--upstream", "10.9.9.9", "--serve-stale", "10s", "--stale-mode", "immediate", "--cache-max-ttl", "5m"}, nil,
+			flagRoute("10.9.9.9:53", "19968/5m0s/10s/immediate") + "maxttl=5m0s stale=10s mode=immediate " + others, ""},
 		{"broken Corefile, upstream given", []string{"--localdns-corefile", broken, "--upstream", "10.0.0.10"}, nil,
-			defaults(flagRoute("10.0.0.10:53")), ""},
+			defaults(flagRoute("10.0.0.10:53", "-")), ""},
 		{"broken Corefile alone", []string{"--localdns-corefile", broken}, nil, "", "Broken:3"},
 		{"the first Corefile that exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + path}, nil,
-			fromCorefile + fmt.Sprintf("maxttl=10m0s stale=1h0m0s mode=immediate inflight=%d perclient=%d", def.Pipeline.MaxInflight, def.Pipeline.MaxPerClient), ""},
+			defaults(fromCorefile("19968/10m0s/1h0m0s/immediate")), ""},
 		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil, "", "absent: no such file"},
 		{"Corefile without a block for the listen address", []string{"--localdns-corefile", path, "--listen", "169.254.10.10:53"}, nil, "", "no server block serves 169.254.10.10:53"},
 		{"Corefile whose blocks forward nowhere", []string{"--localdns-corefile", noForward}, nil, "", "forwards anywhere"},
