@@ -71,7 +71,11 @@ type Config struct {
 // with CoreDNS's 5 s TTL floor and RFC 8767's 30 s stale TTL.
 func DefaultConfig() Config {
 	return Config{
-		MaxEntries: 100_000,
+		// Room for LocalDNS's own capacity in every block dnsstandby
+		// caches: AgentBaker's Corefile has six, 9984 success + 9984
+		// denial entries each (6 x 19,968 = 119,808), which the daemon
+		// shares this bound among.
+		MaxEntries: 120_000,
 		MaxBytes:   64 << 20,
 		MaxTTL:     3600 * time.Second,
 		MaxNegTTL:  3600 * time.Second,
@@ -85,7 +89,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// validate checks c; its errors name the Config field.
+// Validate checks c as New takes it; its errors name the Config field.
+// The daemon calls it for `dnsstandby run --validate`.
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	switch {
 	case c.MaxEntries <= 0:
@@ -227,8 +239,8 @@ type shard struct {
 
 // New validates cfg, taken as given, and returns an empty cache.
 func New(cfg Config) (*Cache, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	n := cfg.Shards
 	if n == 0 {

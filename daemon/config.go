@@ -16,7 +16,6 @@ import (
 	"github.com/dnsstandby/dnsstandby/responder"
 	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/takeover"
-	"github.com/dnsstandby/dnsstandby/takeover/steer"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
@@ -209,10 +208,11 @@ func NewRoute(zone string, servers ...netip.AddrPort) Route {
 	return Route{Zone: zone, Upstream: u}
 }
 
-// Validate checks what no part checks for itself: that there is
-// something to serve and somewhere to send misses, that no upstream is
-// one of the listen addresses, and the daemon's own settings. The parts
-// check their Configs when Run starts them.
+// Validate checks everything Run would refuse before it opens a socket:
+// that there is something to serve and somewhere to send misses, that no
+// upstream is one of the listen addresses, the daemon's own settings, and
+// every part's Config as Run builds it (each part's own Validate). New
+// calls it; so does `dnsstandby run --validate`, through New.
 func (c *Config) Validate() error {
 	if len(c.Listen) == 0 {
 		return errors.New("daemon: no Listen address")
@@ -246,9 +246,6 @@ func (c *Config) Validate() error {
 			zones[r.Zone] = true
 		}
 	}
-	if _, err := steer.ParseLevel(c.Takeover.Steering); err != nil {
-		return fmt.Errorf("daemon: Takeover.Steering: %w", err)
-	}
 	switch c.Mirror.Kind {
 	case MirrorTap, MirrorNone:
 	case MirrorDnstap:
@@ -279,7 +276,7 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("daemon: ShutdownTimeout must be positive, got %s", c.ShutdownTimeout)
 	}
-	return nil
+	return c.validateParts()
 }
 
 // listenAddrs returns the listen addresses, each once.

@@ -36,13 +36,8 @@ import (
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
 	"github.com/dnsstandby/dnsstandby/takeover"
-	"github.com/dnsstandby/dnsstandby/takeover/anchor"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
-
-// minAttemptTimeout is the least time one upstream attempt gets, however
-// many servers share Pipeline.UpstreamTimeout.
-const minAttemptTimeout = 250 * time.Millisecond
 
 // Daemon is one run of dnsstandby. Create it with New, run it with Run.
 type Daemon struct {
@@ -80,11 +75,17 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	return newUnchecked(cfg, log), nil
+}
+
+// newUnchecked is New without Validate: tests use it to see that Run's
+// parts refuse what Validate refuses.
+func newUnchecked(cfg Config, log *slog.Logger) *Daemon {
 	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}
 	if cfg.Reload != nil {
 		d.watched = fingerprint(cfg.Watch)
 	}
-	return d, nil
+	return d
 }
 
 // Ready is closed once Run has started every part: the listeners serve,
@@ -340,8 +341,7 @@ func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view, prev *r
 			d.log.Info("route", "listener", v.listen.String(), "zone", r.Zone, "templates", len(r.Templates), "hosts", r.Hosts != nil, "whoami", r.Whoami, "servers", "none")
 			continue
 		}
-		uc := r.Upstream
-		uc.Timeout = max(cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
+		uc := cfg.upstreamConfig(&r)
 		uc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
 		g, err := upstream.New(uc)
 		if err != nil {
@@ -504,8 +504,8 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 	switch m.Kind {
 	case MirrorTap:
 		for _, v := range d.views {
-			tc := tap.DefaultConfig()
-			tc.Addrs, tc.Port, tc.Logger = []netip.Addr{v.listen.Addr()}, v.listen.Port(), d.base.With("listener", v.listen.String())
+			tc := tapConfig(v.listen)
+			tc.Logger = d.base.With("listener", v.listen.String())
 			tp, err := tap.Start(life, tc, v.pipe.InsertMirror)
 			if err != nil {
 				fail(fmt.Errorf("listener %s: %w", v.listen, err))
@@ -521,8 +521,8 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 		// Validate allows dnstap with one listen address only: the stream
 		// carries no listener to route replies by.
 		v := d.views[0]
-		dc := dnstap.DefaultConfig()
-		dc.Path, dc.Logger = m.DnstapPath, d.base
+		dc := d.cfg.dnstapConfig()
+		dc.Logger = d.base
 		rx, err := dnstap.Listen(life, dc, v.pipe.InsertMirror)
 		if err != nil {
 			fail(err)
@@ -562,8 +562,7 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 		tc.OnMirrorSafe = d.setMirrorSafe
 	}
 	if a := d.cfg.Anchor; a.Link != "" {
-		ac := anchor.DefaultConfig()
-		ac.Link, ac.Kind, ac.Cleanup, ac.Addrs = a.Link, a.Kind, a.Cleanup, d.cfg.listenAddrs()
+		ac := d.cfg.anchorConfig()
 		tc.Anchor = &ac
 	}
 	ctrl, err := takeover.Start(life, tc)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/dnsstandby/dnsstandby/admin"
+	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -303,7 +305,7 @@ func TestValidate(t *testing.T) {
 			c.Listen = append(c.Listen, netip.MustParseAddrPort("169.254.10.10:53"))
 			c.Mirror = Mirror{Kind: MirrorDnstap, DnstapPath: "/run/x.sock"}
 		}, "does not say which listener"},
-		{"steering", func(c *Config) { c.Takeover.Steering = "full" }, "Takeover.Steering"},
+		{"steering", func(c *Config) { c.Takeover.Steering = "full" }, "Takeover: takeover: Steering"},
 		{"mirror kind", func(c *Config) { c.Mirror.Kind = "tapz" }, `Mirror.Kind "tapz"`},
 		{"dnstap without path", func(c *Config) { c.Mirror = Mirror{Kind: MirrorDnstap} }, "Mirror.DnstapPath"},
 		{"snapshot interval", func(c *Config) { c.SnapshotInterval = 0 }, "SnapshotInterval"},
@@ -387,5 +389,74 @@ func TestListenersKeepTheirOwnAnswers(t *testing.T) {
 		if _, err := os.Stat(snapshotPath(cfg.StateDir, ap, ".")); err != nil {
 			t.Errorf("no snapshot for %s: %v", ap, err)
 		}
+	}
+}
+
+// TestValidateRefusesWhatRunRefuses: for settings a part's constructor
+// refuses, Validate (what New and `dnsstandby run --validate` run)
+// refuses them too, naming the same field: each case is run both ways,
+// Validate, and Run without Validate in front of it. The anchor and the
+// mirror feed are parts Run starts without (it logs why, as it does when
+// the node refuses them); there, Validate is the stricter.
+func TestValidateRefusesWhatRunRefuses(t *testing.T) {
+	tests := []struct {
+		name     string
+		edit     func(*Config)
+		want     string // in both errors
+		degraded bool   // Run logs the error and serves without the part
+	}{
+		{"cache min TTL above max", func(c *Config) { c.Cache.MinTTL, c.Cache.MaxTTL = 2*time.Hour, time.Hour }, "MinTTL 2h0m0s is above MaxTTL 1h0m0s", false},
+		{"block cache stale TTL", func(c *Config) {
+			cc := c.Cache
+			cc.StaleTTL = 1 << 62
+			c.Routes[0].Cache = &cc
+		}, "StaleTTL", false},
+		{"NSID too long", func(c *Config) { c.Pipeline.NSID = strings.Repeat("n", 600) }, "NSID must be at most 512 bytes", false},
+		{"responder batch", func(c *Config) { c.Responder.Batch = 5000 }, "Batch must be from 1 to 1024", false},
+		{"upstream policy", func(c *Config) { c.Routes[0].Upstream.Policy = "fastest" }, `Policy must be sequential, round_robin or random, got "fastest"`, false},
+		{"pipeline stale budget", func(c *Config) { c.Pipeline.StaleBudget = 0 }, "StaleBudget must be positive", false},
+		{"takeover probe interval", func(c *Config) { c.Takeover.ProbeInterval = 0 }, "ProbeInterval must be positive", false},
+		{"takeover machine", func(c *Config) { c.Takeover.Machine.HungAfter = 0 }, "Machine.HungAfter must be at least 1", false},
+		{"anchor link name", func(c *Config) { c.Anchor.Link, c.Anchor.Kind = "a/b", "bridge" }, `Link "a/b"`, true},
+		{"dnstap path", func(c *Config) { c.Mirror = Mirror{Kind: MirrorDnstap, DnstapPath: "/run/" + strings.Repeat("x", 120)} }, "longer than a unix socket address holds", true},
+		{"hosts TTL", func(c *Config) {
+			c.Routes[0].Hosts = &corefile.Hosts{File: "/nonexistent/hosts", TTL: 0}
+		}, "Hosts.TTL must be 1 to 65535 seconds", false},
+	}
+	up := nstest.StartAnswerer(t, "192.0.2.1")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := loopbackConfig(t, up)
+			tt.edit(&cfg)
+			verr := cfg.Validate()
+			if verr == nil || !strings.Contains(verr.Error(), tt.want) {
+				t.Fatalf("Validate: %v, want an error containing %q", verr, tt.want)
+			}
+			logs := &syncBuffer{}
+			d := newUnchecked(cfg, slog.New(slog.NewJSONHandler(io.MultiWriter(logs, t.Output()), nil)))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- d.Run(ctx) }()
+			var rerr error
+			select {
+			case rerr = <-done:
+			case <-d.Ready():
+				cancel()
+				rerr = <-done
+			case <-time.After(10 * time.Second):
+				t.Fatal("Run neither failed nor became ready")
+			}
+			if tt.degraded {
+				inJSON := strings.Trim(strconv.Quote(tt.want), `"`)
+				if rerr != nil || !strings.Contains(logs.String(), inJSON) {
+					t.Fatalf("Run without Validate: %v, want it to serve and log %q:\n%s", rerr, tt.want, logs.String())
+				}
+				return
+			}
+			if rerr == nil || !strings.Contains(rerr.Error(), tt.want) {
+				t.Fatalf("Run without Validate: %v, want an error containing %q", rerr, tt.want)
+			}
+		})
 	}
 }

@@ -66,8 +66,8 @@ func (d *Daemon) startLocal(life context.Context, stack *closers, v *view, r Rou
 		out = append(out, t)
 	}
 	if r.Hosts != nil {
-		hc := localanswer.DefaultHostsConfig()
-		hc.Hosts, hc.Logger = *r.Hosts, d.base.With("listener", v.listen.String(), "zone", r.Zone)
+		hc := hostsConfig(&r)
+		hc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
 		h, err := localanswer.NewHosts(hc)
 		if err != nil {
 			return nil, fmt.Errorf("hosts of zone %s on %s: %w", r.Zone, v.listen, err)

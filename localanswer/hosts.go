@@ -80,23 +80,32 @@ type hostsTable struct {
 	addr         map[netip.Addr][]string // names by address (IPv4 unmapped); empty with no_reverse
 }
 
+// Validate checks cfg as NewHosts takes it; errors name the field.
+func (cfg HostsConfig) Validate() error {
+	hc := cfg.Hosts
+	switch {
+	case hc.TTL < 1 || hc.TTL > 65535:
+		return fmt.Errorf("localanswer: hosts: Hosts.TTL must be 1 to 65535 seconds, got %d", hc.TTL)
+	case hc.Reload < 0:
+		return fmt.Errorf("localanswer: hosts: Hosts.Reload must not be negative, got %s", hc.Reload)
+	case hc.File == "":
+		return errors.New("localanswer: hosts: Hosts.File is empty")
+	case cfg.MaxFileSize <= 0:
+		return fmt.Errorf("localanswer: hosts: MaxFileSize must be positive, got %d", cfg.MaxFileSize)
+	case cfg.MaxRecords <= 0:
+		return fmt.Errorf("localanswer: hosts: MaxRecords must be positive, got %d", cfg.MaxRecords)
+	}
+	return nil
+}
+
 // NewHosts validates cfg and reads the inline lines and the hosts file.
 // A missing or unreadable file is logged and gives no entries, as in
 // CoreDNS; it is read when it appears.
 func NewHosts(cfg HostsConfig) (*Hosts, error) {
-	hc := cfg.Hosts
-	switch {
-	case hc.TTL < 1 || hc.TTL > 65535:
-		return nil, fmt.Errorf("localanswer: hosts: Hosts.TTL must be 1 to 65535 seconds, got %d", hc.TTL)
-	case hc.Reload < 0:
-		return nil, fmt.Errorf("localanswer: hosts: Hosts.Reload must not be negative, got %s", hc.Reload)
-	case hc.File == "":
-		return nil, errors.New("localanswer: hosts: Hosts.File is empty")
-	case cfg.MaxFileSize <= 0:
-		return nil, fmt.Errorf("localanswer: hosts: MaxFileSize must be positive, got %d", cfg.MaxFileSize)
-	case cfg.MaxRecords <= 0:
-		return nil, fmt.Errorf("localanswer: hosts: MaxRecords must be positive, got %d", cfg.MaxRecords)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	hc := cfg.Hosts
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

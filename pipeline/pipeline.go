@@ -111,11 +111,18 @@ func DefaultConfig() Config {
 	}
 }
 
-// validate checks c; its errors name the Config field.
+// Validate checks c's tunables as New takes them (New checks the Routes
+// too); its errors name the Config field. The daemon calls it for
+// `dnsstandby run --validate`, before there are routes.
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	switch {
-	case len(c.Routes) == 0:
-		return errors.New("Routes is empty")
 	case c.StaleBudget <= 0:
 		return fmt.Errorf("StaleBudget must be positive, got %s", c.StaleBudget)
 	case c.UpstreamTimeout <= 0:
@@ -160,8 +167,11 @@ type Pipeline struct {
 
 // New validates cfg and returns a pipeline; it takes cfg as given.
 func New(cfg Config) (*Pipeline, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Routes) == 0 {
+		return nil, errors.New("pipeline: Routes is empty")
 	}
 	routes, err := sortRoutes(cfg.Routes)
 	if err != nil {

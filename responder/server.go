@@ -88,7 +88,15 @@ func DefaultConfig() Config {
 // maxBatch is the kernel's UIO_MAXIOV, the most recvmmsg and sendmmsg take.
 const maxBatch = 1024
 
-// validate checks c; its errors name the Config field.
+// Validate checks c as Listen takes it; its errors name the Config field.
+// The daemon calls it for `dnsstandby run --validate`.
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("responder: %w", err)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	if len(c.Listen) == 0 {
 		return errors.New("Listen is empty")
@@ -142,8 +150,8 @@ type Server struct {
 // address and permission errors surface before the daemon reports ready.
 // pipes holds the pipeline of each listen address. It starts nothing.
 func Listen(cfg Config, pipes map[netip.AddrPort]*pipeline.Pipeline) (*Server, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("responder: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	for _, ap := range cfg.Listen {
 		if pipes[ap] == nil {

@@ -164,18 +164,31 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 	return start(ctx, cfg, realParts())
 }
 
+// Validate checks c's settings as Start takes them, leaving out what only
+// the running daemon has (Sockets, Healthy, Answered, OnMirrorSafe,
+// Anchor); errors name the field. The daemon calls it for `dnsstandby run
+// --validate`.
+func (c *Config) Validate() error {
+	switch {
+	case c.ProbeInterval <= 0:
+		return fmt.Errorf("takeover: ProbeInterval must be positive, got %s", c.ProbeInterval)
+	case !c.ProbeAddr.IsValid():
+		return errors.New("takeover: ProbeAddr must be set")
+	case c.ProbeName == "":
+		return errors.New("takeover: ProbeName must be set")
+	}
+	if _, err := steer.ParseLevel(c.Steering); err != nil {
+		return fmt.Errorf("takeover: Steering: %w", err)
+	}
+	return c.Machine.validate()
+}
+
 func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if len(cfg.Sockets) == 0 {
 		return nil, errors.New("takeover: Sockets must not be empty")
-	}
-	if cfg.ProbeInterval <= 0 {
-		return nil, fmt.Errorf("takeover: ProbeInterval must be positive, got %s", cfg.ProbeInterval)
-	}
-	if !cfg.ProbeAddr.IsValid() {
-		return nil, errors.New("takeover: ProbeAddr must be set")
-	}
-	if cfg.ProbeName == "" {
-		return nil, errors.New("takeover: ProbeName must be set")
 	}
 	if cfg.Healthy == nil {
 		cfg.Healthy = func() error { return nil }

@@ -165,7 +165,15 @@ func DefaultConfig() Config {
 	}
 }
 
-// validate checks c; its errors name the Config field.
+// Validate checks c as New takes it; its errors name the Config field.
+// The daemon calls it for `dnsstandby run --validate`.
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	return nil
+}
+
 func (c *Config) validate() error {
 	if len(c.Servers) == 0 {
 		return errors.New("Servers is empty")
@@ -258,8 +266,8 @@ type server struct {
 // New validates cfg and returns a Group. Its only goroutine, which closes
 // expired TCP connections, runs until Close.
 func New(cfg Config) (*Group, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("upstream: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	cfg.Servers = append([]netip.AddrPort(nil), cfg.Servers...)
 	log := cfg.Logger

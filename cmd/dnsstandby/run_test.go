@@ -12,6 +12,10 @@ import (
 )
 
 func TestCommandLineErrors(t *testing.T) {
+	corefile := filepath.Join(t.TempDir(), "Corefile")
+	if err := os.WriteFile(corefile, []byte(".:53 {\n  bind 169.254.10.11\n  forward . 10.0.0.10\n  cache 600\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name     string
 		args     []string
@@ -46,6 +50,15 @@ func TestCommandLineErrors(t *testing.T) {
 			map[string]string{"DNSSTANDBY_SERVICE_HOST": "10.1.2.3", "DNSSTANDBY_PORT_9355_TCP": "tcp://10.1.2.3:9355", "DNSSTANDBY_OPTS": "--listen x", "DNSSTANDBY_STATEDIR": "/tmp"},
 			exitUsage, "DNSSTANDBY_STATEDIR: no such setting"},
 		{"bad metrics address", []string{"run", "--upstream", "10.0.0.10", "--metrics-addr", "localhost", "--validate"}, nil, exitUsage, "MetricsAddr"},
+		// What a part refuses, start refuses before it touches the node,
+		// and --validate says so too.
+		{"min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h"}, nil, exitUsage, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
+		{"validate: min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h", "--validate"}, nil, exitUsage, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
+		{"validate: min TTL above a block's max", []string{"run", "--localdns-corefile", corefile, "--cache-min-ttl", "20m", "--validate"}, nil, exitUsage,
+			"cache of zone . on 169.254.10.11:53: cache: MinTTL 20m0s is above MaxTTL 10m0s"},
+		{"udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000"}, nil, exitUsage, "Batch must be from 1 to 1024"},
+		{"validate: udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000", "--validate"}, nil, exitUsage, "Batch must be from 1 to 1024"},
+		{"validate: long NSID", []string{"run", "--upstream", "10.0.0.10", "--nsid", strings.Repeat("n", 513), "--validate"}, nil, exitUsage, "NSID must be at most 512 bytes"},
 		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
 	for _, tt := range tests {

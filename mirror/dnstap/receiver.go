@@ -95,8 +95,8 @@ func DefaultConfig() Config {
 // (sun_path is 108 bytes with its terminating NUL).
 const maxSocketPath = 107
 
-// validate checks c as Listen takes it; errors name the field.
-func (c *Config) validate() error {
+// Validate checks c as Listen takes it; errors name the field.
+func (c *Config) Validate() error {
 	switch {
 	case c.Path == "":
 		return errors.New("dnstap: Path is empty")
@@ -151,7 +151,7 @@ type Receiver struct {
 // directory is created with mode 0750. cfg is taken as given (start from
 // DefaultConfig); an invalid one is an error naming the field.
 func Listen(ctx context.Context, cfg Config, sink Sink) (*Receiver, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if sink == nil {

@@ -84,7 +84,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// validate checks c as Start takes it; errors name the field.
+// Validate checks c as Start takes it; errors name the field.
+func (c *Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
 func (c *Config) validate() (filterSpec, error) {
 	if c.Batch < 1 || c.Batch > maxBatch {
 		return filterSpec{}, fmt.Errorf("tap: Batch must be 1 to %d, got %d", maxBatch, c.Batch)

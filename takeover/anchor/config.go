@@ -54,6 +54,13 @@ func DefaultConfig() Config {
 	return Config{Link: DefaultLink, Kind: DefaultKind}
 }
 
+// Validate checks c as the anchor takes it, without touching the
+// system; errors name the field.
+func (c Config) Validate() error {
+	_, err := c.validated()
+	return err
+}
+
 // validated checks c and returns it with Addrs unmapped, deduplicated and
 // in order, and a Logger tagged component=anchor (discarding if nil). It
 // does not touch the system.
