@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/wire"
@@ -192,11 +191,7 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.NSID != "" {
 		p.nsid = []byte(cfg.NSID)
 	}
-	p.stats.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "dnsstandby_resolve_duration_seconds",
-		Help:    "Time to resolve a miss upstream, failures included.",
-		Buckets: latencyBuckets,
-	})
+	p.stats.initHistograms()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
 }
@@ -267,7 +262,8 @@ const (
 // loops. A Worker must be used by one goroutine at a time.
 type Worker struct {
 	p *Pipeline
-	q wire.Query
+	q    wire.Query
+	tick uint64 // answers so far, to time one in sampleEvery
 	hotStats
 }
 
@@ -285,76 +281,96 @@ func (p *Pipeline) NewWorker() *Worker {
 // whether the client's UDP payload size limits the answer (else TCP's
 // 65535). dst must hold at least 512 bytes.
 func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
+	// One answer in sampleEvery is timed: reading the clock twice would
+	// cost more than the rest of a cache hit.
+	w.tick++
+	var start time.Time
+	timed := w.tick%sampleEvery == 0
+	if timed {
+		start = time.Now()
+	}
+	n, act, src, rcode := w.answer(dst, msg, udp)
+	if act == Drop {
+		return n, act
+	}
+	w.requests[protoIndex(udp)][typeIndex(w.q.QType)].Add(1)
+	if act == Reply {
+		if rcode < 0 {
+			rcode = int(dst[3] & 0x0f)
+		}
+		w.answers[src].Add(1)
+		w.rcodes[rcodeIndex(rcode)].Add(1)
+		if timed {
+			w.p.stats.duration[src].Observe(time.Since(start).Seconds())
+		}
+	}
+	return n, act
+}
+
+// answer is Answer's decision: what to write, and for a reply, its source
+// and its rcode (-1: the one in dst's header).
+func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 	q := &w.q
+	q.QType = 0 // counted as "other" if the parse stops before the type
 	// The checks come in the order CoreDNS (miekg/dns's server, then
 	// CoreDNS's own) makes them, so that a query wrong in two ways gets
 	// LocalDNS's rcode: the header first (QR, opcode, section counts),
 	// then the rest of the message, then EDNS.
 	if len(msg) < wire.HeaderLen {
 		w.drops[dropShort].Add(1)
-		return 0, Drop
+		return 0, Drop, 0, 0
 	}
 	switch wire.CheckHeader(msg) {
 	case wire.Ignore:
 		// Never answer a response: two servers answering each other's
 		// answers would loop.
 		w.drops[dropResponse].Add(1)
-		return 0, Drop
+		return 0, Drop, 0, 0
 	case wire.RejectNotImp:
 		_ = wire.ParseQuery(msg, q) // the header is all the reply takes
-		w.answers[srcError].Add(1)
-		return writeReject(dst, q, dns.RcodeNotImplemented), Reply
+		return writeReject(dst, q, dns.RcodeNotImplemented), Reply, srcError, dns.RcodeNotImplemented
 	case wire.RejectFormat:
 		_ = wire.ParseQuery(msg, q)
-		w.answers[srcError].Add(1)
-		return writeReject(dst, q, dns.RcodeFormatError), Reply
+		return writeReject(dst, q, dns.RcodeFormatError), Reply, srcError, dns.RcodeFormatError
 	}
 	err := wire.ParseQuery(msg, q)
 	switch {
 	case err != nil && len(msg) == wire.HeaderLen:
 		// A header that promises a question and ends: miekg/dns reads it
 		// as a message without one, which CoreDNS answers SERVFAIL.
-		w.answers[srcError].Add(1)
-		return writeHeaderOnly(dst, q, dns.RcodeServerFailure), Reply
+		return writeHeaderOnly(dst, q, dns.RcodeServerFailure), Reply, srcError, dns.RcodeServerFailure
 	case err != nil:
-		w.answers[srcError].Add(1)
-		return writeFormErr(dst, q), Reply
+		return writeFormErr(dst, q), Reply, srcError, dns.RcodeFormatError
 	case q.Opcode() != dns.OpcodeQuery:
 		// NOTIFY: CoreDNS would hand it down its plugins; a resolver has
 		// no zone to be notified of.
-		w.answers[srcError].Add(1)
-		return writeError(dst, q, dns.RcodeNotImplemented), Reply
+		return writeError(dst, q, dns.RcodeNotImplemented), Reply, srcError, dns.RcodeNotImplemented
 	case q.EDNS && q.EDNSVersion != 0:
-		w.answers[srcError].Add(1)
-		return writeError(dst, q, dns.RcodeBadVers), Reply
+		return writeError(dst, q, dns.RcodeBadVers), Reply, srcError, dns.RcodeBadVers
 	case q.QType == dns.TypeAXFR || q.QType == dns.TypeIXFR:
 		// Zone transfers are not a resolver's business.
-		w.answers[srcError].Add(1)
-		return writeError(dst, q, dns.RcodeRefused), Reply
+		return writeError(dst, q, dns.RcodeRefused), Reply, srcError, dns.RcodeRefused
 	}
 	r := w.p.route(q.QName)
 	if r == nil || r.Cache == nil {
-		return 0, Resolve // REFUSED, or an answer for this client alone
+		return 0, Resolve, 0, 0 // REFUSED, or an answer for this client alone
 	}
 	limit := limitFor(q, udp)
 	c := r.Cache
 	n, st := c.Serve(dst, q, limit, c.StaleMode() == cache.StaleImmediate)
 	switch {
 	case n > 0 && st == cache.Fresh:
-		w.answers[srcCache].Add(1)
-		return n, Reply
+		return n, Reply, srcCache, -1
 	case n > 0 && st == cache.Expiring:
 		// Refresh ahead, so that a long takeover keeps serving fresh
 		// answers rather than letting them go stale.
-		w.answers[srcCache].Add(1)
 		if w.p.refreshes.allow() {
 			w.p.refresh(msg)
 		}
-		return n, Reply
+		return n, Reply, srcCache, -1
 	case n > 0 && st == cache.Stale:
-		w.answers[srcStale].Add(1)
 		w.p.refresh(msg)
-		return n, Reply
+		return n, Reply, srcStale, -1
 	}
-	return 0, Resolve
+	return 0, Resolve, 0, 0
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -105,7 +106,25 @@ func (p *Pipeline) replyRcode(w *waiter, rcode int) {
 	var q wire.Query
 	_ = wire.ParseQuery(w.raw, &q)
 	buf := make([]byte, maxErrorLen)
-	w.reply(buf[:writeError(buf, &q, rcode)])
+	p.finish(w, srcError, rcode, buf[:writeError(buf, &q, rcode)])
+}
+
+// finish sends b, the answer to w with rcode, from the source src, and
+// counts it: by source and rcode, and the time since Resolve took it.
+func (p *Pipeline) finish(w *waiter, src, rcode int, b []byte) {
+	p.stats.answers[src].Add(1)
+	p.stats.rcodes[rcodeIndex(rcode)].Add(1)
+	p.stats.duration[src].Observe(time.Since(w.start).Seconds())
+	w.reply(b)
+}
+
+// headerRcode is the rcode in the header of the message b (the four bits
+// there: an extended rcode needs the OPT).
+func headerRcode(b []byte) int {
+	if len(b) < wire.HeaderLen {
+		return dns.RcodeServerFailure
+	}
+	return int(b[3] & 0x0f)
 }
 
 // replyStaleOr answers w from its route's cache, stale allowed, or with
@@ -118,27 +137,26 @@ func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
 	if w.cache != nil {
 		n, st = w.cache.ServeAgain(buf, &q, len(buf), true)
 	}
+	var src int
 	switch st {
 	case cache.Fresh, cache.Expiring:
-		p.stats.answers[srcCache].Add(1)
+		src, rcode = srcCache, headerRcode(buf[:n])
 	case cache.Stale:
-		p.stats.answers[srcStale].Add(1)
+		src, rcode = srcStale, headerRcode(buf[:n])
 	default:
+		src = srcError
 		if rcode == dns.RcodeServerFailure {
-			p.stats.answers[srcServfail].Add(1)
-		} else {
-			p.stats.answers[srcError].Add(1)
+			src = srcServfail
 		}
 		n = writeError(buf, &q, rcode)
 	}
-	w.reply(buf[:n])
+	p.finish(w, src, rcode, buf[:n])
 }
 
 // replyUpstream answers w with an upstream reply, through the cache when
 // the reply was cached (so it is rewritten exactly as a hit would be), else
 // rendered from the message.
 func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
-	p.stats.answers[srcUpstream].Add(1)
 	var q wire.Query
 	_ = wire.ParseQuery(w.raw, &q)
 	limit := limitFor(&q, w.udp)
@@ -151,15 +169,28 @@ func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
 		if !resp.Authoritative {
 			buf[2] &^= byte(wire.FlagAA >> 8)
 		}
-		w.reply(buf[:n])
+		p.finish(w, srcUpstream, headerRcode(buf[:n]), buf[:n])
 		return
 	}
-	w.reply(p.render(&q, w.req, resp, buf))
+	out, ok := p.render(&q, w.req, resp, buf)
+	p.finishRendered(w, out, ok)
+}
+
+// finishRendered sends what render made: an upstream answer, or SERVFAIL
+// when it could not be packed.
+func (p *Pipeline) finishRendered(w *waiter, out []byte, ok bool) {
+	if !ok {
+		p.finish(w, srcServfail, dns.RcodeServerFailure, out)
+		return
+	}
+	// An upstream's extended rcode (BADCOOKIE...) counts as "other".
+	p.finish(w, srcUpstream, headerRcode(out), out)
 }
 
 // render turns an uncached upstream reply into the answer to the client's
-// query req: the client's ID, question (its 0x20 case), RD, CD and OPT.
-func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte) []byte {
+// query req: the client's ID, question (its 0x20 case), RD, CD and OPT;
+// or SERVFAIL, and ok false, when it cannot be packed.
+func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte) (out []byte, ok bool) {
 	m := *resp
 	m.Id = req.Id
 	m.Question = req.Question
@@ -188,10 +219,9 @@ func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte
 	m.Compress = true
 	out, err := m.PackBuffer(buf)
 	if err != nil || len(out) > len(buf) {
-		p.stats.answers[srcServfail].Add(1)
-		return buf[:writeError(buf, q, dns.RcodeServerFailure)]
+		return buf[:writeError(buf, q, dns.RcodeServerFailure)], false
 	}
-	return out
+	return out, true
 }
 
 // uncachedTTL caps the TTLs of a reply the cache would not store (an

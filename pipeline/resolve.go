@@ -41,6 +41,7 @@ type waiter struct {
 	client netip.Addr
 	udp    bool
 	reply  func([]byte)
+	start  time.Time // when Resolve took the query
 }
 
 // Resolve answers a query the cache could not: it joins or starts an
@@ -53,28 +54,24 @@ type waiter struct {
 func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func([]byte)) {
 	client := from.Addr()
 	req := new(dns.Msg)
+	w := &waiter{raw: msg, req: req, client: client, udp: udp, reply: reply, start: time.Now()}
+	var q wire.Query
+	_ = wire.ParseQuery(msg, &q)
 	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
 		// The hot path's parse accepted it, miekg/dns's stricter one did not.
-		var q wire.Query
-		_ = wire.ParseQuery(msg, &q)
-		p.stats.answers[srcError].Add(1)
 		buf := make([]byte, maxErrorLen)
-		reply(buf[:writeFormErr(buf, &q)])
+		p.finish(w, srcError, dns.RcodeFormatError, buf[:writeFormErr(buf, &q)])
 		return
 	}
-	w := &waiter{raw: msg, req: req, client: client, udp: udp, reply: reply}
-	var q wire.Query
-	_ = wire.ParseQuery(msg, &q) // miekg/dns read it: so does this
 	route := p.route(q.QName)
 	if route == nil {
-		p.stats.answers[srcError].Add(1)
 		p.replyRcode(w, dns.RcodeRefused)
 		return
 	}
 	if route.Direct != nil {
 		// An answer for this client alone: neither shared nor cached.
-		p.stats.answers[srcUpstream].Add(1)
-		w.reply(p.render(&q, req, route.Direct(req, from, !udp), make([]byte, limitFor(&q, udp))))
+		out, ok := p.render(&q, req, route.Direct(req, from, !udp), make([]byte, limitFor(&q, udp)))
+		p.finishRendered(w, out, ok)
 		return
 	}
 	w.cache = route.Cache
