@@ -313,7 +313,7 @@ func (d *Daemon) buildRoutes(life context.Context, cfg *Config, v *view) (*route
 			continue
 		}
 		uc := r.Upstream
-		uc.Timeout = max(cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout)
+		uc.Timeout = min(max(cfg.Pipeline.UpstreamTimeout/time.Duration(len(uc.Servers)), minAttemptTimeout), cfg.Pipeline.UpstreamTimeout)
 		uc.Logger = d.base.With("listener", v.listen.String(), "zone", r.Zone)
 		g, err := upstream.New(uc)
 		if err != nil {
