@@ -96,6 +96,13 @@ func TestHelp(t *testing.T) {
 			t.Errorf("help does not mention %s", flag)
 		}
 	}
+	// Each placeholder names what the flag takes: --mirror takes a mode,
+	// of which one has a PATH.
+	for _, want := range []string{"-mirror MODE\n", "-upstream ADDR:PORT\n", "-cache-max-bytes BYTES\n", "-localdns-corefile PATH\n"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
 	// Each default once, from the field the flag is bound to.
 	for _, want := range []string{"(default 169.254.10.11:53)", "(default 64MiB)", "(default tap)", `(default "/run/dnsstandby/admin.sock")`} {
 		if n := strings.Count(help, want); n != 1 {
