@@ -111,6 +111,22 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// TestHoldHelp: hold -h shows what leaving --for out means, and not a
+// default of 0s that --for refuses.
+func TestHoldHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"hold", "-h"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	help := stdout.String()
+	if !strings.Contains(help, "-for DURATION") || !strings.Contains(help, "without it: until dnsstandby release") {
+		t.Errorf("help does not say what --for takes and what leaving it out means:\n%s", help)
+	}
+	if strings.Contains(help, "(default 0s)") {
+		t.Errorf("help gives --for a default of 0s, which it refuses:\n%s", help)
+	}
+}
+
 // TestLayering holds the precedence of `dnsstandby run`'s settings:
 // defaults, then the LocalDNS Corefile, then the environment, then the
 // command line.
