@@ -18,16 +18,20 @@ import (
 // and what only the running daemon has are set by Run.
 
 // minAttemptTimeout is the least time one upstream attempt gets, however
-// many servers share Pipeline.UpstreamTimeout.
+// many servers share Pipeline.UpstreamTimeout (never more than all of it).
 const minAttemptTimeout = 250 * time.Millisecond
 
 // upstreamConfig is route r's upstream group: its forward, each attempt
 // getting its share of Pipeline.UpstreamTimeout, so that a group whose
-// first server does not answer has time to try the next.
+// first server does not answer has time to try the next. An attempt is
+// never longer than the whole resolution: the upstream group counts a
+// server silent for its Timeout as timed out, and with a longer Timeout
+// the resolution's deadline would always end the attempt first.
 func (c *Config) upstreamConfig(r *Route) upstream.Config {
 	uc := r.Upstream
 	if n := len(uc.Servers); n > 0 {
-		uc.Timeout = max(c.Pipeline.UpstreamTimeout/time.Duration(n), minAttemptTimeout)
+		total := c.Pipeline.UpstreamTimeout
+		uc.Timeout = min(max(total/time.Duration(n), minAttemptTimeout), total)
 	}
 	return uc
 }

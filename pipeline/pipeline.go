@@ -261,7 +261,7 @@ const (
 // and counters so that the hot path shares no written memory with other
 // loops. A Worker must be used by one goroutine at a time.
 type Worker struct {
-	p *Pipeline
+	p    *Pipeline
 	q    wire.Query
 	tick uint64 // answers so far, to time one in sampleEvery
 	hotStats

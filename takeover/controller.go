@@ -284,7 +284,8 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 }
 
 // startAnchor starts the address anchor. A node without the dummy driver
-// gets a bridge (an empty bridge holds local addresses just as well); an
+// gets a bridge (an empty bridge holds local addresses just as well),
+// which the anchor knows as dnsstandby's at the next start; an
 // anchor that cannot be made at all is logged and reported as not ready,
 // but never stops dnsstandby from serving.
 func (c *Controller) startAnchor(cfg anchor.Config) anchorPart {

@@ -184,12 +184,16 @@ func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) 
 	return resp, nil
 }
 
-// attemptDeadline returns when an attempt starting now ends, and whether
-// that is the caller's deadline rather than the attempt's own timeout.
-func attemptDeadline(ctx context.Context, timeout time.Duration) (time.Time, bool) {
-	d := time.Now().Add(timeout)
+// attemptDeadline returns when an attempt starting now ends: after the
+// attempt's own timeout, or at the caller's deadline if that comes first.
+// short reports that the caller's deadline leaves the server less than
+// half its timeout: an attempt it ends is not a fair test of the server
+// (see ioError).
+func attemptDeadline(ctx context.Context, timeout time.Duration) (deadline time.Time, short bool) {
+	now := time.Now()
+	d := now.Add(timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		return cd, true
+		return cd, cd.Sub(now) < timeout/2
 	}
 	return d, false
 }
@@ -228,18 +232,30 @@ func (f *failure) Error() string {
 func (f *failure) Unwrap() error { return f.err }
 
 // ioError turns an attempt's I/O error into a *failure, counted in m, or,
-// when the caller or Close cut the attempt short, into the error that
-// ends the exchange without blaming the server.
-func (g *Group) ioError(ctx context.Context, s *server, m *serverMetrics, p proto, err error, callerDeadline bool) error {
+// when Close or the caller cut the attempt short, into the error that ends
+// the exchange without blaming the server.
+//
+// A cancelled caller never blames the server. The caller's deadline does
+// when it left the server at least half of its Timeout (short false): the
+// server was then silent for all the time the query could wait, as long
+// as, or nearly as long as, its own Timeout, and that is what a timeout
+// means. This is the daemon's case with one upstream, whose Timeout is the
+// pipeline's whole deadline (and the last server's when several share it):
+// the caller's deadline, set a moment before the attempt's, always fires
+// first, and were it not counted a blackholed kube-dns would never be
+// marked down. A deadline that leaves less is the caller's choice, not the
+// server's fault.
+func (g *Group) ioError(ctx context.Context, s *server, m *serverMetrics, p proto, err error, short bool) error {
 	timeout := isTimeout(err)
+	deadline := errors.Is(ctx.Err(), context.DeadlineExceeded)
 	switch {
 	case g.closed.Load():
 		return ErrClosed
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		return ctx.Err()
-	case timeout && callerDeadline:
-		// The connection's deadline was the caller's and may fire a moment
-		// before ctx notices.
+	case short && (timeout || deadline):
+		// A short attempt's deadline is the caller's, and may fire a
+		// moment before ctx notices.
 		return context.DeadlineExceeded
 	}
 	why := reasonNetwork
@@ -248,6 +264,10 @@ func (g *Group) ioError(ctx context.Context, s *server, m *serverMetrics, p prot
 		why = reasonTimeout
 	case errors.Is(err, syscall.ECONNREFUSED):
 		why = reasonRefused
+	case deadline:
+		// Ended at the caller's deadline by the dialer or by watch's
+		// wake-up, with an error of their own.
+		why = reasonTimeout
 	}
 	m.count(why)
 	return &failure{server: s.name, proto: p, why: why, err: err}

@@ -29,7 +29,8 @@ func (g *Group) answered(s *server) {
 
 // failed records a failed attempt on s, marking it down after MaxFails in
 // a row (never with MaxFails 0). Errors that are not the server's fault
-// (the caller's context, Close) are ignored.
+// (Close, a cancelled caller, a caller's deadline that left the server
+// under half its Timeout: see ioError) are ignored.
 func (g *Group) failed(s *server, err error) {
 	var f *failure
 	if g.cfg.MaxFails == 0 || !errors.As(err, &f) {

@@ -1,7 +1,9 @@
 package upstream
 
 import (
+	"context"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +156,71 @@ func TestMaxFailsDisabled(t *testing.T) {
 	}
 	if !stats(g, 0).Healthy || len(logs.with("marked down")) != 0 || g.servers[0].isProbing() {
 		t.Errorf("server marked down with MaxFails 0")
+	}
+}
+
+// TestCallerDeadline: an attempt that the caller's deadline ends is a
+// timeout of the server when the server had at least half its Timeout to
+// answer — above all the daemon's case of one upstream whose Timeout is
+// the whole of the pipeline's deadline, where the caller always wins the
+// race by microseconds — and is not held against it when the deadline
+// left it less, or when the caller cancelled.
+func TestCallerDeadline(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	tests := []struct {
+		name     string
+		servers  int
+		forceTCP bool
+		// deadline is the caller's, from just before each Exchange; cancel,
+		// if set, cancels the exchange that long after it starts instead.
+		deadline, cancel time.Duration
+		rounds           int   // exchanges, one after the other
+		blamed           []int // timeouts counted per server
+	}{
+		{name: "one server, deadline equal to Timeout", servers: 1, deadline: timeout, rounds: 2, blamed: []int{2}},
+		{name: "one server over tcp, deadline equal to Timeout", servers: 1, forceTCP: true, deadline: timeout, rounds: 2, blamed: []int{2}},
+		{name: "second server gets its share", servers: 2, deadline: 2 * timeout, rounds: 1, blamed: []int{1, 1}},
+		{name: "second server gets a sliver", servers: 2, deadline: timeout + timeout/10, rounds: 1, blamed: []int{1, 0}},
+		{name: "deadline well short of Timeout", servers: 1, deadline: timeout / 5, rounds: 2, blamed: []int{0}},
+		// More than half of Timeout, which a deadline would be blamed for,
+		// with room before Timeout for a slow timer on a loaded machine.
+		{name: "cancelled after most of Timeout", servers: 1, cancel: timeout * 6 / 10, rounds: 2, blamed: []int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var addrs []netip.AddrPort
+			for range tt.servers {
+				addrs = append(addrs, silentServer(t))
+			}
+			g, logs := newGroup(t, func(c *Config) { c.Timeout, c.ForceTCP, c.HealthCheck = timeout, tt.forceTCP, time.Hour }, addrs...)
+			for range tt.rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
+				if tt.cancel > 0 {
+					ctx, cancel = context.WithCancel(context.Background())
+					time.AfterFunc(tt.cancel, cancel)
+				}
+				_, err := g.Exchange(ctx, newReq("blackholed.example.", dns.TypeA))
+				cancel()
+				if err == nil {
+					t.Fatal("a silent server answered")
+				}
+			}
+			for i, want := range tt.blamed {
+				st := stats(g, i)
+				down := want >= g.cfg.MaxFails
+				if st.Errors["timeout"] != uint64(want) || st.Healthy == down {
+					t.Errorf("server %d: %d timeouts, healthy %v; want %d, healthy %v (%+v)", i, st.Errors["timeout"], st.Healthy, want, !down, st)
+				}
+			}
+			downs := 0
+			for _, want := range tt.blamed {
+				if want >= g.cfg.MaxFails {
+					downs++
+				}
+			}
+			if n := len(logs.with("marked down")); n != downs {
+				t.Errorf("%d marked-down lines, want %d", n, downs)
+			}
+		})
 	}
 }

@@ -27,7 +27,8 @@ func (p proto) String() string {
 type reason uint8
 
 const (
-	// reasonTimeout: the attempt's own Timeout passed without a reply.
+	// reasonTimeout: the attempt's own Timeout passed without a reply, or
+	// the caller's deadline after at least half of it.
 	reasonTimeout reason = iota
 	// reasonRefused: ICMP port unreachable on UDP, or a refused TCP dial.
 	reasonRefused

@@ -18,7 +18,7 @@ import (
 // closed by the server while idle; the query is then sent once more, on a
 // fresh connection, within the same deadline.
 func (g *Group) exchangeTCP(ctx context.Context, s *server, m *serverMetrics, q *query, timeout time.Duration) (*dns.Msg, error) {
-	deadline, callerDeadline := attemptDeadline(ctx, timeout)
+	deadline, short := attemptDeadline(ctx, timeout)
 	q.setID(uint16(rand.Uint32()))
 	for retry := false; ; retry = true {
 		var c net.Conn
@@ -30,7 +30,7 @@ func (g *Group) exchangeTCP(ctx context.Context, s *server, m *serverMetrics, q 
 			d := net.Dialer{Deadline: deadline}
 			var err error
 			if c, err = d.DialContext(ctx, "tcp", s.name); err != nil {
-				return nil, g.ioError(ctx, s, m, protoTCP, fmt.Errorf("dial: %w", err), callerDeadline)
+				return nil, g.ioError(ctx, s, m, protoTCP, fmt.Errorf("dial: %w", err), short)
 			}
 		}
 		resp, reusable, err := g.roundTrip(ctx, c, m, q, deadline)
@@ -48,7 +48,7 @@ func (g *Group) exchangeTCP(ctx context.Context, s *server, m *serverMetrics, q 
 			s.pool.flush()
 			continue
 		}
-		return nil, g.ioError(ctx, s, m, protoTCP, err, callerDeadline)
+		return nil, g.ioError(ctx, s, m, protoTCP, err, short)
 	}
 }
 

@@ -21,10 +21,10 @@ import (
 // must not end the attempt, or spoofing would be a cheap way to make us
 // fail over.
 func (g *Group) exchangeUDP(ctx context.Context, s *server, m *serverMetrics, q *query, timeout time.Duration) (*dns.Msg, error) {
-	deadline, callerDeadline := attemptDeadline(ctx, timeout)
+	deadline, short := attemptDeadline(ctx, timeout)
 	c, err := net.DialUDP("udp", nil, s.udpAddr)
 	if err != nil {
-		return nil, g.ioError(ctx, s, m, protoUDP, fmt.Errorf("dial: %w", err), false)
+		return nil, g.ioError(ctx, s, m, protoUDP, fmt.Errorf("dial: %w", err), short)
 	}
 	defer c.Close()
 	c.SetDeadline(deadline)
@@ -33,7 +33,7 @@ func (g *Group) exchangeUDP(ctx context.Context, s *server, m *serverMetrics, q 
 	q.setID(uint16(rand.Uint32()))
 	m.sent(protoUDP)
 	if _, err := c.Write(q.msg); err != nil {
-		return nil, g.ioError(ctx, s, m, protoUDP, err, callerDeadline)
+		return nil, g.ioError(ctx, s, m, protoUDP, err, short)
 	}
 	bp := g.bufs.Get().(*[]byte)
 	defer g.bufs.Put(bp)
@@ -41,7 +41,7 @@ func (g *Group) exchangeUDP(ctx context.Context, s *server, m *serverMetrics, q 
 	for {
 		n, from, err := c.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			return nil, g.ioError(ctx, s, m, protoUDP, err, callerDeadline)
+			return nil, g.ioError(ctx, s, m, protoUDP, err, short)
 		}
 		if netip.AddrPortFrom(from.Addr().Unmap(), from.Port()) != s.want {
 			m.count(reasonMismatch) // the kernel filters these; checked anyway

@@ -95,9 +95,13 @@ type Config struct {
 	// are asked after those in service have failed.
 	FailFast bool
 	// Timeout bounds each attempt: a UDP exchange, or a TCP exchange
-	// including one retry on a fresh connection. It should be well under
-	// the caller's deadline: an attempt cut short by the caller's context
-	// is not held against the server. Must be positive.
+	// including one retry on a fresh connection. A server silent for all
+	// of it has failed the attempt. So has one silent until the caller's
+	// deadline when that left it at least half of Timeout (a caller that
+	// shares one deadline among the servers, as the daemon does, gives
+	// each about Timeout); an attempt the caller's deadline cuts shorter,
+	// or the caller cancels, is not held against the server. Must be
+	// positive.
 	Timeout time.Duration
 	// MaxFails is how many consecutive failed attempts mark a server down;
 	// 0 never marks a server down (CoreDNS max_fails 0).

@@ -26,8 +26,8 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	var holdFor time.Duration
 	if cmd == "hold" {
 		// Positive only: a hold of 0 would be one without end, which is
-		// what leaving --for out says.
-		fs.Var(positive(&holdFor), "for", "hold for this `DURATION`, then release by itself (without it: until dnsstandby release)")
+		// what leaving --for out says (and -h says so, with no default).
+		fs.Var(positiveOrUnset(&holdFor), "for", "hold for this `DURATION`, then release by itself (without it: until dnsstandby release)")
 	}
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -58,6 +58,21 @@ func (b bounded[T]) Set(s string) error {
 	return nil
 }
 
+// optional is a positive flag whose zero value means "not given": it
+// prints as "" while zero, so that -h shows no default for it (flag shows
+// a default unless it prints as the zero value's does), where 0 would be
+// one the flag refuses.
+type optional[T int | time.Duration] struct{ bounded[T] }
+
+func positiveOrUnset[T int | time.Duration](p *T) optional[T] { return optional[T]{positive(p)} }
+
+func (o optional[T]) String() string {
+	if o.p == nil || *o.p == 0 {
+		return ""
+	}
+	return o.bounded.String()
+}
+
 // parsed binds a field of any type through a parse function.
 type parsed[T any] struct {
 	p      *T

@@ -222,7 +222,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(notNegative(&t.Machine.HealthyFor), "holddown", "how long those probes must span")
 	fs.BoolVar(&t.TCPMigrate, "tcp-migrate", t.TCPMigrate, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
 
-	fs.Var(parsed[daemon.Mirror]{&cfg.Mirror, parseMirror, daemon.Mirror.String}, "mirror", "how LocalDNS's answers fill the cache: tap (a packet tap on the listen addresses' replies), dnstap:`PATH` (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
+	fs.Var(parsed[daemon.Mirror]{&cfg.Mirror, parseMirror, daemon.Mirror.String}, "mirror", "how LocalDNS's answers fill the cache (`MODE`): tap (a packet tap on the listen addresses' replies), dnstap:PATH (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshot, loaded at start and written periodically and on SIGTERM (empty: none)")
 	fs.Var(positive(&cfg.SnapshotInterval), "snapshot-interval", "how often the cache snapshot is written")
 	fs.Var(positive(&cfg.ShutdownTimeout), "shutdown-timeout", "on SIGTERM, how long queries in flight may take to finish")

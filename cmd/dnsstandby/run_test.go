@@ -109,11 +109,34 @@ func TestHelp(t *testing.T) {
 			t.Errorf("help does not mention %s", flag)
 		}
 	}
+	// Each placeholder names what the flag takes: --mirror takes a mode,
+	// of which one has a PATH.
+	for _, want := range []string{"-mirror MODE\n", "-upstream ADDR:PORT\n", "-cache-max-bytes BYTES\n", "-localdns-corefile PATH\n"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
 	// Each default once, from the field the flag is bound to.
 	for _, want := range []string{"(default 169.254.10.11:53)", "(default 64MiB)", "(default tap)", `(default "/run/dnsstandby/admin.sock")`} {
 		if n := strings.Count(help, want); n != 1 {
 			t.Errorf("help says %s %d times, want once:\n%s", want, n, help)
 		}
+	}
+}
+
+// TestHoldHelp: hold -h shows what leaving --for out means, and not a
+// default of 0s that --for refuses.
+func TestHoldHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"hold", "-h"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	help := stdout.String()
+	if !strings.Contains(help, "-for DURATION") || !strings.Contains(help, "without it: until dnsstandby release") {
+		t.Errorf("help does not say what --for takes and what leaving it out means:\n%s", help)
+	}
+	if strings.Contains(help, "(default 0s)") {
+		t.Errorf("help gives --for a default of 0s, which it refuses:\n%s", help)
 	}
 }
 

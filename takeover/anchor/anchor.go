@@ -31,7 +31,11 @@ const startWait = 2 * time.Second
 
 // Anchor holds the addresses on the anchor link until Close.
 type Anchor struct {
-	cfg  Config          // validated; cfg.Logger non-nil, tagged component=anchor
+	cfg Config // validated; cfg.Logger non-nil, tagged component=anchor
+	// kind is the kind of the link held: cfg.Kind, or another of a link
+	// dnsstandby made earlier (see ownerAlias). Used by reconcile (Start,
+	// then the watch goroutine) and then by Close.
+	kind string
 	tune tuning          // knobs for tests
 	ns   netns.NsHandle  // the namespace worked in; good until Close
 	nl   *netlink.Handle // netlink requests in ns; used by Start, then only by watch, then by Close
@@ -82,8 +86,9 @@ type Stats struct {
 // kind), sets it up, adds the addresses, and watches them until Close or
 // until ctx is done: a link or address that anyone removes is put back at
 // once. It fails with ErrUnknownKind when the kernel lacks the link kind,
-// and ErrWrongKind when a link of that name has another kind. Close must be
-// called even after ctx ends.
+// and ErrWrongKind when a link of that name has another kind and was not
+// made by dnsstandby (see ownerAlias). Close must be called even after ctx
+// ends.
 func Start(ctx context.Context, cfg Config) (*Anchor, error) {
 	return start(ctx, cfg, tuning{})
 }
@@ -96,7 +101,7 @@ func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("start anchor: %w", err)
 	}
-	a := &Anchor{cfg: cfg, tune: tune, done: make(chan struct{})}
+	a := &Anchor{cfg: cfg, kind: cfg.Kind, tune: tune, done: make(chan struct{})}
 	if a.ns, err = openNetns(cfg.Netns); err != nil {
 		return nil, fmt.Errorf("start anchor: %w", err)
 	}
@@ -143,7 +148,7 @@ func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
 	if rep.created {
 		verb = "created link"
 	}
-	cfg.Logger.Info("anchor: "+verb, "link", cfg.Link, "kind", cfg.Kind, "index", a.index.Load(),
+	cfg.Logger.Info("anchor: "+verb, "link", cfg.Link, "kind", a.kind, "index", a.index.Load(),
 		"addrs", addrStrings(cfg.Addrs), "cleanup_on_exit", cfg.Cleanup)
 	a.ctx, a.cancel = context.WithCancel(ctx)
 	go a.watch(sub)
@@ -222,8 +227,8 @@ func (a *Anchor) remove() error {
 	if err != nil {
 		return fmt.Errorf("anchor cleanup: find link %s: %w", a.cfg.Link, err)
 	}
-	if kind := link.Type(); kind != a.cfg.Kind {
-		return fmt.Errorf("anchor cleanup: link %s is a %q link now, not our %q: left alone", a.cfg.Link, kind, a.cfg.Kind)
+	if kind := link.Type(); kind != a.kind {
+		return fmt.Errorf("anchor cleanup: link %s is a %q link now, not our %q: left alone", a.cfg.Link, kind, a.kind)
 	}
 	if err := a.nl.LinkDel(link); err != nil {
 		return fmt.Errorf("anchor cleanup: delete link %s: %w", a.cfg.Link, err)

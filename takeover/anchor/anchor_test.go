@@ -184,6 +184,10 @@ func TestStart(t *testing.T) {
 	if !a.Ready() {
 		t.Error("Ready() = false after Start")
 	}
+	// Marked dnsstandby's, for the next start (TestOwnLinkOfAnotherKind).
+	if link, err := f.nl.LinkByName(DefaultLink); err != nil || link.Attrs().Alias != ownerAlias {
+		t.Errorf("link alias: %v, want %q", link, ownerAlias)
+	}
 	st := a.Stats()
 	if st.LinkIndex != s.index || st.Addresses != 2 || st.LinkReadds+st.UpReadds+st.AddressReadds != 0 {
 		t.Errorf("Stats = %+v, want index %d, 2 addresses, no re-adds", st, s.index)
@@ -654,6 +658,81 @@ func TestWrongKind(t *testing.T) {
 	}
 	if after, _ := f.state(t, DefaultLink); after.index != before.index || after.kind != "veth" || len(after.addrs) != 0 || after.up {
 		t.Errorf("the foreign link was touched: before %+v, after %+v", before, after)
+	}
+}
+
+// TestOwnLinkOfAnotherKind: a link an earlier anchor made is its own on
+// the next start even when that start asks for another kind. The daemon
+// asks for dummy, falls back to bridge on a kernel without it (takeover's
+// startAnchor), and asks for dummy again after a restart: the bridge it
+// made is adopted, not refused, and kept a bridge when re-created. A link
+// of that name that someone else made is still refused and left alone.
+func TestOwnLinkOfAnotherKind(t *testing.T) {
+	want := []netip.Addr{addr11, addrV6}
+	tests := []struct {
+		name string
+		// prepare makes the link the start finds, of kind testKind.
+		prepare func(t *testing.T, f *fixture)
+		ours    bool
+	}{
+		{"made by an earlier anchor", func(t *testing.T, f *fixture) {
+			cfg := testConfig(t, want...) // testKind: the fallback
+			cfg.Netns = f.ns.Path()
+			a, err := Start(context.Background(), cfg)
+			must(t, err)
+			must(t, a.Close()) // no Cleanup: the link stays for the next start
+		}, true},
+		{"someone else's", func(t *testing.T, f *fixture) {
+			must(t, f.ns.AddLink(DefaultLink, testKind, "169.254.10.11/32"))
+		}, false},
+		{"someone else's with an alias of its own", func(t *testing.T, f *fixture) {
+			must(t, f.ns.AddLink(DefaultLink, testKind, "169.254.10.11/32"))
+			link, err := f.nl.LinkByName(DefaultLink)
+			must(t, err)
+			must(t, f.nl.LinkSetAlias(link, "uplink to the lab"))
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "ownlink")
+			tt.prepare(t, f)
+			before, _ := f.state(t, DefaultLink)
+			cfg := testConfig(t, want...)
+			cfg.Kind, cfg.Cleanup, cfg.Netns = "dummy", true, f.ns.Path()
+			a, err := Start(context.Background(), cfg)
+			if !tt.ours {
+				if !errors.Is(err, ErrWrongKind) {
+					t.Fatalf("Start over someone else's %s named %s: err = %v, want ErrWrongKind", testKind, DefaultLink, err)
+				}
+				if after, _ := f.state(t, DefaultLink); after.index != before.index || after.kind != testKind || !slices.Equal(after.addrs, before.addrs) {
+					t.Errorf("the foreign link was touched: before %+v, after %+v", before, after)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Start over the %s link an earlier anchor made: %v", testKind, err)
+			}
+			defer a.Close()
+			if after, ok := f.whole(t, DefaultLink, want); !ok || after.index != before.index || after.kind != testKind {
+				t.Fatalf("after Start: %+v (whole %v), want the earlier link (index %d, %s) kept", after, ok, before.index, testKind)
+			}
+			// Deleted, it comes back of the kind the kernel is known to
+			// have, not of the one configured.
+			link, err := f.nl.LinkByIndex(before.index)
+			must(t, err)
+			must(t, f.nl.LinkDel(link))
+			again := f.waitWhole(t, DefaultLink, want, time.Now(), func(n state) bool { return n.index != before.index })
+			t.Logf("re-created in %v", again)
+			if s, _ := f.state(t, DefaultLink); s.kind != testKind {
+				t.Errorf("re-created as %q, want %q", s.kind, testKind)
+			}
+			waitStats(t, a, func(st Stats) bool { return st.LinkReadds == 1 && st.Ready })
+			// Close with Cleanup deletes it: it is ours.
+			must(t, a.Close())
+			if s, ok := f.state(t, DefaultLink); ok {
+				t.Errorf("link left after Close with Cleanup: %+v", s)
+			}
+		})
 	}
 }
 

@@ -30,7 +30,8 @@ type Config struct {
 	Link string
 	// Kind is the kernel link kind (`ip link add ... type KIND`) used to
 	// create the link: "bridge" where the kernel lacks the dummy driver.
-	// Any kind that needs no attributes works.
+	// Any kind that needs no attributes works. A link of another kind
+	// that dnsstandby made is kept, and re-created with its kind.
 	Kind string
 	// Addrs are held on the link, each as a host address (/32, or /128 with
 	// IFA_F_NODAD so it is usable at once, and IFA_F_NOPREFIXROUTE so the

@@ -15,7 +15,8 @@ var (
 	// kind (no `dummy` module, for instance).
 	ErrUnknownKind = errors.New("kernel does not know this link kind")
 	// ErrWrongKind means a link of the anchor's name exists with another
-	// kind: it is not ours, and the anchor leaves it alone.
+	// kind, without the alias of a link dnsstandby made: it is not ours,
+	// and the anchor leaves it alone.
 	ErrWrongKind = errors.New("a link of that name exists with another kind")
 )
 
@@ -29,7 +30,8 @@ type repair struct {
 func (r repair) any() bool { return r.created || r.setUp || r.added > 0 }
 
 // reconcile makes the system match the config: the link exists with the
-// configured kind, is up, and holds every address. It touches no other
+// configured kind (or, if dnsstandby made it, another: see ownerAlias), is
+// up, and holds every address. It touches no other
 // link, and changes nothing that is already right. Run only by Start and
 // then by the watch goroutine (it uses the handle without a lock); it
 // records the link's index and readiness.
@@ -53,10 +55,18 @@ func (a *Anchor) reconcile() (repair, error) {
 		}
 		return rep, fmt.Errorf("anchor link %s: %w", a.cfg.Link, err)
 	}
-	if kind := link.Type(); kind != a.cfg.Kind {
-		a.setNotReady()
-		return rep, fmt.Errorf("anchor link %s: %w: it is a %q link, not %q; it is not dnsstandby's and is left alone: remove it (`ip link del %s`) or choose another Link",
-			a.cfg.Link, ErrWrongKind, kind, a.cfg.Kind, a.cfg.Link)
+	if kind := link.Type(); kind != a.kind {
+		if link.Attrs().Alias != ownerAlias {
+			a.setNotReady()
+			return rep, fmt.Errorf("anchor link %s: %w: it is a %q link, not %q; it is not dnsstandby's and is left alone: remove it (`ip link del %s`) or choose another Link",
+				a.cfg.Link, ErrWrongKind, kind, a.kind, a.cfg.Link)
+		}
+		// An earlier dnsstandby made it, of the kind it fell back to on
+		// this kernel (bridge where dummy is missing): keep it, and that
+		// kind, which the kernel is known to have, for re-creating it.
+		a.cfg.Logger.Info("anchor: the link is dnsstandby's, of another kind than configured: keeping it", "link", a.cfg.Link,
+			"kind", kind, "configured_kind", a.cfg.Kind)
+		a.kind = kind
 	}
 	attrs := link.Attrs()
 	a.index.Store(int64(attrs.Index))
@@ -66,6 +76,15 @@ func (a *Anchor) reconcile() (repair, error) {
 			return rep, fmt.Errorf("anchor link %s: set up: %w", a.cfg.Link, err)
 		}
 		rep.setUp = !rep.created
+	}
+	if attrs.Alias == "" {
+		// Mark it dnsstandby's (see ownerAlias), whoever made it: it is
+		// held as ours from now on. An alias that someone else gave it is
+		// left alone.
+		if err := a.nl.LinkSetAlias(link, ownerAlias); err != nil {
+			a.setNotReady()
+			return rep, fmt.Errorf("anchor link %s: set alias: %w", a.cfg.Link, err)
+		}
 	}
 	// A link that went down and up again lost its IPv6 addresses (unless
 	// keep_addr_on_down), so list after setting it up.
@@ -159,18 +178,28 @@ func (a *Anchor) routesPending(index int) ([]netip.Addr, error) {
 	return pending, nil
 }
 
-// create adds the link, already up.
+// ownerAlias is the alias (IFLA_IFALIAS, shown by `ip link show`) that
+// reconcile gives the link it holds, unless someone else named it. It
+// tells a link dnsstandby made from one someone else made of the same
+// name: a link of the configured kind is adopted whoever made it, but one
+// of another kind only if it has this alias — the bridge an earlier
+// dnsstandby fell back to where the kernel lacks dummy, found by a start
+// that asks for dummy again.
+const ownerAlias = "dnsstandby anchor"
+
+// create adds the link, already up. (The kernel ignores an alias given
+// here; reconcile sets it next.)
 func (a *Anchor) create() (netlink.Link, error) {
 	link := &netlink.GenericLink{
 		LinkAttrs: netlink.LinkAttrs{Name: a.cfg.Link, Flags: net.FlagUp},
-		LinkType:  a.cfg.Kind,
+		LinkType:  a.kind,
 	}
 	if err := a.nl.LinkAdd(link); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return nil, fmt.Errorf("create anchor link %s: %w: %q (%v); load its module (`modprobe %s`) or use a Kind this kernel has, e.g. bridge",
-				a.cfg.Link, ErrUnknownKind, a.cfg.Kind, err, a.cfg.Kind)
+				a.cfg.Link, ErrUnknownKind, a.kind, err, a.kind)
 		}
-		return nil, fmt.Errorf("create %s link: %w", a.cfg.Kind, err)
+		return nil, fmt.Errorf("create %s link: %w", a.kind, err)
 	}
 	// LinkAdd looked the new link up to learn its index; use that rather
 	// than a second lookup.
