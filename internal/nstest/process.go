@@ -66,6 +66,9 @@ func (n *Namespace) Run(ctx context.Context, name string, args ...string) (strin
 	if err := n.usable(); err != nil {
 		return "", err
 	}
+	if err := lookTool(name); err != nil {
+		return "", fmt.Errorf("%s: %w", n.name, err)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd := n.Command(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -98,6 +101,9 @@ func (n *Namespace) Start(name string, args ...string) (*Process, error) {
 // StartIn is Start with the working directory set to dir ("" for the
 // caller's).
 func (n *Namespace) StartIn(dir, name string, args ...string) (*Process, error) {
+	if err := lookTool(name); err != nil {
+		return nil, fmt.Errorf("%s: %w", n.name, err)
+	}
 	p := &Process{ns: n, out: &tailBuffer{limit: outputLimit}, done: make(chan struct{})}
 	p.cmd = n.Command(context.Background(), name, args...)
 	p.cmd.Dir = dir
