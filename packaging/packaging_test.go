@@ -1,6 +1,7 @@
 package packaging_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -278,6 +279,64 @@ func TestReleaseVersion(t *testing.T) {
 		}
 		if !strings.HasSuffix(line, ", "+runtime.Version()) {
 			t.Errorf("dnsstandby %s: %q, want the Go version %s last", arg, line, runtime.Version())
+		}
+	}
+}
+
+// TestInstall: `make install` with DESTDIR and PREFIX puts the binary, the
+// unit (ExecStart at PREFIX's binary) and the options file in place, and a
+// second install keeps an edited options file.
+func TestInstall(t *testing.T) {
+	tests := []struct {
+		prefix, unitdir string
+	}{
+		{"/usr/local", "/etc/systemd/system"},
+		{"/usr", "/usr/lib/systemd/system"},
+	}
+	for _, tc := range tests {
+		dest := t.TempDir()
+		install := func() {
+			t.Helper()
+			cmd := exec.Command("make", "-C", repoRoot, "--no-print-directory", "install",
+				"DESTDIR="+dest, "PREFIX="+tc.prefix, "UNITDIR="+tc.unitdir)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("make install PREFIX=%s: %v\n%s", tc.prefix, err, out)
+			}
+		}
+		install()
+		files := []struct {
+			path     string
+			mode     os.FileMode
+			contains string
+		}{
+			{tc.prefix + "/bin/dnsstandby", 0o755, "\x7fELF"},
+			{tc.unitdir + "/dnsstandby.service", 0o644, "\nExecStart=" + tc.prefix + "/bin/dnsstandby run $DNSSTANDBY_OPTS\n"},
+			{"/etc/default/dnsstandby", 0o644, "\nDNSSTANDBY_OPTS="},
+		}
+		for _, f := range files {
+			p := filepath.Join(dest, f.path)
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Errorf("PREFIX=%s: %v", tc.prefix, err)
+				continue
+			}
+			b, _ := os.ReadFile(p)
+			if st.Mode().Perm() != f.mode || !strings.Contains(string(b), f.contains) {
+				t.Errorf("PREFIX=%s: %s: mode %v, want %v and %q in it", tc.prefix, f.path, st.Mode().Perm(), f.mode, f.contains)
+			}
+		}
+		parts, _, err := dynamicParts(filepath.Join(dest, tc.prefix, "bin/dnsstandby"))
+		if err != nil || len(parts) > 0 {
+			t.Errorf("PREFIX=%s: installed binary not static: %v %v", tc.prefix, parts, err)
+		}
+		defaults := filepath.Join(dest, "etc/default/dnsstandby")
+		edited := []byte("DNSSTANDBY_OPTS=\"--upstream 10.0.0.10:53\"\n")
+		if err := os.WriteFile(defaults, edited, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		install()
+		if b, _ := os.ReadFile(defaults); !bytes.Equal(b, edited) {
+			t.Errorf("PREFIX=%s: a second make install replaced the edited /etc/default/dnsstandby:\n%s", tc.prefix, b)
 		}
 	}
 }
