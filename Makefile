@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build release install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
+.PHONY: build release deb install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
 
 # What a build says it is (`dnsstandby version`), from git: VERSION
 # DEBVERSION REVISION TIME MODIFIED, "-" for unknown (scripts/version).
@@ -44,6 +44,20 @@ release:
 		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(DIST)/dnsstandby-linux-$$a ./cmd/dnsstandby || exit 1; \
 	done
 	cd $(DIST) && sha256sum $(ARCHES:%=dnsstandby-linux-%) > SHA256SUMS
+
+## deb: $(DIST)/dnsstandby_DEBVERSION_ARCH.deb for each of ARCHES, made by
+## nfpm (packaging/nfpm.yaml) from the release binaries: /usr/bin/dnsstandby,
+## the unit from deploy/systemd, /etc/default/dnsstandby as a conffile.
+## Installing it neither enables nor starts the service (docs/install.md).
+deb: release bin/nfpm
+	@for a in $(ARCHES); do \
+		scripts/build-deb $(DIST) $$a $(DEBVERSION) $(call known,$(word 4,$(VCS))) || exit 1; \
+	done
+
+## bin/nfpm: the nfpm pinned as a tool in packaging/tools/go.mod, a module
+## of its own so that its dependencies stay out of the main module's
+bin/nfpm: packaging/tools/go.mod packaging/tools/go.sum
+	cd packaging/tools && $(GO) build -o ../../bin/nfpm github.com/goreleaser/nfpm/v2/cmd/nfpm
 
 ## install: the binary at $(DESTDIR)$(PREFIX)/bin (PREFIX /usr/local), the
 ## unit at $(DESTDIR)$(UNITDIR) (/etc/systemd/system), and
