@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build release deb install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
+.PHONY: build release deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
 
 # What a build says it is (`dnsstandby version`), from git: VERSION
 # DEBVERSION REVISION TIME MODIFIED, "-" for unknown (scripts/version).
@@ -58,6 +58,12 @@ deb: release bin/nfpm
 ## of its own so that its dependencies stay out of the main module's
 bin/nfpm: packaging/tools/go.mod packaging/tools/go.sum
 	cd packaging/tools && $(GO) build -o ../../bin/nfpm github.com/goreleaser/nfpm/v2/cmd/nfpm
+
+## image (root): $(DIST)/dnsstandby-image.oci.tar, an OCI image index with
+## one image per ARCHES: the static binary alone on an empty base
+## (packaging/Containerfile), built with buildah (installed when missing)
+image: release
+	scripts/build-image $(DIST) $(VERSION) $(call known,$(word 3,$(VCS))) $(call known,$(word 4,$(VCS))) $(ARCHES)
 
 ## install: the binary at $(DESTDIR)$(PREFIX)/bin (PREFIX /usr/local), the
 ## unit at $(DESTDIR)$(UNITDIR) (/etc/systemd/system), and
