@@ -228,7 +228,7 @@ func TestImageConfig(t *testing.T) {
 	mustMake(t, "image")
 	b := thisBuild(t)
 	a := readOCIArchive(t, imagePath())
-	if ref, want := a.top.Manifests[0].Annotations["org.opencontainers.image.ref.name"], strings.ReplaceAll(b.version, "+", "-"); ref != want {
+	if ref, want := a.top.Manifests[0].Annotations["org.opencontainers.image.ref.name"], "dnsstandby:"+strings.ReplaceAll(b.version, "+", "-"); ref != want {
 		t.Errorf("ref.name %q, want %q", ref, want)
 	}
 	if got, want := slices.Sorted(func(yield func(string) bool) {
