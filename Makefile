@@ -3,11 +3,86 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
+.PHONY: build release deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
 
-## build: bin/dnsstandby, stamped with its commit (see `dnsstandby version`)
+# What a build says it is (`dnsstandby version`), from git: VERSION
+# DEBVERSION REVISION TIME MODIFIED, "-" for unknown (scripts/version).
+# `make release VERSION=v1.2.3` overrides the version (a tree without git).
+VCS        := $(shell VERSION='$(VERSION)' scripts/version)
+VERSION    := $(word 1,$(VCS))
+DEBVERSION := $(word 2,$(VCS))
+known       = $(filter-out -,$(1))
+BUILDINFO  := github.com/dnsstandby/dnsstandby/internal/buildinfo
+# -s -w: no symbol table or DWARF (stack traces keep their names); -X: the
+# version and commit, for builds where the go command cannot stamp them
+# itself (a git worktree, -buildvcs=false); where it can, its stamp wins.
+LDFLAGS    := -s -w -X $(BUILDINFO).linkedVersion=$(VERSION) \
+	-X $(BUILDINFO).linkedRevision=$(call known,$(word 3,$(VCS))) \
+	-X $(BUILDINFO).linkedTime=$(call known,$(word 4,$(VCS))) \
+	-X $(BUILDINFO).linkedModified=$(call known,$(word 5,$(VCS)))
+# Static (no cgo: nothing is linked from the C library), without the build
+# machine's paths, and stamped.
+GOBUILD    := CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=auto -ldflags '$(LDFLAGS)'
+
+# Where release, deb and image write, and for which architectures (AKS runs
+# amd64 and arm64 node pools).
+DIST   ?= dist
+ARCHES ?= amd64 arm64
+
+## build: bin/dnsstandby for this machine: static (CGO_ENABLED=0), stamped
+## with its version and commit (`dnsstandby version`)
 build:
-	$(GO) build -buildvcs=auto -o bin/dnsstandby ./cmd/dnsstandby
+	$(GOBUILD) -o bin/dnsstandby ./cmd/dnsstandby
+
+## release: $(DIST)/dnsstandby-linux-ARCH for each of ARCHES (amd64 arm64),
+## built as `build` does, and $(DIST)/SHA256SUMS over them
+## (`cd dist && sha256sum -c SHA256SUMS`)
+release:
+	@mkdir -p $(DIST)
+	@for a in $(ARCHES); do \
+		echo "GOOS=linux GOARCH=$$a go build -> $(DIST)/dnsstandby-linux-$$a ($(VERSION))"; \
+		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(DIST)/dnsstandby-linux-$$a ./cmd/dnsstandby || exit 1; \
+	done
+	cd $(DIST) && sha256sum $(ARCHES:%=dnsstandby-linux-%) > SHA256SUMS
+
+## deb: $(DIST)/dnsstandby_DEBVERSION_ARCH.deb for each of ARCHES, made by
+## nfpm (packaging/nfpm.yaml) from the release binaries: /usr/bin/dnsstandby,
+## the unit from deploy/systemd, /etc/default/dnsstandby as a conffile.
+## Installing it neither enables nor starts the service (docs/install.md).
+deb: release bin/nfpm
+	@for a in $(ARCHES); do \
+		scripts/build-deb $(DIST) $$a $(DEBVERSION) $(call known,$(word 4,$(VCS))) || exit 1; \
+	done
+
+## bin/nfpm: the nfpm pinned as a tool in packaging/tools/go.mod, a module
+## of its own so that its dependencies stay out of the main module's
+bin/nfpm: packaging/tools/go.mod packaging/tools/go.sum
+	cd packaging/tools && $(GO) build -o ../../bin/nfpm github.com/goreleaser/nfpm/v2/cmd/nfpm
+
+## image (root): $(DIST)/dnsstandby-image.oci.tar, an OCI image index with
+## one image per ARCHES: the static binary alone on an empty base
+## (packaging/Containerfile), built with buildah (installed when missing)
+image: release
+	scripts/build-image $(DIST) $(VERSION) $(call known,$(word 3,$(VCS))) $(call known,$(word 4,$(VCS))) $(ARCHES)
+
+## install: the binary at $(DESTDIR)$(PREFIX)/bin (PREFIX /usr/local), the
+## unit at $(DESTDIR)$(UNITDIR) (/etc/systemd/system), and
+## /etc/default/dnsstandby unless there is one; enables and starts nothing:
+## edit /etc/default/dnsstandby, then `systemctl daemon-reload` and
+## `systemctl enable --now dnsstandby`
+PREFIX  ?= /usr/local
+UNITDIR ?= /etc/systemd/system
+install: build
+	install -D -m 0755 bin/dnsstandby $(DESTDIR)$(PREFIX)/bin/dnsstandby
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|^ExecStart=/usr/local/bin/dnsstandby |ExecStart=$(PREFIX)/bin/dnsstandby |' \
+		deploy/systemd/dnsstandby.service > $(DESTDIR)$(UNITDIR)/dnsstandby.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/dnsstandby.service
+	@if [ -e $(DESTDIR)/etc/default/dnsstandby ]; then \
+		echo "kept $(DESTDIR)/etc/default/dnsstandby (deploy/systemd/dnsstandby.default is the new example)"; \
+	else \
+		install -D -m 0644 deploy/systemd/dnsstandby.default $(DESTDIR)/etc/default/dnsstandby; \
+	fi
 
 ## test: gofmt check, go vet, and every test with the race detector
 ## (integration tests run CoreDNS from bin/coredns, so it is built first)

@@ -457,9 +457,10 @@ func TestDaemonSet(t *testing.T) {
 			}
 			return nil
 		}},
-		{"image pinned", func() error {
-			if c.Image == "" || strings.HasSuffix(c.Image, ":latest") || !strings.ContainsAny(c.Image, ":@") {
-				return fmt.Errorf("image %q: want a tag or digest", c.Image)
+		{"image: the placeholder an overlay sets", func() error {
+			// The pinned image is the overlay's (TestKustomizeOverlay).
+			if c.Image != placeholderImage {
+				return fmt.Errorf("image %q: want the placeholder %s, which a kustomize overlay replaces", c.Image, placeholderImage)
 			}
 			if c.ImagePullPolicy != "IfNotPresent" {
 				return fmt.Errorf("imagePullPolicy %q: a restart on a node without LocalDNS must not need a pull", c.ImagePullPolicy)

@@ -6,7 +6,9 @@
 // Prometheus's parser (github.com/prometheus/prometheus/promql/parser),
 // whose module would raise the main module's golang.org/x/net,
 // golang.org/x/sys and prometheus/common and bring Prometheus's
-// dependencies along. The package deploy itself stays in the main module,
-// where the lab imports it. The dnsstandby binary the tests run is built
+// dependencies along; and because they render kustomize overlays of
+// deploy/kubernetes with kustomize's own library
+// (sigs.k8s.io/kustomize/api). The package deploy itself stays in the
+// main module, where the lab imports it. The dnsstandby binary the tests run is built
 // in the main module, with its own dependency versions.
 package tests

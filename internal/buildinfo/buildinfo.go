@@ -23,9 +23,25 @@ type Info struct {
 	GoVersion string
 }
 
+// What the Makefile tells the linker (-ldflags -X, from scripts/version),
+// for builds the go command cannot stamp itself: in a git worktree (it
+// looks for a .git directory; a worktree has a .git file), with
+// -buildvcs=false, or from a tree without git (VERSION=v1.2.3 make build).
+// Set at link time and never written after: constants, not state.
+var (
+	linkedVersion  string // v1.2.3, or a pseudo-version as the go command makes
+	linkedRevision string // the full commit hash
+	linkedTime     string // commit time, RFC 3339
+	linkedModified string // "true" or "false"
+)
+
 // Read reads the embedded build information; a binary without
 // it (go test's, or one stripped of it) reports "unknown".
 func Read() Info {
+	return read().withLinked(linkedVersion, linkedRevision, linkedTime, linkedModified)
+}
+
+func read() Info {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return Info{Version: "unknown", GoVersion: "unknown"}
@@ -43,6 +59,20 @@ func Read() Info {
 		case "vcs.modified":
 			v.Modified = s.Value == "true"
 		}
+	}
+	return v
+}
+
+// withLinked fills in what the toolchain left out from what the linker was
+// told: the version where the go command stamped none ("(devel)"), the
+// commit where it found no repository. What the toolchain stamped wins: it
+// read the very tree it compiled.
+func (v Info) withLinked(version, revision, time, modified string) Info {
+	if version != "" && (v.Version == "(devel)" || v.Version == "unknown") {
+		v.Version = version
+	}
+	if revision != "" && v.Revision == "" {
+		v.Revision, v.Time, v.Modified = revision, time, modified == "true"
 	}
 	return v
 }
