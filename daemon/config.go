@@ -55,6 +55,10 @@ type Config struct {
 	StateDir         string
 	SnapshotInterval time.Duration
 
+	// LockFile is locked while Run runs, before it changes anything on
+	// the node: one dnsstandby per node ("" : no lock).
+	LockFile string
+
 	// MetricsAddr serves /metrics, /healthz, /readyz and /debug/events
 	// ("" : off); AdminSocket serves status, hold and release ("" : off).
 	MetricsAddr string
@@ -195,6 +199,7 @@ func DefaultConfig() Config {
 		SnapshotInterval: time.Minute,
 		MetricsAddr:      "127.0.0.1:9355",
 		AdminSocket:      admin.DefaultSocket,
+		LockFile:         DefaultLockFile,
 		ShutdownTimeout:  5 * time.Second,
 		ReloadInterval:   time.Second,
 	}

@@ -122,13 +122,20 @@ func (c closers) closeAll(log *slog.Logger) {
 func (d *Daemon) Run(ctx context.Context) error {
 	cfg := d.cfg
 	log := d.log
-	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion)
+	var stack closers
+	defer func() { stack.closeAll(log) }()
+	if cfg.LockFile != "" {
+		lock, err := lockInstance(cfg.LockFile)
+		if err != nil {
+			return err
+		}
+		stack.push("instance lock", lock.release)
+	}
+	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion, "pid", os.Getpid())
 	for _, line := range cfg.Ignored {
 		log.Info("LocalDNS does what dnsstandby does not", "corefile", cfg.Corefile, "what", line)
 	}
 
-	var stack closers
-	defer func() { stack.closeAll(log) }()
 	// life outlives ctx: the parts keep running while they drain.
 	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,6 +39,7 @@ func loopbackConfig(t *testing.T, up netip.AddrPort) Config {
 	cfg.MetricsAddr = nstest.FreeLoopbackAddr(t).String()
 	cfg.AdminSocket = filepath.Join(t.TempDir(), "admin.sock")
 	cfg.StateDir = t.TempDir()
+	cfg.LockFile = filepath.Join(t.TempDir(), "dnsstandby.lock")
 	cfg.Anchor.Link = ""
 	cfg.Mirror = Mirror{Kind: MirrorNone}
 	cfg.Responder.ReadersPerSocket = 2
@@ -458,5 +460,49 @@ func TestValidateRefusesWhatRunRefuses(t *testing.T) {
 				t.Fatalf("Run without Validate: %v, want an error containing %q", rerr, tt.want)
 			}
 		})
+	}
+}
+
+// TestOneInstance: a second daemon with the same lock file returns
+// ErrRunning, naming the first's PID, before it changes anything (its
+// listen address stays free); the first keeps serving, and once it stops
+// the lock is free again.
+func TestOneInstance(t *testing.T) {
+	up := nstest.StartAnswerer(t, "192.0.2.1")
+	first := loopbackConfig(t, up)
+	r := start(t, first)
+
+	second := loopbackConfig(t, up)
+	second.LockFile = first.LockFile
+	d, err := New(second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	if !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d holds %s", os.Getpid(), first.LockFile)) {
+		t.Fatalf("second Run: %v, want ErrRunning naming pid %d", err, os.Getpid())
+	}
+	for _, addr := range []string{second.Listen[0].String(), second.MetricsAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("%s in use: the second daemon started something: %v", addr, err)
+			continue
+		}
+		ln.Close()
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("still.example.", dns.TypeA)
+	if resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, first.Listen[0].String()); err != nil || len(resp.Answer) != 1 {
+		t.Fatalf("the first daemon after the second's attempt: %v %v", resp, err)
+	}
+
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := start(t, second)
+	if err := r2.stop(); err != nil {
+		t.Fatalf("after the first stopped, the lock was not free: %v", err)
 	}
 }

@@ -134,7 +134,8 @@ func (l *lab) startStandbyOn(t *testing.T, addr string, extra ...string) *standb
 func (l *lab) runStandby(t *testing.T, flags ...string) *standby {
 	t.Helper()
 	args := append([]string{"run", "--metrics-addr", "127.0.0.1:9355", "--log-format", "text",
-		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir()}, flags...)
+		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir(),
+		"--lock-file", filepath.Join(t.TempDir(), "dnsstandby.lock")}, flags...)
 	p := nstest.Start(t, l.node, binary, args...) // shows its output if the test fails
 	s := &standby{Process: p, metrics: "127.0.0.1:9355"}
 	testkit.Eventually(t, 10*time.Second, "dnsstandby ready", func() bool {

@@ -211,6 +211,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&r.TCPIdle), "tcp-idle-timeout", "close a TCP connection idle this long")
 
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "control socket for dnsstandby status, hold and release (empty: off)")
+	fs.StringVar(&cfg.LockFile, "lock-file", cfg.LockFile, "file locked while running, before anything on the node is changed: a second dnsstandby exits 1 without touching the first (empty: no lock)")
 	fs.StringVar(&cfg.Anchor.Link, "anchor-link", cfg.Anchor.Link, "link of our own that keeps the listen addresses local when LocalDNS deletes its link (empty: no anchor)")
 	fs.StringVar(&cfg.Anchor.Kind, "anchor-kind", cfg.Anchor.Kind, "kind of the anchor link (bridge where the dummy driver is missing)")
 	fs.BoolVar(&cfg.Anchor.Cleanup, "anchor-cleanup", cfg.Anchor.Cleanup, "delete the anchor link on exit (by default it stays, so the addresses stay local across restarts)")

@@ -24,6 +24,7 @@ import (
 // is ready.
 func startDaemon(t *testing.T, args ...string) {
 	t.Helper()
+	args = append([]string{"--lock-file", filepath.Join(t.TempDir(), "dnsstandby.lock")}, args...)
 	cfg, _, err := runConfig(args, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ func (n *node) measureFeed(ctx context.Context, feed string) (res result, err er
 		mirrorArg = "dnstap:" + dnstapPath
 	}
 	args := []string{"run", "--listen", listenAddr, "--upstream", testbed.UpstreamAddr,
-		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "",
+		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "", "--lock-file", "",
 		"--steering", "adopt", "--mirror", mirrorArg}
 
 	// dnsstandby first, for every feed: CoreDNS 1.13.1 connects to its

@@ -66,7 +66,7 @@ func startDnsstandbyBatch1(bed *testbed.Bed, b binaries, addr string) (instance,
 }
 
 func startDnsstandbyArgs(bed *testbed.Bed, b binaries, addr string, extra ...string) (instance, error) {
-	args := append([]string{"run", "--listen", addr, "--upstream", testbed.UpstreamAddr, "--metrics-addr", ""}, extra...)
+	args := append([]string{"run", "--listen", addr, "--upstream", testbed.UpstreamAddr, "--metrics-addr", "", "--lock-file", ""}, extra...)
 	p, err := bed.NS.Start(b.dnsstandby, args...)
 	if err != nil {
 		return nil, fmt.Errorf("start dnsstandby: %w", err)
