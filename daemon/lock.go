@@ -61,6 +61,17 @@ func readPID(f *os.File) string {
 	return "unknown"
 }
 
+// LockInstance takes the lock a running dnsstandby holds, for commands
+// that must not run beside one (`dnsstandby cleanup`); ErrRunning if one
+// runs. release drops it.
+func LockInstance(path string) (release func() error, err error) {
+	l, err := lockInstance(path)
+	if err != nil {
+		return nil, err
+	}
+	return l.release, nil
+}
+
 // release drops the lock; the file stays, empty, for the next holder.
 func (l *instanceLock) release() error {
 	_ = l.f.Truncate(0)

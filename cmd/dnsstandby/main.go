@@ -27,6 +27,7 @@ commands:
   hold      keep traffic away from LocalDNS, e.g. before restarting it [--for DURATION]
   release   end a hold: LocalDNS gets traffic back once it is trusted
   check     audit this node, read-only: PASS/WARN/FAIL per check, exit 0/1/2 [--json]
+  cleanup   delete the anchor link a stopped dnsstandby left (refuses while one runs)
   version   print the version, commit and Go version of this binary
 `
 
@@ -42,6 +43,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return adminCommand(args[0], args[1:], stdout, stderr)
 	case "check":
 		return checkCommand(args[1:], stdout, stderr)
+	case "cleanup":
+		return cleanupCommand(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCommand(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
