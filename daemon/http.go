@@ -68,8 +68,9 @@ func (d *Daemon) serveHTTP(wg *sync.WaitGroup, reg *prometheus.Registry, ready *
 		IdleTimeout:       lim.IdleTimeout,
 		MaxHeaderBytes:    lim.MaxHeaderBytes,
 		// The server's own complaints (TLS handshakes on a plain port,
-		// header errors) are a pod's to provoke: not worth a line each.
-		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelDebug),
+		// header errors) are a pod's to provoke: DEBUG, not a line each
+		// at the levels an operator reads.
+		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
 	}
 	wg.Go(func() {
 		if err := hs.Serve(cl); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -189,6 +190,16 @@ func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// CloseWrite lets net/http half-close the connection after an error
+// response (431, 408), so that the client reads it before the close, as
+// it does on a plain *net.TCPConn.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 var (
