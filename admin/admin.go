@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/internal/unixsock"
 	"github.com/dnsstandby/dnsstandby/status"
 )
 
@@ -54,7 +55,7 @@ const (
 
 // Server serves the admin socket.
 type Server struct {
-	ln   net.Listener
+	ln   *net.UnixListener
 	h    Handler
 	log  *slog.Logger
 	wg   sync.WaitGroup
@@ -62,7 +63,8 @@ type Server struct {
 }
 
 // Listen creates the socket at path (replacing a stale one), readable and
-// writable by its owner only: hold and release steer every pod's DNS.
+// writable by its owner only, and serves root alone (SO_PEERCRED): hold
+// and release steer every pod's DNS.
 func Listen(path string, h Handler, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -74,12 +76,10 @@ func Listen(path string, h Handler, log *slog.Logger) (*Server, error) {
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("unix", path)
+	// 0600 from the moment the file exists (see unixsock.Listen), not
+	// after listen, when a client could already have connected.
+	ln, err := unixsock.Listen(path, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("admin socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	s := &Server{ln: ln, h: h, log: log, path: path}
@@ -114,12 +114,17 @@ func removeStale(path string) error {
 func (s *Server) serve() {
 	defer s.wg.Done()
 	for {
-		c, err := s.ln.Accept()
+		c, err := s.ln.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err := rootPeer(c); err != nil {
+			s.log.Warn("admin connection refused", slog.Any("err", err))
+			c.Close()
 			continue
 		}
 		s.wg.Add(1)
@@ -131,6 +136,21 @@ func (s *Server) serve() {
 			_ = json.NewEncoder(c).Encode(resp)
 		}()
 	}
+}
+
+// rootPeer returns nil if c's peer was root when it connected. The file's
+// mode keeps others out already; this holds as well where the mode does
+// not, as when someone loosens it, or the socket is reached through a
+// descriptor passed on: hold and release steer every pod's DNS.
+func rootPeer(c *net.UnixConn) error {
+	cred, err := unixsock.PeerCred(c)
+	if err != nil {
+		return err
+	}
+	if cred.Uid != 0 {
+		return fmt.Errorf("peer uid %d (pid %d) is not root", cred.Uid, cred.Pid)
+	}
+	return nil
 }
 
 func (s *Server) handle(r io.Reader) Response {

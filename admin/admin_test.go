@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,8 +12,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/status"
 )
+
+// socketEnv names the socket a child (testkit.RunAs) sends its request to.
+const socketEnv = "DNSSTANDBY_TEST_SOCKET"
+
+// TestMain runs the child's action when this binary was started by
+// testkit.RunAs: ask for a hold on the socket, and say how it went.
+func TestMain(m *testing.M) {
+	if action := os.Getenv(testkit.ChildEnv); action != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := Do(ctx, os.Getenv(socketEnv), Request{Cmd: action}); err != nil {
+			fmt.Printf("refused: %v\n", err)
+		} else {
+			fmt.Println("served")
+		}
+		return
+	}
+	os.Exit(m.Run())
+}
 
 type fakeHandler struct {
 	mu      sync.Mutex
@@ -158,5 +179,71 @@ func TestNoServer(t *testing.T) {
 	_, err := Do(context.Background(), filepath.Join(t.TempDir(), "none.sock"), Request{Cmd: "status"})
 	if err == nil || !strings.Contains(err.Error(), "is dnsstandby running") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestSocketModeFromCreation: the socket file is 0600 from the moment it
+// exists. A watch on the directory, set before Listen, sees the file
+// created and never chmod'ed afterwards, so the mode it has now is the
+// mode bind gave it: there was no moment with a wider one. (Listening and
+// then chmod'ing, as before, shows as a change, and under the usual umask
+// 022 the file was 0755 until then; under umask 0, 0777: connectable by
+// anyone.)
+func TestSocketModeFromCreation(t *testing.T) {
+	dir := t.TempDir()
+	w := testkit.WatchDir(t, dir)
+	path := filepath.Join(dir, "admin.sock")
+	s, err := Listen(path, &fakeHandler{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, err %v; want 0600", fi.Mode(), err)
+	}
+	created, changed := w.Changed("admin.sock")
+	if !created || changed {
+		t.Fatalf("socket file created %v, its mode changed after %v: want created with 0600 and never changed", created, changed)
+	}
+}
+
+// TestPeerCredentials: only root is served. The socket is opened to
+// everyone here (mode 0666 in a directory anyone may enter), as if its
+// mode had been loosened, so that only the peer check stands in the way;
+// a child process connects as root, then as nobody.
+func TestPeerCredentials(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a child as another user")
+	}
+	tests := []struct {
+		name   string
+		uid    uint32
+		served bool
+	}{
+		{"root", 0, true},
+		{"nobody", 65534, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(testkit.PublicDir(t), "admin.sock")
+			h := &fakeHandler{}
+			s, err := Listen(path, h, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := os.Chmod(path, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			out, err := testkit.RunAs(t, tt.uid, tt.uid, "hold", socketEnv+"="+path)
+			if err != nil {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			served := strings.HasPrefix(out, "served")
+			if served != tt.served || h.Status().Holding != tt.served {
+				t.Fatalf("uid %d: child says %q, holding %v; want served %v", tt.uid, strings.TrimSpace(out), h.Status().Holding, tt.served)
+			}
+		})
 	}
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// ("" : off); AdminSocket serves status, hold and release ("" : off).
 	MetricsAddr string
 	AdminSocket string
+	// HTTP bounds what one client of MetricsAddr can hold: the DaemonSet
+	// serves it on the node IP, where every pod can connect.
+	HTTP HTTPLimits
 
 	// ShutdownTimeout bounds how long queries in flight may take to
 	// finish once Run's context is done.
@@ -161,6 +164,59 @@ type Anchor struct {
 	Cleanup bool   // delete the link at stop (by default it stays, for the next start)
 }
 
+// HTTPLimits bound the server on MetricsAddr: time per request and per
+// idle connection, header size, and connections open at once. Peers are
+// told apart by source address; the node itself (a connection whose
+// source address is the address it reached, as the kubelet's probes of a
+// hostNetwork pod are) is never counted in MaxConns, so that pods holding
+// every shared slot cannot fail the liveness probe and restart us.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds reading a request's headers; positive.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request; positive.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response, from the end of the
+	// request's headers; positive.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long; positive.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers, in bytes; at least 1024.
+	MaxHeaderBytes int
+	// MaxConns bounds the connections open at once from every address
+	// but the node's own; at least 1. Over it, a new connection is closed
+	// as soon as it is accepted.
+	MaxConns int
+	// MaxConnsPerAddr bounds the connections open at once from one source
+	// address, the node's own included; at least 1, at most MaxConns.
+	MaxConnsPerAddr int
+}
+
+// Validate checks the limits; errors name the field.
+func (l *HTTPLimits) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"ReadHeaderTimeout", l.ReadHeaderTimeout},
+		{"ReadTimeout", l.ReadTimeout},
+		{"WriteTimeout", l.WriteTimeout},
+		{"IdleTimeout", l.IdleTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("daemon: HTTP.%s must be positive, got %s", d.name, d.v)
+		}
+	}
+	switch {
+	case l.MaxHeaderBytes < 1024:
+		return fmt.Errorf("daemon: HTTP.MaxHeaderBytes must be at least 1024, got %d", l.MaxHeaderBytes)
+	case l.MaxConns < 1:
+		return fmt.Errorf("daemon: HTTP.MaxConns must be positive, got %d", l.MaxConns)
+	case l.MaxConnsPerAddr < 1 || l.MaxConnsPerAddr > l.MaxConns:
+		return fmt.Errorf("daemon: HTTP.MaxConnsPerAddr must be between 1 and MaxConns (%d), got %d", l.MaxConns, l.MaxConnsPerAddr)
+	}
+	return nil
+}
+
 // Mirror is how LocalDNS's answers reach the cache.
 type Mirror struct {
 	Kind       string // MirrorTap, MirrorDnstap or MirrorNone
@@ -198,10 +254,33 @@ func DefaultConfig() Config {
 		StateDir:         "/var/lib/dnsstandby",
 		SnapshotInterval: time.Minute,
 		MetricsAddr:      "127.0.0.1:9355",
-		AdminSocket:      admin.DefaultSocket,
-		LockFile:         DefaultLockFile,
-		ShutdownTimeout:  5 * time.Second,
-		ReloadInterval:   time.Second,
+		HTTP: HTTPLimits{
+			// A probe or a scrape sends a few hundred bytes of headers at
+			// once; a client still sending after 5 s is holding a slot.
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			// Prometheus's default scrape timeout: a reader slower than
+			// that has given up anyway.
+			WriteTimeout: 10 * time.Second,
+			// Longer than the probes' periods (5 s, 10 s) and the usual
+			// scrape intervals (15 s, 30 s) are short, so a scraper keeps
+			// its connection; an idle one costs about 16 KiB.
+			IdleTimeout: 60 * time.Second,
+			// Requests here are a path and a few headers; net/http's
+			// default is 1 MiB.
+			MaxHeaderBytes: 8 << 10,
+			// A scraper or two and the odd curl; at 16 KiB each, 64 idle
+			// connections cost about 1 MiB.
+			MaxConns: 64,
+			// One pod (one address) cannot take every slot: it takes 8,
+			// and the kubelet's probes, from the node's own address, have
+			// 8 of their own outside MaxConns.
+			MaxConnsPerAddr: 8,
+		},
+		AdminSocket:     admin.DefaultSocket,
+		LockFile:        DefaultLockFile,
+		ShutdownTimeout: 5 * time.Second,
+		ReloadInterval:  time.Second,
 	}
 }
 
@@ -273,6 +352,9 @@ func (c *Config) Validate() error {
 		}
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 			return fmt.Errorf("daemon: MetricsAddr %q: port %q is not a port number", c.MetricsAddr, port)
+		}
+		if err := c.HTTP.Validate(); err != nil {
+			return err
 		}
 	}
 	if c.ReloadInterval < 0 {

@@ -316,6 +316,11 @@ func TestValidate(t *testing.T) {
 		{"metrics address without port", func(c *Config) { c.MetricsAddr = "localhost" }, `MetricsAddr "localhost": want HOST:PORT`},
 		{"metrics address with port 0", func(c *Config) { c.MetricsAddr = "127.0.0.1:0" }, "is not a port number"},
 		{"metrics off", func(c *Config) { c.MetricsAddr = "" }, ""},
+		{"HTTP idle timeout", func(c *Config) { c.HTTP.IdleTimeout = 0 }, "HTTP.IdleTimeout must be positive"},
+		{"HTTP header bytes", func(c *Config) { c.HTTP.MaxHeaderBytes = 100 }, "HTTP.MaxHeaderBytes"},
+		{"HTTP no connections", func(c *Config) { c.HTTP.MaxConns = 0 }, "HTTP.MaxConns must be positive"},
+		{"HTTP per address over the total", func(c *Config) { c.HTTP.MaxConnsPerAddr = c.HTTP.MaxConns + 1 }, "HTTP.MaxConnsPerAddr"},
+		{"HTTP limits unchecked with metrics off", func(c *Config) { c.MetricsAddr, c.HTTP = "", HTTPLimits{} }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -239,7 +239,7 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 	c.probeCfg = peer.DefaultProbeConfig()
 	c.probeCfg.Server, c.probeCfg.Name, c.probeCfg.Timeout = cfg.ProbeAddr, cfg.ProbeName, probeTimeout
 	if c.steer.Level() == steer.Adopt {
-		c.probeCfg.Server = firstUDP(cfg.Sockets) // the program routes the probe port to LocalDNS's socket
+		c.probeCfg.Server = firstUDP(cfg.Sockets) // the program routes the probe's source to LocalDNS's socket
 	} else if slices.ContainsFunc(cfg.Sockets, func(o OurSocket) bool { return o.UDP && o.Addr == cfg.ProbeAddr }) {
 		// Nothing steers probes to LocalDNS below adopt: on an address
 		// dnsstandby serves too, a probe reaches LocalDNS only when the
@@ -332,8 +332,9 @@ func (c *Controller) ensureProber() bool {
 		return false
 	}
 	if c.steer.Level() == steer.Adopt {
-		if err := c.steer.SetProbePort(p.SourcePort()); err != nil {
-			c.log.Warn("steering: probe port not set; probes may reach dnsstandby itself", slog.Any("err", err))
+		// The probe's address with its port: a pod can send from the port.
+		if err := c.steer.SetProbe(p.Source()); err != nil {
+			c.log.Warn("steering: probe source not set; probes may reach dnsstandby itself", slog.Any("err", err))
 		}
 	}
 	c.prober = p

@@ -39,12 +39,12 @@ const (
 type fakeSteer struct {
 	level steer.Level
 
-	mu        sync.Mutex
-	mode      steer.Mode
-	beats     int
-	probePort uint16
-	peers     map[string]int // group -> sockets adopted
-	left      bool
+	mu    sync.Mutex
+	mode  steer.Mode
+	beats int
+	probe netip.AddrPort
+	peers map[string]int // group -> sockets adopted
+	left  bool
 }
 
 func (s *fakeSteer) Describe(chan<- *prometheus.Desc) {}
@@ -62,10 +62,10 @@ func (s *fakeSteer) SetMode(m steer.Mode) error {
 	return nil
 }
 
-func (s *fakeSteer) SetProbePort(port uint16) error {
+func (s *fakeSteer) SetProbe(src netip.AddrPort) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.probePort = port
+	s.probe = src
 	return nil
 }
 
@@ -139,7 +139,7 @@ func (p *fakeProber) Probe(context.Context) peer.ProbeResult {
 	}
 	return peer.ProbeResult{OK: true, RTT: 100 * time.Microsecond, Rcode: 0}
 }
-func (p *fakeProber) SourcePort() uint16 { return 40000 }
+func (p *fakeProber) Source() netip.AddrPort { return netip.MustParseAddrPort("169.254.10.11:40000") }
 func (p *fakeProber) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -474,6 +474,18 @@ func TestController(t *testing.T) {
 				}
 				if fmt.Sprint(st.Peer.Adopted) != fmt.Sprint(tt.adopted) {
 					t.Errorf("Status adopted %v, want %v", st.Peer.Adopted, tt.adopted)
+				}
+				// The steering program knows the prober by its address
+				// and port, at adopt (the only level with peers to send
+				// it to), once the prober exists.
+				r.steer.mu.Lock()
+				probe := r.steer.probe
+				r.steer.mu.Unlock()
+				r.prober.mu.Lock()
+				probed := r.prober.probes > 0
+				r.prober.mu.Unlock()
+				if want := r.prober.Source(); tt.level == steer.Adopt && probed && probe != want || tt.level != steer.Adopt && probe.IsValid() {
+					t.Errorf("steering probe source %v at level %s, want %v at adopt, none else", probe, tt.level, want)
 				}
 				if st.Steering.Level != tt.level.String() || st.AnchorReady == nil || !*st.AnchorReady {
 					t.Errorf("Status steering %q anchor ready %v, want %q and ready", st.Steering.Level, st.AnchorReady, tt.level)

@@ -2,6 +2,7 @@ package takeover
 
 import (
 	"context"
+	"net/netip"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +31,7 @@ type (
 		Why() string
 		AddGroup(name string, our syscall.RawConn, udp bool) error
 		SetMode(steer.Mode) error
-		SetProbePort(port uint16) error
+		SetProbe(src netip.AddrPort) error
 		Heartbeat() error
 		Adopt(name string, fd int) (slot int, err error)
 		ClearPeers(name string) error
@@ -45,7 +46,7 @@ type (
 	// prober asks LocalDNS whether it answers (*peer.Prober).
 	prober interface {
 		Probe(context.Context) peer.ProbeResult
-		SourcePort() uint16
+		Source() netip.AddrPort
 		Close() error
 	}
 	// peerProcess is a LocalDNS process whose sockets can be duplicated

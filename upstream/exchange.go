@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -160,7 +161,7 @@ func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) 
 	start := time.Now()
 	var udp *dns.Msg
 	if !g.cfg.ForceTCP {
-		resp, err := g.exchangeUDP(ctx, s, &s.metrics, q, g.cfg.Timeout)
+		resp, err := g.attempt(ctx, s, q, g.exchangeUDP)
 		if err != nil {
 			g.failed(s, err)
 			return nil, err
@@ -172,7 +173,7 @@ func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) 
 		}
 		udp = resp
 	}
-	resp, err := g.exchangeTCP(ctx, s, &s.metrics, q, g.cfg.Timeout)
+	resp, err := g.attempt(ctx, s, q, g.exchangeTCP)
 	if err != nil {
 		if udp == nil {
 			g.failed(s, err)
@@ -182,6 +183,46 @@ func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) 
 	g.answered(s)
 	s.metrics.observe(time.Since(start))
 	return resp, nil
+}
+
+// attempt makes one exchange with s and, if s turned out not to keep the
+// case of questions (caseNotKept), a second one at once in the caller's
+// case, within what is left of the caller's time: s did answer, and the
+// query should not fail over, or fail, for a case it cannot keep.
+func (g *Group) attempt(ctx context.Context, s *server, q *query,
+	exchange func(context.Context, *server, *serverMetrics, *query, time.Duration) (*dns.Msg, error)) (*dns.Msg, error) {
+	resp, err := exchange(ctx, s, &s.metrics, q, g.cfg.Timeout)
+	if f, ok := errors.AsType[*failure](err); ok && f.caseOnly {
+		g.answered(s)
+		if g.stopped(ctx) == nil {
+			resp, err = exchange(ctx, s, &s.metrics, q, g.cfg.Timeout)
+		}
+	}
+	return resp, err
+}
+
+// caseNotKept turns 0x20 off for s when an attempt in random case (caps)
+// saw replies that differed from its question only in the case of the
+// name (caseOnly) and none in its own case for the whole of its time (err
+// is its timeout). A spoofer's reply in the wrong case cannot do this: the
+// server's own reply, in the case asked, would end the attempt first. A
+// server that lower-cases, or answers in a case of its own, does it to
+// every query; it is asked in the caller's case from then on, and its
+// replies taken in any case (as CoreDNS forward takes them), which leaves
+// it the ID and the port against spoofing. The server's metric
+// dnsstandby_upstream_case_randomized goes to 0, and the change is logged
+// once.
+func (g *Group) caseNotKept(s *server, caseOnly bool, err error) error {
+	f, ok := errors.AsType[*failure](err)
+	if !caseOnly || !ok || f.why != reasonTimeout {
+		return err
+	}
+	f.caseOnly = true
+	if s.caps.CompareAndSwap(true, false) {
+		g.log.Warn("upstream server does not keep the letter case of questions: asking it without 0x20 randomization from now on",
+			slog.String("server", s.name))
+	}
+	return err
 }
 
 // attemptDeadline returns when an attempt starting now ends: after the
@@ -217,15 +258,20 @@ func (g *Group) watch(ctx context.Context, c net.Conn) (stop func() bool) {
 }
 
 // failure is an attempt that got no reply: it counts against the server
-// and the exchange moves on.
+// and the exchange moves on. One with caseOnly got replies, but only in
+// another letter case than asked (see caseNotKept).
 type failure struct {
-	server string
-	proto  proto
-	why    reason
-	err    error
+	server   string
+	proto    proto
+	why      reason
+	err      error
+	caseOnly bool
 }
 
 func (f *failure) Error() string {
+	if f.caseOnly {
+		return fmt.Sprintf("%s over %s: %s: %v (its replies did not keep the letter case of the question)", f.server, f.proto, f.why, f.err)
+	}
 	return fmt.Sprintf("%s over %s: %s: %v", f.server, f.proto, f.why, f.err)
 }
 

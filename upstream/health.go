@@ -30,10 +30,11 @@ func (g *Group) answered(s *server) {
 // failed records a failed attempt on s, marking it down after MaxFails in
 // a row (never with MaxFails 0). Errors that are not the server's fault
 // (Close, a cancelled caller, a caller's deadline that left the server
-// under half its Timeout: see ioError) are ignored.
+// under half its Timeout: see ioError) are ignored, and so is an attempt
+// that got replies, only not in the letter case asked (see caseNotKept).
 func (g *Group) failed(s *server, err error) {
 	var f *failure
-	if g.cfg.MaxFails == 0 || !errors.As(err, &f) {
+	if g.cfg.MaxFails == 0 || !errors.As(err, &f) || f.caseOnly {
 		return
 	}
 	n := s.fails.Add(1)

@@ -131,8 +131,8 @@ func isProbe(q *dns.Msg) bool {
 	if len(q.Question) != 1 || q.Question[0].Qtype != dns.TypeNS {
 		return false
 	}
-	n := q.Question[0].Name
-	return n == "." || n == testProbeDomain
+	n := q.Question[0].Name // in random case (0x20)
+	return n == "." || strings.EqualFold(n, testProbeDomain)
 }
 
 func (s *testServer) serveUDP() {
@@ -366,6 +366,18 @@ func (h *recordingHandler) Handle(ctx context.Context, r slog.Record) error {
 
 func (h *recordingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return &recordingHandler{Handler: h.Handler.WithAttrs(as), logs: h.logs, attrs: append(slices.Clone(h.attrs), as...)}
+}
+
+// swapCase returns name with the case of every letter inverted: another
+// case than name's, whatever that was.
+func swapCase(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if l := c | 0x20; 'a' <= l && l <= 'z' {
+			b[i] = c ^ 0x20
+		}
+	}
+	return string(b)
 }
 
 func newReq(name string, qtype uint16) *dns.Msg {

@@ -40,6 +40,10 @@ const (
 	reasonMismatch
 	// reasonMalformed: a matching reply that does not unpack; ignored too.
 	reasonMalformed
+	// reasonCase: a reply that matches but for the letter case of the
+	// question's name (spoofed, or from a server that does not keep
+	// case); ignored too.
+	reasonCase
 	// reasonTCPClosed: a pooled TCP connection the server had closed; the
 	// query is retried once on a fresh one.
 	reasonTCPClosed
@@ -58,6 +62,8 @@ func (r reason) String() string {
 		return "mismatch"
 	case reasonMalformed:
 		return "malformed"
+	case reasonCase:
+		return "case_mismatch"
 	case reasonTCPClosed:
 		return "tcp_closed"
 	}
@@ -132,9 +138,10 @@ func (g *Group) Stats() []ServerStats {
 // Metric help texts, also the tests' expected exposition.
 const (
 	helpRequests = "Queries sent to an upstream server, by transport; TC and pool retries count again, health probes do not."
-	helpErrors   = "Upstream failures and ignored replies, by reason: timeout, refused, network, mismatch, malformed, tcp_closed."
+	helpErrors   = "Upstream failures and ignored replies, by reason: timeout, refused, network, mismatch, malformed, case_mismatch, tcp_closed."
 	helpDuration = "Time from sending a query to a server to accepting its reply, TC retry over TCP included."
 	helpHealthy  = "1 if the upstream server is in service, 0 if it is marked down and being probed."
+	helpCase     = "1 while questions to the upstream server go in random letter case (0x20), 0 once it was seen not to keep case and is asked in the client's."
 	helpRejects  = "Queries refused without asking any server because MaxConcurrent queries were in flight (CoreDNS: coredns_forward_max_concurrent_rejects_total)."
 )
 
@@ -144,12 +151,13 @@ var (
 	descErrors   = prometheus.NewDesc("dnsstandby_upstream_errors_total", helpErrors, []string{"server", "reason"}, nil)
 	descDuration = prometheus.NewDesc("dnsstandby_upstream_duration_seconds", helpDuration, []string{"server"}, nil)
 	descHealthy  = prometheus.NewDesc("dnsstandby_upstream_healthy", helpHealthy, []string{"server"}, nil)
+	descCase     = prometheus.NewDesc("dnsstandby_upstream_case_randomized", helpCase, []string{"server"}, nil)
 	descRejects  = prometheus.NewDesc("dnsstandby_upstream_max_concurrent_rejects_total", helpRejects, nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (g *Group) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy, descRejects} {
+	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy, descCase, descRejects} {
 		ch <- d
 	}
 }
@@ -181,5 +189,10 @@ func (g *Group) Collect(ch chan<- prometheus.Metric) {
 			healthy = 0
 		}
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, s.name)
+		caps := 0.0
+		if s.caps.Load() {
+			caps = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descCase, prometheus.GaugeValue, caps, s.name)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -296,7 +297,7 @@ func TestHealthCheckProbe(t *testing.T) {
 			markDown(t, g, 0)
 			testkit.Eventually(t, 3*time.Second, "a health probe", func() bool { return s.lastProbe.Load() != nil })
 			p := s.lastProbe.Load()
-			if q := p.Question[0]; q.Name != tt.domain || q.Qtype != dns.TypeNS || q.Qclass != dns.ClassINET {
+			if q := p.Question[0]; !strings.EqualFold(q.Name, tt.domain) || q.Qtype != dns.TypeNS || q.Qclass != dns.ClassINET {
 				t.Errorf("probe question %v, want %s IN NS", q, tt.domain)
 			}
 			if p.RecursionDesired == tt.noRec {

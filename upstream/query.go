@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/miekg/dns"
@@ -12,12 +13,18 @@ import (
 )
 
 // query is a request packed once per Exchange. Its attempts run one after
-// another, each writing its own random ID into the same bytes.
+// another, each writing its own random ID, and its own random letter case
+// of the name (0x20), into the same bytes.
 type query struct {
 	req      *dns.Msg // the caller's; never written
 	framed   []byte   // 2-byte length, then the message: what TCP sends
 	msg      []byte   // framed[2:]: what UDP sends
 	question []byte   // msg[12:qEnd]: the name exactly as sent, type, class
+	name     []byte   // the name in wire format as the caller wrote it (its case)
+	// anyCase is set by an attempt that sent the caller's case to a
+	// server that does not keep the case of questions: its reply's name
+	// is then taken in any case, as CoreDNS forward takes it.
+	anyCase bool
 }
 
 // newQuery packs req without modifying it.
@@ -53,32 +60,93 @@ func newQuery(req *dns.Msg) (*query, error) {
 	copy(framed[2:], packed)
 	q := &query{req: req, framed: framed, msg: framed[2:]}
 	q.question = q.msg[wire.HeaderLen : end+4]
+	q.name = slices.Clone(q.msg[wire.HeaderLen:end])
 	return q, nil
 }
 
-// setID writes the ID the next attempt sends.
-func (q *query) setID(id uint16) { binary.BigEndian.PutUint16(q.msg, id) }
+// prepare writes what the next attempt sends: its ID, and the name either
+// in a random letter case (caps) or in the caller's (a server that does
+// not keep case, whose replies are then taken in any case).
+//
+// 0x20 (draft-vixie-dnsext-dns0x20, Unbound's use-caps-for-id): servers
+// copy the question into their reply byte for byte, so a spoofer must
+// guess one bit per letter of the name on top of the ID and the port.
+func (q *query) prepare(id uint16, caps bool) {
+	binary.BigEndian.PutUint16(q.msg, id)
+	name := q.msg[wire.HeaderLen : wire.HeaderLen+len(q.name)]
+	copy(name, q.name)
+	q.anyCase = !caps
+	if !caps {
+		return
+	}
+	var bits uint64
+	n := 0
+	for i, c := range name {
+		// Label length bytes are at most 63, below 'A': only letters
+		// change.
+		if lower := c | 0x20; lower < 'a' || lower > 'z' {
+			continue
+		}
+		if n == 0 {
+			bits, n = rand.Uint64(), 64
+		}
+		name[i] = c&^0x20 | byte(bits&1)<<5
+		bits >>= 1
+		n--
+	}
+}
 
 func (q *query) id() uint16 { return binary.BigEndian.Uint16(q.msg) }
 
 // opcodeMask selects the opcode bits of the header flags.
 const opcodeMask = 0xf << 11
 
-// match reports whether b is a reply to q as last sent: QR set, the same
-// ID and opcode, and exactly one question, byte for byte the one sent —
-// so the name is compared case-sensitively and a 0x20-randomised query
-// name adds its entropy to the 16-bit ID against blind spoofing.
-func (q *query) match(b []byte) bool {
+// match says whether b is a reply to q as last sent: QR set, the same ID
+// and opcode, and exactly one question, byte for byte the one sent — so
+// the name is compared case-sensitively and the 0x20 case adds its entropy
+// to the 16-bit ID against blind spoofing. A reply that differs only in
+// the letter case of the name is reasonCase: spoofed, or from a server
+// that does not keep case. After an attempt in the caller's case to such a
+// server (anyCase), any case is taken.
+func (q *query) match(b []byte) (ok bool, why reason) {
 	if len(b) < wire.HeaderLen+len(q.question) {
-		return false
+		return false, reasonMismatch
 	}
 	id, flags, _ := wire.ParseHeader(b)
 	_, qflags, _ := wire.ParseHeader(q.msg)
-	return id == q.id() &&
-		flags&wire.FlagQR != 0 &&
-		flags&opcodeMask == qflags&opcodeMask &&
-		binary.BigEndian.Uint16(b[4:]) == 1 &&
-		bytes.Equal(b[wire.HeaderLen:wire.HeaderLen+len(q.question)], q.question)
+	if id != q.id() ||
+		flags&wire.FlagQR == 0 ||
+		flags&opcodeMask != qflags&opcodeMask ||
+		binary.BigEndian.Uint16(b[4:]) != 1 {
+		return false, reasonMismatch
+	}
+	got := b[wire.HeaderLen : wire.HeaderLen+len(q.question)]
+	if bytes.Equal(got, q.question) {
+		return true, 0
+	}
+	n := len(q.name)
+	if !bytes.Equal(got[n:], q.question[n:]) || !foldEqual(got[:n], q.question[:n]) {
+		return false, reasonMismatch
+	}
+	if q.anyCase {
+		return true, 0
+	}
+	return false, reasonCase
+}
+
+// foldEqual reports whether a and b are equal but for the case of ASCII
+// letters (as DNS compares names; bytes.EqualFold would fold UTF-8).
+func foldEqual[T string | []byte](a, b T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		x, y := a[i], b[i]
+		if x != y && (x|0x20 != y|0x20 || x|0x20 < 'a' || x|0x20 > 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 // accept checks b as a reply to q and unpacks it. The reply carries the
@@ -87,8 +155,8 @@ func (q *query) match(b []byte) bool {
 // question: all the caller needs from it is the truncation. ok is false
 // when b is to be ignored, and why says why.
 func (q *query) accept(b []byte) (m *dns.Msg, why reason, ok bool) {
-	if !q.match(b) {
-		return nil, reasonMismatch, false
+	if ok, why := q.match(b); !ok {
+		return nil, why, false
 	}
 	m = new(dns.Msg)
 	if err := m.Unpack(b); err != nil {
@@ -105,5 +173,22 @@ func (q *query) accept(b []byte) (m *dns.Msg, why reason, ok bool) {
 	}
 	m.Id = q.req.Id
 	m.Question = []dns.Question{q.req.Question[0]}
+	q.restoreCase(m)
 	return m, 0, true
+}
+
+// restoreCase gives the records owned by the question's name the caller's
+// case. Servers copy the question's name into the records they make for
+// it, so without this the random case of the attempt would reach the
+// cache and every client that ever gets the answer. Other names are left
+// as the server wrote them.
+func (q *query) restoreCase(m *dns.Msg) {
+	name := q.req.Question[0].Name
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			if h := rr.Header(); h.Name != name && foldEqual(h.Name, name) {
+				h.Name = name
+			}
+		}
+	}
 }

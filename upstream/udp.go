@@ -30,7 +30,8 @@ func (g *Group) exchangeUDP(ctx context.Context, s *server, m *serverMetrics, q 
 	c.SetDeadline(deadline)
 	defer g.watch(ctx, c)()
 
-	q.setID(uint16(rand.Uint32()))
+	caps := s.caps.Load()
+	q.prepare(uint16(rand.Uint32()), caps)
 	m.sent(protoUDP)
 	if _, err := c.Write(q.msg); err != nil {
 		return nil, g.ioError(ctx, s, m, protoUDP, err, short)
@@ -38,10 +39,11 @@ func (g *Group) exchangeUDP(ctx context.Context, s *server, m *serverMetrics, q 
 	bp := g.bufs.Get().(*[]byte)
 	defer g.bufs.Put(bp)
 	buf := *bp
+	caseOnly := false // a reply came that differed only in the name's case
 	for {
 		n, from, err := c.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			return nil, g.ioError(ctx, s, m, protoUDP, err, short)
+			return nil, g.caseNotKept(s, caps && caseOnly, g.ioError(ctx, s, m, protoUDP, err, short))
 		}
 		if netip.AddrPortFrom(from.Addr().Unmap(), from.Port()) != s.want {
 			m.count(reasonMismatch) // the kernel filters these; checked anyway
@@ -49,7 +51,10 @@ func (g *Group) exchangeUDP(ctx context.Context, s *server, m *serverMetrics, q 
 		}
 		resp, why, ok := q.accept(buf[:n])
 		if !ok {
+			// A reply in the wrong case may be a spoofer's: the read goes
+			// on, for the server's own in the case it was asked.
 			m.count(why)
+			caseOnly = caseOnly || why == reasonCase
 			continue
 		}
 		return resp, nil

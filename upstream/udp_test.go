@@ -30,9 +30,9 @@ func TestSpoofedRepliesIgnored(t *testing.T) {
 			r.Question[0].Name = "evil.example."
 			s.sendUDP(to, r)
 		}},
-		{name: "name in other case", why: reasonMismatch, send: func(s *testServer, to netip.AddrPort, q *dns.Msg) {
+		{name: "name in other case", why: reasonCase, send: func(s *testServer, to netip.AddrPort, q *dns.Msg) {
 			r := bogus(q)
-			r.Question[0].Name = "www.example.com." // the query asked WwW.ExAmPlE.cOm.
+			r.Question[0].Name = swapCase(q.Question[0].Name) // not the case the query was sent in
 			s.sendUDP(to, r)
 		}},
 		{name: "other type", why: reasonMismatch, send: func(s *testServer, to netip.AddrPort, q *dns.Msg) {

@@ -7,12 +7,13 @@
 //
 // It owns everything between a query message and its upstream reply: the
 // sockets (a fresh connected UDP socket per query, a small pool of TCP
-// connections per server), the ID and question checks that keep spoofed
-// datagrams out, the TC=1 retry over TCP, the per-server health state and
-// its probe goroutines, the cap on exchanges in flight (MaxConcurrent, as
-// CoreDNS's max_concurrent), and the upstream metrics. Loop prevention
-// (never forwarding to ourselves or to LocalDNS) is the caller's job, and
-// so is what to answer a client when the upstreams fail (the pipeline's).
+// connections per server), the ID, question and 0x20 letter-case checks
+// that keep spoofed datagrams out, the TC=1 retry over TCP, the
+// per-server health state and its probe goroutines, the cap on exchanges
+// in flight (MaxConcurrent, as CoreDNS's max_concurrent), and the upstream
+// metrics. Loop prevention (never forwarding to ourselves or to LocalDNS)
+// is the caller's job, and so is what to answer a client when the
+// upstreams fail (the pipeline's).
 package upstream
 
 import (
@@ -258,6 +259,9 @@ type server struct {
 
 	fails atomic.Int64 // consecutive failed attempts
 	down  atomic.Bool  // read on every Exchange; changed with mu held
+	// caps is set while questions to the server go in random letter case
+	// (0x20); cleared for good once it is seen not to keep case.
+	caps atomic.Bool
 
 	mu        sync.Mutex // guards following, and changes to down
 	probing   bool       // a probe goroutine runs for this server
@@ -281,11 +285,13 @@ func New(cfg Config) (*Group, error) {
 	g := &Group{cfg: cfg, log: log.With("component", "upstream")}
 	g.bufs.New = func() any { b := make([]byte, 0xffff); return &b }
 	for _, a := range cfg.Servers {
-		g.servers = append(g.servers, &server{
+		s := &server{
 			name:    a.String(),
 			udpAddr: net.UDPAddrFromAddrPort(a),
 			want:    netip.AddrPortFrom(a.Addr().Unmap(), a.Port()),
-		})
+		}
+		s.caps.Store(true)
+		g.servers = append(g.servers, s)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.Lock()

@@ -1,7 +1,8 @@
 // Package testkit holds the test tools several packages share: a logger
 // that writes to the test's own output, one polling helper for "becomes
-// true within", and the LocalDNS Corefile as AgentBaker renders it. It is
-// imported by tests only.
+// true within", the LocalDNS Corefile as AgentBaker renders it, the test
+// binary run again as another user (RunAs), and a watch on a directory's
+// file events (WatchDir). It is imported by tests only.
 package testkit
 
 import (

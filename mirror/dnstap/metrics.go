@@ -54,6 +54,7 @@ type stats struct {
 	cacheRejects [256]atomic.Uint64 // by cache.Reason, a uint8
 	open         atomic.Int64
 	conns        atomic.Uint64
+	refused      atomic.Uint64
 	disconnects  [numCauses]atomic.Uint64
 }
 
@@ -63,6 +64,7 @@ type Stats struct {
 	Rejected         map[string]uint64 // by reason: the Reason* constants and the cache's reasons; only nonzero cache reasons appear
 	Connections      int               // open now
 	ConnectionsTotal uint64            // accepted since Listen
+	Refused          uint64            // connections closed at accept: the peer was neither PeerUID nor root
 	Disconnects      map[string]uint64 // closed connections by cause (see README)
 }
 
@@ -96,6 +98,7 @@ func (r *Receiver) Stats() Stats {
 		},
 		Connections:      int(st.open.Load()),
 		ConnectionsTotal: st.conns.Load(),
+		Refused:          st.refused.Load(),
 		Disconnects:      disconnects,
 	}
 	for i := range st.cacheRejects {
@@ -124,6 +127,9 @@ var (
 	// descConnsTotal counts connections accepted.
 	descConnsTotal = prometheus.NewDesc("dnsstandby_mirror_dnstap_connections_total",
 		"dnstap (Frame Streams) connections accepted.", nil, nil)
+	// descRefused counts connections refused for their peer's uid.
+	descRefused = prometheus.NewDesc("dnsstandby_mirror_dnstap_refused_total",
+		"dnstap connections closed at accept because the peer was neither LocalDNS's user (PeerUID) nor root.", nil, nil)
 	// descDisconnects counts closed connections by cause.
 	descDisconnects = prometheus.NewDesc("dnsstandby_mirror_dnstap_disconnects_total",
 		"dnstap connections closed, by cause (stop, eof, handshake_timeout, content_type, protocol, oversize, truncated, read_error, evicted, shutdown).",
@@ -132,7 +138,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (r *Receiver) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descConns, descConnsTotal, descDisconnects} {
+	for _, d := range []*prometheus.Desc{descRecords, descConns, descConnsTotal, descRefused, descDisconnects} {
 		ch <- d
 	}
 }
@@ -149,6 +155,7 @@ func (r *Receiver) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.Connections))
 	counter(descConnsTotal, s.ConnectionsTotal)
+	counter(descRefused, s.Refused)
 	for c, n := range s.Disconnects {
 		counter(descDisconnects, n, c)
 	}

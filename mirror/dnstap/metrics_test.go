@@ -52,6 +52,9 @@ dnsstandby_mirror_dnstap_disconnects_total{cause="read_error"} 0
 dnsstandby_mirror_dnstap_disconnects_total{cause="shutdown"} 0
 dnsstandby_mirror_dnstap_disconnects_total{cause="stop"} 0
 dnsstandby_mirror_dnstap_disconnects_total{cause="truncated"} 0
+# HELP dnsstandby_mirror_dnstap_refused_total dnstap connections closed at accept because the peer was neither LocalDNS's user (PeerUID) nor root.
+# TYPE dnsstandby_mirror_dnstap_refused_total counter
+dnsstandby_mirror_dnstap_refused_total 0
 # HELP dnsstandby_mirror_records_total Mirrored LocalDNS replies handed to the cache, by source, result (accepted, rejected) and reason.
 # TYPE dnsstandby_mirror_records_total counter
 dnsstandby_mirror_records_total{reason="",result="accepted",source="dnstap"} 1

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/unixsock"
 )
 
 // There is no read deadline once a stream has started, on purpose. CoreDNS
@@ -54,8 +55,15 @@ type Config struct {
 	// Path is the unix socket's path, at most 107 bytes; Listen creates
 	// it and Close removes it. Required.
 	Path string
-	// Mode is the socket file's permissions (permission bits only).
+	// Mode is the socket file's permissions (permission bits only), in
+	// place from the moment the file exists.
 	Mode os.FileMode
+	// PeerUID is the user LocalDNS's CoreDNS runs as. A connection from
+	// any other user but root (SO_PEERCRED, as the peer connected) is
+	// closed at accept, before it can take a connection slot or evict
+	// LocalDNS's stream; Mode alone is one chmod away from letting a pod's
+	// process feed the cache.
+	PeerUID uint32
 	// Logger receives lifecycle and connection lines; nil discards.
 	Logger *slog.Logger
 	// MaxConns bounds concurrent connections, at least 1; at the bound
@@ -74,7 +82,8 @@ func DefaultConfig() Config {
 	return Config{
 		// Only root may connect: LocalDNS's CoreDNS runs as root
 		// (localdns.service has no User=).
-		Mode: 0o600,
+		Mode:    0o600,
+		PeerUID: 0,
 		// CoreDNS opens one connection per dnstap directive (one per
 		// server block that has it: one for the .11 block), and briefly a
 		// second during a reload; 8 is ample.
@@ -180,7 +189,7 @@ func Listen(ctx context.Context, cfg Config, sink Sink) (*Receiver, error) {
 	r.mu.Lock()
 	r.stopCtx = context.AfterFunc(ctx, func() { r.Close() })
 	r.mu.Unlock()
-	r.log.Info("dnstap receiver listening", "mode", cfg.Mode.String(), "max_conns", cfg.MaxConns, "max_frame", cfg.MaxFrameSize,
+	r.log.Info("dnstap receiver listening", "mode", cfg.Mode.String(), "peer_uid", cfg.PeerUID, "max_conns", cfg.MaxConns, "max_frame", cfg.MaxFrameSize,
 		"handshake_timeout", cfg.HandshakeTimeout.String())
 	return r, nil
 }
@@ -244,8 +253,27 @@ func (r *Receiver) acceptLoop() {
 			continue
 		}
 		backoff = 0
+		if err := r.checkPeer(nc); err != nil {
+			r.stats.refused.Add(1)
+			r.log.Warn("dnstap connection refused", slog.Any("err", err))
+			nc.Close()
+			continue
+		}
 		r.admit(nc)
 	}
+}
+
+// checkPeer returns nil if nc's peer ran as PeerUID or root when it
+// connected.
+func (r *Receiver) checkPeer(nc *net.UnixConn) error {
+	cred, err := unixsock.PeerCred(nc)
+	if err != nil {
+		return err
+	}
+	if cred.Uid != r.cfg.PeerUID && cred.Uid != 0 {
+		return fmt.Errorf("peer uid %d (pid %d) is neither PeerUID %d nor root", cred.Uid, cred.Pid, r.cfg.PeerUID)
+	}
+	return nil
 }
 
 // admit starts serving nc on a goroutine of its own. At MaxConns it first

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/dnsstandby/dnsstandby/internal/unixsock"
 )
 
 var (
@@ -17,13 +19,11 @@ var (
 	ErrNotSocket = errors.New("path exists and is not a socket")
 )
 
-// listenUnix clears a stale socket at path, listens there, and sets the
-// file's mode. It returns the file's identity so that removeSocket removes
-// this file and no later one.
-//
-// The socket exists with the umask's mode for the moment before Chmod; the
-// parent directory (0750 when Listen creates it, RuntimeDirectory= under
-// systemd) is what keeps others out in that moment.
+// listenUnix clears a stale socket at path and listens there, the file
+// having mode from the moment it exists (unixsock.Listen: the mode is set
+// on the socket before bind, so there is no moment in which another user
+// could connect). It returns the file's identity so that removeSocket
+// removes this file and no later one.
 func listenUnix(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, error) {
 	if err := clearStale(path); err != nil {
 		return nil, nil, err
@@ -31,23 +31,17 @@ func listenUnix(path string, mode os.FileMode) (*net.UnixListener, os.FileInfo, 
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, nil, fmt.Errorf("dnstap: socket directory: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := unixsock.Listen(path, mode)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dnstap: listen on %s: %w", path, err)
 	}
 	// Close removes the file itself, and only if it is still ours.
 	ln.SetUnlinkOnClose(false)
-	fail := func(err error) (*net.UnixListener, os.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
 		ln.Close()
 		os.Remove(path)
 		return nil, nil, fmt.Errorf("dnstap: socket %s: %w", path, err)
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		return fail(err)
-	}
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return fail(err)
 	}
 	return ln, fi, nil
 }

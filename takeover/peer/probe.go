@@ -68,7 +68,7 @@ type ProbeResult struct {
 type Prober struct {
 	cfg  ProbeConfig  // Name fully qualified, Server unmapped
 	conn *net.UDPConn // connected to cfg.Server; good until Close
-	port uint16
+	src  netip.AddrPort
 	q    dns.Question
 
 	closeOnce sync.Once
@@ -107,14 +107,21 @@ func NewProber(cfg ProbeConfig) (*Prober, error) {
 	return &Prober{
 		cfg:  cfg,
 		conn: conn,
-		port: conn.LocalAddr().(*net.UDPAddr).AddrPort().Port(),
+		src:  conn.LocalAddr().(*net.UDPAddr).AddrPort(),
 		q:    dns.Question{Name: cfg.Name, Qtype: dns.TypeA, Qclass: dns.ClassINET},
 		buf:  make([]byte, probeUDPSize),
 	}, nil
 }
 
 // SourcePort is the local port probes are sent from.
-func (p *Prober) SourcePort() uint16 { return p.port }
+func (p *Prober) SourcePort() uint16 { return p.src.Port() }
+
+// Source is the local address and port probes are sent from: the socket
+// is connected, so the kernel chose the address once, at NewProber (for
+// LocalDNS's address, that address itself).
+func (p *Prober) Source() netip.AddrPort {
+	return netip.AddrPortFrom(p.src.Addr().Unmap(), p.src.Port())
+}
 
 // Probe asks the question once, with a random ID and the EDNS NSID option,
 // and waits for the matching reply until the timeout or ctx ends. Replies

@@ -138,7 +138,8 @@ func checkQueries(t *testing.T, qs []*dns.Msg, n int) {
 }
 
 // TestProbeSourcePort checks that the source port is chosen once, kept for
-// every probe, and can be fixed; and that IDs vary.
+// every probe, and can be fixed, that Source has the address with it; and
+// that IDs vary.
 func TestProbeSourcePort(t *testing.T) {
 	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	must(t, err)
@@ -150,6 +151,11 @@ func TestProbeSourcePort(t *testing.T) {
 	port := p.SourcePort()
 	if port == 0 {
 		t.Fatal("SourcePort 0 after bind")
+	}
+	// The address too, for the steering program: the one the kernel
+	// chose to reach the server (here the server's own, 127.0.0.1).
+	if src := p.Source(); src.Port() != port || src.Addr() != server.Addr() {
+		t.Errorf("Source %v, want %v port %d", src, server.Addr(), port)
 	}
 	for range 5 {
 		if res := p.Probe(context.Background()); !res.OK {

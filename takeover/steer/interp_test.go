@@ -3,6 +3,7 @@ package steer
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"testing"
 )
 
@@ -33,7 +34,9 @@ type reg struct {
 // machine is one packet's run.
 type machine struct {
 	cfg      []byte // nil: no config value
-	pkt      []byte
+	pkt      []byte // from the UDP/TCP header
+	net      []byte // the IP header, before pkt
+	ethProto uint16 // skb->protocol, in network order
 	hash     uint32
 	now      uint64
 	filled   [sockarraySize]bool
@@ -53,6 +56,11 @@ func (m *machine) load(r reg, off int64, size int) (reg, error) {
 			return reg{k: pktEnd, off: int64(len(m.pkt))}, nil
 		case at == ctxHash && size == 4:
 			return reg{off: int64(m.hash)}, nil
+		case at == ctxEthProtocol && size == 4:
+			// The kernel loads the __be16 as it is in memory.
+			var b [2]byte
+			binary.BigEndian.PutUint16(b[:], m.ethProto)
+			return reg{off: int64(binary.NativeEndian.Uint16(b[:]))}, nil
 		}
 		return reg{}, fmt.Errorf("ctx load of %d bytes at %d", size, at)
 	case cfgPtr:
@@ -236,6 +244,21 @@ func (m *machine) call(pc int, fn int64, r *[11]reg) error {
 		}
 	case 5: // ktime_get_ns
 		ret = reg{off: int64(m.now)}
+	case 68: // skb_load_bytes_relative(ctx, offset, to, len, start_header)
+		if r[1].k != ctxPtr || r[2].k != scalar || r[3].k != stackPtr || r[4].k != scalar || r[5].k != scalar || r[5].off != bpfHdrStartNet {
+			return fmt.Errorf("pc %d: skb_load_bytes_relative(%v, %v, %v, %v, %v)", pc, r[1].k, r[2], r[3].k, r[4], r[5])
+		}
+		off, n, to := r[2].off, r[4].off, 512+r[3].off
+		if n <= 0 || to < 0 || to+n > 512 {
+			return fmt.Errorf("pc %d: skb_load_bytes_relative of %d bytes to stack %d", pc, n, r[3].off)
+		}
+		dst := m.stack[to : to+n]
+		if off < 0 || off+n > int64(len(m.net)) {
+			clear(dst)          // as the kernel does on failure
+			ret = reg{off: -14} // -EFAULT
+			break
+		}
+		copy(dst, m.net[off:off+n])
 	case 82: // sk_select_reuseport(ctx, sockarray, &key, flags)
 		if r[1].k != ctxPtr || r[2].k != mapSocks || r[3].k != stackPtr || r[4].k != scalar || r[4].off != 0 {
 			return fmt.Errorf("pc %d: sk_select_reuseport(%v, %v, %v, %v)", pc, r[1].k, r[2].k, r[3].k, r[4])
@@ -258,6 +281,25 @@ func (m *machine) call(pc int, fn int64, r *[11]reg) error {
 		r[i] = reg{k: scalar, off: 0x5a5a} // clobbered
 	}
 	return nil
+}
+
+// ipHeader returns an IP header (v4 or v6 as src is) with source address
+// src, and its EtherType.
+func ipHeader(src netip.Addr) ([]byte, uint16) {
+	if src.Is4() {
+		h := make([]byte, 20)
+		h[0] = 0x45
+		a := src.As4()
+		copy(h[ipv4SrcOff:], a[:])
+		copy(h[16:], []byte{169, 254, 10, 11})
+		return h, ethPIPv4
+	}
+	h := make([]byte, 40)
+	h[0] = 0x60
+	a := src.As16()
+	copy(h[ipv6SrcOff:], a[:])
+	h[39] = 1
+	return h, ethPIPv6
 }
 
 // wantSlot is the specification: the slot the program must select, or -1
@@ -310,40 +352,63 @@ func TestProgramDecisions(t *testing.T) {
 		{"future", now + 5, true}, // another CPU's clock a hair ahead
 	}
 	slotSets := [][]int{{}, {0}, {1}, {0, 1}, {0, 3, 6}, {2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}}
-	packets := []struct {
-		name  string
-		pkt   []byte
-		probe bool
+	prober4, prober6 := netip.MustParseAddr("10.224.0.4"), netip.MustParseAddr("fd00::4")
+	probers := []struct {
+		name string
+		port uint16
+		addr netip.Addr
 	}{
-		{"other-port", []byte{0xc3, 0x50, 0, 53, 0, 20, 0, 0}, false},
-		{"probe-port", []byte{probe >> 8, probe & 0xff, 0, 53, 0, 20, 0, 0}, true},
-		{"short", []byte{probe >> 8}, false},
+		{"none", 0, netip.Addr{}},
+		{"v4", probe, prober4},
+		{"v6", probe, prober6},
+		{"port-without-address", probe, netip.Addr{}},
+	}
+	probePort := []byte{probe >> 8, probe & 0xff, 0, 53, 0, 20, 0, 0}
+	packets := []struct {
+		name string
+		pkt  []byte
+		src  netip.Addr // in the IP header
+		cut  int        // bytes of the IP header missing from the linear data
+	}{
+		{"other-port", []byte{0xc3, 0x50, 0, 53, 0, 20, 0, 0}, prober4, 0},
+		{"probe-port-from-prober-v4", probePort, prober4, 0},
+		{"probe-port-from-pod-v4", probePort, netip.MustParseAddr("10.244.1.7"), 0},
+		{"probe-port-from-prober-v6", probePort, prober6, 0},
+		{"probe-port-from-pod-v6", probePort, netip.MustParseAddr("fd00::4:0:0:0:4"), 0},
+		{"probe-port-from-prober-v6, source address cut", probePort, prober6, 20},
+		{"short", []byte{probe >> 8}, prober4, 0},
 	}
 	runs := 0
 	for _, mode := range []Mode{Hash, ToPeer, ToUs, 7} {
 		for _, hb := range heartbeats {
-			for _, probePort := range []uint16{0, probe} {
+			for _, pr := range probers {
 				for _, p := range packets {
+					netHdr, proto := ipHeader(p.src)
+					netHdr = netHdr[:len(netHdr)-p.cut]
+					isProbe := len(p.pkt) >= 2 && pr.port != 0 && binary.BigEndian.Uint16(p.pkt) == pr.port &&
+						pr.addr.IsValid() && p.src == pr.addr && p.cut == 0
 					for _, set := range slotSets {
 						for hash := range uint32(2 * MaxPeers) {
 							m := &machine{
-								cfg:  configValue{Mode: mode, ProbePort: probePort, Heartbeat: hb.hb, Stall: stall}.encode(),
-								pkt:  p.pkt,
-								hash: hash * 0x9e3779b1 >> 3, // spread over the low bits too
-								now:  now,
+								cfg:      configValue{Mode: mode, ProbePort: pr.port, ProbeAddr: pr.addr, Heartbeat: hb.hb, Stall: stall}.encode(),
+								pkt:      p.pkt,
+								net:      netHdr,
+								ethProto: proto,
+								hash:     hash * 0x9e3779b1 >> 3, // spread over the low bits too
+								now:      now,
 							}
 							for _, s := range set {
 								m.filled[s] = true
 							}
 							ret, err := m.run(code)
-							name := fmt.Sprintf("mode=%v hb=%s probePort=%d pkt=%s slots=%v hash=%#x", mode, hb.name, probePort, p.name, set, m.hash)
+							name := fmt.Sprintf("mode=%v hb=%s prober=%s pkt=%s slots=%v hash=%#x", mode, hb.name, pr.name, p.name, set, m.hash)
 							if err != nil {
 								t.Fatalf("%s: %v", name, err)
 							}
 							if ret != skPass {
 								t.Fatalf("%s: returned %d, want SK_PASS", name, ret)
 							}
-							want := wantSlot(mode, hb.fresh, probePort != 0 && p.probe, m.filled, m.hash)
+							want := wantSlot(mode, hb.fresh, isProbe, m.filled, m.hash)
 							if m.selected != want {
 								t.Fatalf("%s: selected %d, want %d (tried %v)", name, m.selected, want, m.calls)
 							}
@@ -361,6 +426,7 @@ func TestProgramDecisions(t *testing.T) {
 
 	// Without a config value the program passes without selecting.
 	m := &machine{pkt: packets[0].pkt, filled: [sockarraySize]bool{true, true}}
+	m.net, m.ethProto = ipHeader(prober4)
 	if ret, err := m.run(code); err != nil || ret != skPass || m.selected != -1 {
 		t.Fatalf("no config: ret %d err %v selected %d; want SK_PASS, no selection", ret, err, m.selected)
 	}

@@ -3,6 +3,7 @@ package steer
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -149,7 +150,7 @@ func TestOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range []error{s.AddGroup("udp", rc, true), s.SetMode(ToUs), s.SetProbePort(1), s.Heartbeat(), s.ClearPeers("udp")} {
+	for _, err := range []error{s.AddGroup("udp", rc, true), s.SetMode(ToUs), s.SetProbe(netip.MustParseAddrPort("127.0.0.1:1")), s.Heartbeat(), s.ClearPeers("udp")} {
 		if err != nil {
 			t.Errorf("at Off: %v", err)
 		}

@@ -213,11 +213,11 @@ func (l *lab) sendUDP(n, first int) {
 	}))
 }
 
-// sendProbes sends n datagrams from the one source port.
-func (l *lab) sendProbes(n, port int) {
+// sendProbes sends n datagrams from the one source address and port.
+func (l *lab) sendProbes(n int, from netip.AddrPort) {
 	l.t.Helper()
 	l.must(l.ns.Do(func() error {
-		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}, net.UDPAddrFromAddrPort(listenAddr))
+		c, err := net.DialUDP("udp4", net.UDPAddrFromAddrPort(from), net.UDPAddrFromAddrPort(listenAddr))
 		if err != nil {
 			return err
 		}
@@ -396,8 +396,8 @@ dnsstandby_steer_peers{group="udp"} 1
 
 	// A probe from the probe port reaches the peer while we hold.
 	l.must(l.s.SetMode(ToUs))
-	l.must(l.s.SetProbePort(40000))
-	got := l.measure(100, func() { l.sendProbes(100, 40000) }, our, peer)
+	l.must(l.s.SetProbe(probeSource))
+	got := l.measure(100, func() { l.sendProbes(100, probeSource) }, our, peer)
 	res.add("to-us, 100 probes from the probe port", got)
 	check(t, "to-us, probes", got, 0, 100)
 	phase("to-us, other ports with a probe port set", n, 0)(our, peer)
@@ -519,6 +519,77 @@ func (l *lab) listenTCP(mptcp bool) *tcpListener {
 		}
 	}()
 	return tl
+}
+
+// probeSource is where the lab's prober sends from.
+var probeSource = netip.MustParseAddrPort("127.0.0.1:40000")
+
+// TestProbeSource: while we hold, only what comes from the prober's own
+// address and port goes to LocalDNS. A pod that sends from the probe's
+// port, from its own address, is steered as any other query: to us.
+// (127.0.0.2 is another local address here, as a pod's is another source
+// address on the node; the kernel drops a packet that arrives from
+// outside with one of the node's own addresses as its source, so a pod
+// cannot pass for the prober.)
+func TestProbeSource(t *testing.T) {
+	l := newLab(t)
+	res := &results{t: t}
+	defer res.log()
+	udpPeer, udpOur := l.listenUDP(), l.listenUDP()
+	tcpPeer, tcpOur := l.listenTCP(false), l.listenTCP(false)
+	l.must(l.s.AddGroup("udp", rawConn(t, udpOur.conn), true))
+	l.must(l.s.AddGroup("tcp", rawConn(t, tcpOur.ln), false))
+	l.adopt("udp", udpPeer.conn)
+	l.adopt("tcp", tcpPeer.ln)
+	l.must(l.s.SetMode(ToUs))
+	l.must(l.s.SetProbe(probeSource))
+
+	other := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), probeSource.Port())
+	tests := []struct {
+		name   string
+		from   netip.AddrPort
+		toPeer bool
+	}{
+		{"from the prober", probeSource, true},
+		{"from the probe port, another address", other, false},
+		{"from the prober's address, another port", netip.AddrPortFrom(probeSource.Addr(), probeSource.Port()+1), false},
+	}
+	for _, tt := range tests {
+		want := []int64{100, 0}
+		if tt.toPeer {
+			want = []int64{0, 100}
+		}
+		got := l.measure(100, func() { l.sendProbes(100, tt.from) }, udpOur, udpPeer)
+		res.add("udp "+tt.name, got)
+		check(t, "udp "+tt.name, got, want...)
+
+		want = []int64{1, 0}
+		if tt.toPeer {
+			want = []int64{0, 1}
+		}
+		got = l.measure(1, func() { l.dialTCPFrom(tt.from) }, tcpOur, tcpPeer)
+		res.add("tcp "+tt.name, got)
+		check(t, "tcp "+tt.name, got, want...)
+	}
+
+	// Off: no packet is a probe.
+	l.must(l.s.SetProbe(netip.AddrPort{}))
+	got := l.measure(100, func() { l.sendProbes(100, probeSource) }, udpOur, udpPeer)
+	check(t, "udp, probe off", got, 100, 0)
+}
+
+// dialTCPFrom opens and closes one connection from the address and port
+// from, inside the namespace.
+func (l *lab) dialTCPFrom(from netip.AddrPort) {
+	l.t.Helper()
+	l.must(l.ns.Do(func() error {
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(from), Timeout: time.Second}
+		c, err := d.Dial("tcp4", listenAddr.String())
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}))
 }
 
 // dialTCP opens and closes n connections from inside the namespace.

@@ -3,6 +3,7 @@ package steer
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf/asm"
 )
@@ -42,25 +43,56 @@ const skPass = 1
 // data and data_end are __bpf_md_ptr: 8 bytes each, on every architecture.
 // data starts at the UDP or TCP header.
 const (
-	ctxData    = 0
-	ctxDataEnd = 8
-	ctxHash    = 32 // u32: the kernel's hash of the packet's 4-tuple
+	ctxData        = 0
+	ctxDataEnd     = 8
+	ctxEthProtocol = 20 // u32 holding skb->protocol: the EtherType in network order
+	ctxHash        = 32 // u32: the kernel's hash of the packet's 4-tuple
 )
 
-// The config value's layout, in host byte order except the probe port.
-// Every field is naturally aligned, so the program reads each with one
-// load and a concurrent update never tears a field.
+// The config value's layout, in host byte order except the probe's
+// fields, which are in network order as in the packet so that they compare
+// with its bytes as they are. Every field is naturally aligned, so the
+// program reads each with one load. A concurrent update may tear the
+// probe's address from its port (several loads); the program then takes a
+// probe for a query or the other way round for that one packet, as it
+// would while SetProbe runs anyway.
 const (
-	cfgMode      = 0  // u32: a Mode
-	cfgProbePort = 4  // u16, network byte order (as in the UDP/TCP header); 0 = none
-	cfgHeartbeat = 8  // u64: CLOCK_MONOTONIC ns of the last Heartbeat; 0 = never
-	cfgStall     = 16 // u64: heartbeat age in ns beyond which we count as stalled
-	configSize   = 24
+	cfgMode       = 0  // u32: a Mode
+	cfgProbePort  = 4  // u16, network byte order (as in the UDP/TCP header); 0 = none
+	cfgProbeProto = 6  // u16: EtherType of the probe's address, network byte order (as skb->protocol); 0 = none
+	cfgHeartbeat  = 8  // u64: CLOCK_MONOTONIC ns of the last Heartbeat; 0 = never
+	cfgStall      = 16 // u64: heartbeat age in ns beyond which we count as stalled
+	cfgProbeAddr  = 24 // 16 bytes: the probe's source address as in the IP header (IPv4: the first 4)
+	configSize    = 40
 )
 
-// keyOff is the stack slot (below the frame pointer) holding the u32 map
-// key that helpers take by pointer.
-const keyOff = -4
+// EtherTypes, and where the source address is in each IP header.
+const (
+	ethPIPv4   = 0x0800
+	ethPIPv6   = 0x86DD
+	ipv4SrcOff = 12
+	ipv6SrcOff = 8
+)
+
+// bpfHdrStartNet is BPF_HDR_START_NET: bpf_skb_load_bytes_relative's
+// offsets count from the network (IP) header. The context's data starts
+// at the UDP or TCP header, past the source address.
+const bpfHdrStartNet = 1
+
+// Stack slots below the frame pointer: the u32 map key that helpers take
+// by pointer, and the packet's source address as loaded (16 bytes).
+const (
+	keyOff = -4
+	srcOff = -24
+)
+
+// netOrder16 is v as a u16 load of its network-order bytes yields on this
+// host: how the program sees skb->protocol.
+func netOrder16(v uint16) int32 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return int32(binary.NativeEndian.Uint16(b[:]))
+}
 
 // Program returns the sk_reuseport program that steers one reuseport
 // group. It is pure and deterministic: its map loads reference SockarrayMap
@@ -71,7 +103,10 @@ const keyOff = -4
 //  1. reads the config; without one it passes (kernel hash);
 //  2. counts us as fresh only if the heartbeat is set and no older than the
 //     stall limit (read before bpf_ktime_get_ns, so age is never negative);
-//  3. sends a packet from the probe source port to a peer (never to us);
+//  3. sends a packet from the probe's source address and port to a peer
+//     (never to us): a pod may send from that port too, but not from that
+//     address, one of the node's own, which the kernel refuses as the
+//     source of a packet from outside;
 //  4. in ToUs tries our slot (if fresh), then the peers;
 //  5. in ToPeer tries the peers, then our slot (if fresh);
 //  6. in Hash, or any unknown mode, selects nothing.
@@ -103,7 +138,8 @@ func Program() asm.Instructions {
 		asm.JSGT.Reg(asm.R0, asm.R1, "probe").WithSource(asm.Comment("older than the stall limit: stalled")),
 		asm.Mov.Imm(asm.R9, 1).WithSource(asm.Comment("fresh")),
 
-		// A packet from the probe source port goes to a peer, or is hashed.
+		// A packet from the probe's source port and address goes to a
+		// peer, or is hashed.
 		asm.LoadMem(asm.R1, asm.R7, cfgProbePort, asm.Half).WithSymbol("probe"),
 		asm.JEq.Imm(asm.R1, 0, "dispatch").WithSource(asm.Comment("no probe port")),
 		asm.LoadMem(asm.R2, asm.R6, ctxData, asm.DWord),
@@ -113,7 +149,33 @@ func Program() asm.Instructions {
 		asm.JGT.Reg(asm.R4, asm.R3, "dispatch").WithSource(asm.Comment("source port not in the linear data")),
 		asm.LoadMem(asm.R4, asm.R2, 0, asm.Half).WithSource(asm.Comment("UDP/TCP source port, network order")),
 		asm.JNE.Reg(asm.R4, asm.R1, "dispatch"),
-		asm.Mov.Imm(asm.R9, 0).WithSource(asm.Comment("a probe never reaches us")),
+		asm.LoadMem(asm.R1, asm.R6, ctxEthProtocol, asm.Word),
+		asm.LoadMem(asm.R2, asm.R7, cfgProbeProto, asm.Half),
+		asm.JNE.Reg(asm.R1, asm.R2, "dispatch").WithSource(asm.Comment("another IP version than the probe's, or no probe address")),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, srcOff),
+		asm.Mov.Imm(asm.R5, bpfHdrStartNet),
+		asm.JEq.Imm(asm.R2, netOrder16(ethPIPv6), "probe6"),
+		asm.Mov.Imm(asm.R2, ipv4SrcOff),
+		asm.Mov.Imm(asm.R4, 4),
+		asm.FnSkbLoadBytesRelative.Call().WithSource(asm.Comment("IPv4 source address onto the stack")),
+		asm.JNE.Imm(asm.R0, 0, "dispatch"),
+		asm.LoadMem(asm.R1, asm.RFP, srcOff, asm.Word),
+		asm.LoadMem(asm.R2, asm.R7, cfgProbeAddr, asm.Word),
+		asm.JNE.Reg(asm.R1, asm.R2, "dispatch").WithSource(asm.Comment("the probe's port, not its address: a query")),
+		asm.Ja.Label("probed"),
+		asm.Mov.Imm(asm.R2, ipv6SrcOff).WithSymbol("probe6"),
+		asm.Mov.Imm(asm.R4, 16),
+		asm.FnSkbLoadBytesRelative.Call().WithSource(asm.Comment("IPv6 source address onto the stack")),
+		asm.JNE.Imm(asm.R0, 0, "dispatch"),
+		asm.LoadMem(asm.R1, asm.RFP, srcOff, asm.DWord),
+		asm.LoadMem(asm.R2, asm.R7, cfgProbeAddr, asm.DWord),
+		asm.JNE.Reg(asm.R1, asm.R2, "dispatch"),
+		asm.LoadMem(asm.R1, asm.RFP, srcOff+8, asm.DWord),
+		asm.LoadMem(asm.R2, asm.R7, cfgProbeAddr+8, asm.DWord),
+		asm.JNE.Reg(asm.R1, asm.R2, "dispatch").WithSource(asm.Comment("the probe's port, not its address: a query")),
+		asm.Mov.Imm(asm.R9, 0).WithSymbol("probed").WithSource(asm.Comment("a probe never reaches us")),
 		asm.Ja.Label("peers"),
 
 		asm.JEq.Imm(asm.R8, int32(ToPeer), "peers").WithSymbol("dispatch"),
@@ -167,17 +229,29 @@ func selectSlot(storeKey asm.Instruction) asm.Instructions {
 // configValue is the userspace side of the config map's one value.
 type configValue struct {
 	Mode      Mode
-	ProbePort uint16 // host order here; encoded in network order
-	Heartbeat uint64 // CLOCK_MONOTONIC ns; 0 = never
-	Stall     uint64 // ns
+	ProbePort uint16     // host order here; encoded in network order
+	ProbeAddr netip.Addr // unmapped; invalid: none, and no packet is a probe
+	Heartbeat uint64     // CLOCK_MONOTONIC ns; 0 = never
+	Stall     uint64     // ns
 }
 
 // encode lays c out as the program reads it: host byte order, but the
-// probe port in network order so it compares equal to the packet's bytes.
+// probe's port, EtherType and address in network order so they compare
+// equal to the packet's bytes.
 func (c configValue) encode() []byte {
 	b := make([]byte, configSize)
 	binary.NativeEndian.PutUint32(b[cfgMode:], uint32(c.Mode))
 	binary.BigEndian.PutUint16(b[cfgProbePort:], c.ProbePort)
+	switch a := c.ProbeAddr; {
+	case a.Is4():
+		binary.BigEndian.PutUint16(b[cfgProbeProto:], ethPIPv4)
+		a4 := a.As4()
+		copy(b[cfgProbeAddr:], a4[:])
+	case a.Is6():
+		binary.BigEndian.PutUint16(b[cfgProbeProto:], ethPIPv6)
+		a16 := a.As16()
+		copy(b[cfgProbeAddr:], a16[:])
+	}
 	binary.NativeEndian.PutUint64(b[cfgHeartbeat:], c.Heartbeat)
 	binary.NativeEndian.PutUint64(b[cfgStall:], c.Stall)
 	return b
@@ -188,10 +262,20 @@ func decodeConfig(b []byte) (configValue, error) {
 	if len(b) != configSize {
 		return configValue{}, fmt.Errorf("config value: %d bytes, want %d", len(b), configSize)
 	}
-	return configValue{
+	c := configValue{
 		Mode:      Mode(binary.NativeEndian.Uint32(b[cfgMode:])),
 		ProbePort: binary.BigEndian.Uint16(b[cfgProbePort:]),
 		Heartbeat: binary.NativeEndian.Uint64(b[cfgHeartbeat:]),
 		Stall:     binary.NativeEndian.Uint64(b[cfgStall:]),
-	}, nil
+	}
+	switch proto := binary.BigEndian.Uint16(b[cfgProbeProto:]); proto {
+	case 0:
+	case ethPIPv4:
+		c.ProbeAddr = netip.AddrFrom4([4]byte(b[cfgProbeAddr : cfgProbeAddr+4]))
+	case ethPIPv6:
+		c.ProbeAddr = netip.AddrFrom16([16]byte(b[cfgProbeAddr : cfgProbeAddr+16]))
+	default:
+		return configValue{}, fmt.Errorf("config value: probe EtherType %#04x", proto)
+	}
+	return c, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -91,7 +92,7 @@ func TestProgramShape(t *testing.T) {
 			}
 		case ins.IsBuiltinCall():
 			switch asm.BuiltinFunc(ins.Constant) {
-			case asm.FnMapLookupElem, asm.FnKtimeGetNs, asm.FnSkSelectReuseport:
+			case asm.FnMapLookupElem, asm.FnKtimeGetNs, asm.FnSkSelectReuseport, asm.FnSkbLoadBytesRelative:
 			default:
 				t.Errorf("insn %d: unexpected helper %v", i, asm.BuiltinFunc(ins.Constant))
 			}
@@ -113,33 +114,55 @@ func TestProgramShape(t *testing.T) {
 }
 
 func TestConfigEncoding(t *testing.T) {
-	c := configValue{Mode: ToUs, ProbePort: 0x1234, Heartbeat: 0x0102030405060708, Stall: 2e9}
-	b := c.encode()
-	if len(b) != configSize {
-		t.Fatalf("%d bytes, want %d", len(b), configSize)
+	tests := []struct {
+		name  string
+		c     configValue
+		proto []byte // at cfgProbeProto
+		addr  []byte // at cfgProbeAddr
+		text  string // little-endian hosts: the whole value
+	}{
+		{"no probe address", configValue{Mode: ToUs, ProbePort: 0x1234, Heartbeat: 0x0102030405060708, Stall: 2e9},
+			[]byte{0, 0}, make([]byte, 16),
+			"02000000" + "1234" + "0000" + "0807060504030201" + "0094357700000000" + "00000000000000000000000000000000"},
+		{"IPv4 prober", configValue{Mode: ToPeer, ProbePort: 40000, ProbeAddr: netip.MustParseAddr("169.254.10.11"), Stall: 2e9},
+			[]byte{0x08, 0x00}, []byte{169, 254, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+			"01000000" + "9c40" + "0800" + "0000000000000000" + "0094357700000000" + "a9fe0a0b000000000000000000000000"},
+		{"IPv6 prober", configValue{ProbePort: 40000, ProbeAddr: netip.MustParseAddr("fd00::a"), Stall: 2e9},
+			[]byte{0x86, 0xdd}, []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a}, ""},
 	}
-	if got := b[cfgProbePort : cfgProbePort+2]; !bytes.Equal(got, []byte{0x12, 0x34}) {
-		t.Errorf("probe port bytes %x, want 1234 (network order, as in the packet)", got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.c
+			b := c.encode()
+			if len(b) != configSize {
+				t.Fatalf("%d bytes, want %d", len(b), configSize)
+			}
+			if got := b[cfgProbePort : cfgProbePort+2]; !bytes.Equal(got, binary.BigEndian.AppendUint16(nil, c.ProbePort)) {
+				t.Errorf("probe port bytes %x, want network order, as in the packet", got)
+			}
+			if got := b[cfgProbeProto : cfgProbeProto+2]; !bytes.Equal(got, tt.proto) {
+				t.Errorf("probe EtherType bytes %x, want %x (network order, as skb->protocol)", got, tt.proto)
+			}
+			if got := b[cfgProbeAddr:]; !bytes.Equal(got, tt.addr) {
+				t.Errorf("probe address bytes %x, want %x (as in the IP header)", got, tt.addr)
+			}
+			if binary.NativeEndian.Uint32(b[cfgMode:]) != uint32(c.Mode) ||
+				binary.NativeEndian.Uint64(b[cfgHeartbeat:]) != c.Heartbeat ||
+				binary.NativeEndian.Uint64(b[cfgStall:]) != c.Stall {
+				t.Errorf("layout: %x", b)
+			}
+			if tt.text != "" && binary.NativeEndian == binary.ByteOrder(binary.LittleEndian) {
+				if got := fmt.Sprintf("%x", b); got != tt.text {
+					t.Errorf("encoding\n got %s\nwant %s", got, tt.text)
+				}
+			}
+			back, err := decodeConfig(b)
+			if err != nil || back != c {
+				t.Errorf("decode = %+v, %v; want %+v", back, err, c)
+			}
+		})
 	}
-	if b[6] != 0 || b[7] != 0 {
-		t.Errorf("padding %x, want zero", b[6:8])
-	}
-	if binary.NativeEndian.Uint32(b[cfgMode:]) != uint32(ToUs) ||
-		binary.NativeEndian.Uint64(b[cfgHeartbeat:]) != c.Heartbeat ||
-		binary.NativeEndian.Uint64(b[cfgStall:]) != 2e9 {
-		t.Errorf("layout: %x", b)
-	}
-	if binary.NativeEndian == binary.ByteOrder(binary.LittleEndian) {
-		want := "02000000" + "1234" + "0000" + "0807060504030201" + "0094357700000000"
-		if got := fmt.Sprintf("%x", b); got != want {
-			t.Errorf("encoding\n got %s\nwant %s", got, want)
-		}
-	}
-	back, err := decodeConfig(b)
-	if err != nil || back != c {
-		t.Errorf("decode = %+v, %v; want %+v", back, err, c)
-	}
-	if _, err := decodeConfig(b[:8]); err == nil {
+	if _, err := decodeConfig(make([]byte, 8)); err == nil {
 		t.Error("decode of 8 bytes: no error")
 	}
 }

@@ -5,7 +5,7 @@
 // Each group (one per listen address and protocol) has its own program, a
 // REUSEPORT_SOCKARRAY (slot 0 our socket, slots 1..MaxPeers the LocalDNS
 // sockets the caller adopts) and a one-entry ARRAY config map with the mode,
-// our heartbeat and the probe source port. The config is per group so that
+// our heartbeat and the probe's source address and port. The config is per group so that
 // a group whose LocalDNS socket cannot be adopted (an MPTCP listener) can
 // hash in mirror while the others steer to LocalDNS. The program always
 // returns SK_PASS: what it does not select, the kernel hashes.
@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,20 +190,26 @@ func (s *Steerer) SetMode(m Mode) error {
 	return nil
 }
 
-// SetProbePort sets the UDP/TCP source port whose packets go to a LocalDNS
-// socket (if one is adopted; else the kernel hash), whatever the mode, so
-// a prober can reach LocalDNS while we hold all other traffic. 0 turns it
-// off. A pod whose query happens to come from this port is treated the
-// same way.
-func (s *Steerer) SetProbePort(port uint16) error {
+// SetProbe sets the source address and port of the prober: UDP and TCP
+// packets from exactly there go to a LocalDNS socket (if one is adopted;
+// else the kernel hash), whatever the mode, so that the prober can reach
+// LocalDNS while we hold all other traffic. A pod's query from the same
+// port is steered as any other: the address is one of the node's own,
+// which the kernel does not accept as the source of a packet from
+// outside. The zero AddrPort turns it off.
+func (s *Steerer) SetProbe(src netip.AddrPort) error {
+	addr := src.Addr().Unmap()
+	if src.IsValid() && (addr.IsUnspecified() || src.Port() == 0) {
+		return fmt.Errorf("set probe source %s: want a specific address and port", src)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	s.cfg.ProbePort = port
+	s.cfg.ProbePort, s.cfg.ProbeAddr = src.Port(), addr
 	if err := s.writeConfigLocked(); err != nil {
-		return fmt.Errorf("set probe port %d: %w", port, err)
+		return fmt.Errorf("set probe source %s: %w", src, err)
 	}
 	return nil
 }
