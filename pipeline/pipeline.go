@@ -75,6 +75,12 @@ type Config struct {
 	// must be positive.
 	MaxInflight  int
 	MaxPerClient int
+	// MaxWaitingBytes caps the memory of the queries waiting on upstream
+	// resolutions, in bytes, each counted as what it keeps (its waiter,
+	// question name and reply function: 150 to 400 bytes); over it a
+	// query is answered stale or SERVFAIL at once. It holds whatever
+	// MaxInflight is set to. Must be positive.
+	MaxWaitingBytes int
 
 	// RefreshRate bounds background refreshes of entries hit in the last
 	// tenth of their life, per second; 0 disables them.
@@ -103,6 +109,10 @@ func DefaultConfig() Config {
 		// One pod may use a tenth of that; the Zalando incident in the
 		// reported incidents was one client's query storm taking cluster DNS down.
 		MaxPerClient: 100,
+		// The default MaxInflight lets 16,000 queries wait (16 a flight);
+		// 8 MiB holds that many of about 500 bytes, more than the longest
+		// name makes a waiter cost.
+		MaxWaitingBytes: 8 << 20,
 		// A tenth of MaxInflight: refreshing ahead never crowds out misses.
 		RefreshRate: 100,
 		UDPSize:     1232,
@@ -130,6 +140,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MaxInflight must be positive, got %d", c.MaxInflight)
 	case c.MaxPerClient <= 0:
 		return fmt.Errorf("MaxPerClient must be positive, got %d", c.MaxPerClient)
+	case c.MaxWaitingBytes <= 0:
+		return fmt.Errorf("MaxWaitingBytes must be positive, got %d", c.MaxWaitingBytes)
 	case c.RefreshRate < 0:
 		return fmt.Errorf("RefreshRate must not be negative, got %d", c.RefreshRate)
 	case c.UDPSize < wire.MinUDPSize:
@@ -153,8 +165,10 @@ type Pipeline struct {
 	running   int        // flights started and not yet done replying
 	flights   map[flightKey]*flight
 	perClient map[netip.Addr]int
-	waiting   int  // queries waiting on flights
-	closed    bool // no new flights after Close
+	waiting   int // queries waiting on flights
+	// waitingBytes is what they keep, as waiterCost counts it.
+	waitingBytes int
+	closed       bool // no new flights after Close
 
 	workersMu sync.Mutex // guards workers
 	workers   []*Worker
@@ -279,7 +293,9 @@ func (p *Pipeline) NewWorker() *Worker {
 // Answer handles msg on the hot path: it writes an answer into dst when
 // the cache or a protocol error decides it, without allocating. udp says
 // whether the client's UDP payload size limits the answer (else TCP's
-// 65535). dst must hold at least 512 bytes.
+// 65535). Of a UDP query only the first wire.MaxQueryLen bytes are read,
+// as LocalDNS reads them; a TCP query longer than that is dropped. dst
+// must hold at least 512 bytes.
 func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 	// One answer in sampleEvery is timed: reading the clock twice would
 	// cost more than the rest of a cache hit.
@@ -320,6 +336,11 @@ func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 		w.drops[dropShort].Add(1)
 		return 0, Drop, 0, 0
 	}
+	msg, ok := clip(msg, udp)
+	if !ok {
+		w.drops[dropLong].Add(1)
+		return 0, Drop, 0, 0
+	}
 	switch wire.CheckHeader(msg) {
 	case wire.Ignore:
 		// Never answer a response: two servers answering each other's
@@ -350,6 +371,13 @@ func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 	case q.QType == dns.TypeAXFR || q.QType == dns.TypeIXFR:
 		// Zone transfers are not a resolver's business.
 		return writeError(dst, q, dns.RcodeRefused), Reply, srcError, dns.RcodeRefused
+	case q.Stray > 0:
+		// Records a query has no use for are refused before anything is
+		// made of them: stricter than CoreDNS, which takes one answer,
+		// one authority and two additional records and unpacks them
+		// (RDATA of compression pointers costs it some 40 times their
+		// size), as Unbound refuses any.
+		return writeStray(dst, q), Reply, srcError, dns.RcodeFormatError
 	}
 	r := w.p.route(q.QName)
 	if r == nil || r.Cache == nil {
@@ -365,11 +393,11 @@ func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 		// Refresh ahead, so that a long takeover keeps serving fresh
 		// answers rather than letting them go stale.
 		if w.p.refreshes.allow() {
-			w.p.refresh(msg)
+			w.p.refresh(q, r)
 		}
 		return n, Reply, srcCache, -1
 	case n > 0 && st == cache.Stale:
-		w.p.refresh(msg)
+		w.p.refresh(q, r)
 		return n, Reply, srcStale, -1
 	}
 	return 0, Resolve, 0, 0

@@ -3,12 +3,14 @@ package responder
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/pipeline"
+	"github.com/dnsstandby/dnsstandby/wire"
 )
 
 // tableUpstream answers A queries for names under "example." with
@@ -367,6 +370,64 @@ func TestTCPTimeoutsAndCap(t *testing.T) {
 			t.Fatal("no idle connection was evicted")
 		}
 	})
+}
+
+// TestTCPQueryLength: a query of wire.MaxQueryLen bytes is answered; a
+// connection announcing a longer one is closed before its body is read,
+// whatever follows, and counted.
+func TestTCPQueryLength(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, nil)
+	// padded is a query for name padded with EDNS padding to size bytes.
+	padded := func(name string, size int) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_PADDING{Padding: make([]byte, size-m.Len()-4)}}
+		b, err := m.Pack()
+		if err != nil || len(b) != size {
+			t.Fatalf("pack %d bytes: %d, %v", size, len(b), err)
+		}
+		return b
+	}
+	tests := []struct {
+		name       string
+		length     int    // the length prefix sent
+		body       []byte // what follows it
+		wantAnswer bool
+	}{
+		{"512 bytes", wire.MaxQueryLen, padded("at-bound.example.", wire.MaxQueryLen), true},
+		{"513 bytes", wire.MaxQueryLen + 1, padded("past-bound.example.", wire.MaxQueryLen+1), false},
+		{"65535 announced, nothing sent", 65535, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := s.stats.tcpOversized.Load()
+			c, err := net.Dial("tcp", ap.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(tt.length)), tt.body...)); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			r, err := readFramed(c)
+			switch {
+			case tt.wantAnswer && (err != nil || len(r.Answer) != 1):
+				t.Fatalf("answer %v, err %v", r, err)
+			case !tt.wantAnswer && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET):
+				t.Fatalf("got %v, err %v; want the connection closed", r, err)
+			}
+			want := before
+			if !tt.wantAnswer {
+				want++
+			}
+			if got := s.stats.tcpOversized.Load(); got != want {
+				t.Errorf("oversized counter %d, want %d", got, want)
+			}
+		})
+	}
 }
 
 func TestShutdownAnswersInflight(t *testing.T) {

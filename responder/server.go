@@ -314,5 +314,6 @@ type serverStats struct {
 	tcpAccepted         atomic.Uint64
 	tcpEvicted          atomic.Uint64
 	tcpRejected         atomic.Uint64
+	tcpOversized        atomic.Uint64
 	tcpOpen             atomic.Int64
 }

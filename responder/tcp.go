@@ -43,6 +43,9 @@ type tcpConn struct {
 	inflight   atomic.Int32  // queries handed to the pipeline, not yet answered
 	lastActive atomic.Int64  // unix ns of the last query or answer
 	slots      chan struct{} // one token per query in flight: the pipeline cap
+	// in holds the query being handled: the pipeline keeps nothing of it
+	// once Answer or Resolve returns, so one buffer serves them all.
+	in [wire.MaxQueryLen]byte
 }
 
 func newTCPServer(s *Server, ln *net.TCPListener, pipe *pipeline.Pipeline) *tcpServer {
@@ -149,7 +152,14 @@ func (t *tcpServer) serve(tc *tcpConn) {
 		if n < wire.HeaderLen {
 			return // not DNS; nothing sensible to answer
 		}
-		msg := make([]byte, n)
+		if n > wire.MaxQueryLen {
+			// Longer than any query: padding, sent to make us hold it.
+			// Closing costs a legitimate client nothing it could have
+			// had from LocalDNS over UDP.
+			t.s.stats.tcpOversized.Add(1)
+			return
+		}
+		msg := tc.in[:n]
 		if _, err := io.ReadFull(tc.c, msg); err != nil {
 			return
 		}
