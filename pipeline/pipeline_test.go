@@ -967,6 +967,80 @@ func TestDrainWaitsForInflight(t *testing.T) {
 	})
 }
 
+// deaf is an Exchanger that ignores its context: it returns only when
+// released.
+type deaf struct{ release chan struct{} }
+
+func (d deaf) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) {
+	<-d.release
+	return nil, errors.New("released")
+}
+
+// TestDrainBounded: Drain returns by its context's end and cancelGrace
+// whatever the upstream does, and the waiting client gets SERVFAIL
+// first; so does a query whose upstream outlives UpstreamTimeout.
+func TestDrainBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := deaf{release: make(chan struct{})}
+		defer close(up.release)
+		p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = time.Hour })
+		ch := ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1")
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		p.Drain(ctx)
+		if took := time.Since(start); took > 100*time.Millisecond+cancelGrace {
+			t.Errorf("Drain took %s, want at most %s", took, 100*time.Millisecond+cancelGrace)
+		}
+		select {
+		case r := <-ch:
+			if r.err != nil || r.msg.Rcode != dns.RcodeServerFailure {
+				t.Errorf("cancelled query: %v %v, want SERVFAIL", r.msg, r.err)
+			}
+		default:
+			t.Error("Drain returned before the cancelled query was answered")
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		up := deaf{release: make(chan struct{})}
+		defer close(up.release)
+		p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = time.Second })
+		start := time.Now()
+		r := wait(t, ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1"))
+		if took := time.Since(start); r.Rcode != dns.RcodeServerFailure || took != time.Second {
+			t.Errorf("upstream that ignores its timeout: %s after %s, want SERVFAIL after 1s", dns.RcodeToString[r.Rcode], took)
+		}
+	})
+}
+
+// TestUDPWaitersFirst: a flight answers its UDP waiters before its TCP
+// ones, whatever order they joined in.
+func TestUDPWaitersFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newFake()
+		up.set("o.example.", "o.example. 30 IN A 192.0.2.1")
+		release := up.hold("o.example.")
+		p, _ := newPipeline(t, up, nil)
+		var mu sync.Mutex
+		var order []string
+		for i, udp := range []bool{false, false, true, false, true} {
+			name := fmt.Sprintf("tcp%d", i)
+			if udp {
+				name = fmt.Sprintf("udp%d", i)
+			}
+			p.Resolve(q(t, "o.example.", dns.TypeA, false), netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), uint16(5000+i)), udp,
+				func([]byte) { mu.Lock(); order = append(order, name); mu.Unlock() })
+		}
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"udp2", "udp4", "tcp0", "tcp1", "tcp3"}; !slices.Equal(order, want) {
+			t.Errorf("answered in order %v, want %v", order, want)
+		}
+	})
+}
+
 // uncacheable answers an NXDOMAIN with a CNAME and no SOA, which the cache
 // refuses (RFC 2308 §5).
 type uncacheable struct{}

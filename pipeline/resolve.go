@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -244,6 +245,11 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 		select {
 		case res = <-done:
 			waiting = false
+		case <-ctx.Done():
+			// An Exchanger honours its context, and returns at once; the
+			// waiters do not depend on it: the timeout and Drain's
+			// cancellation hold whatever the exchange does.
+			res, waiting = exchangeResult{err: ctx.Err()}, false
 		case <-budgetC:
 			budgetC = nil
 			p.mu.Lock()
@@ -251,7 +257,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 			ws := f.waiters
 			f.waiters = nil
 			p.mu.Unlock()
-			for _, w := range ws {
+			for _, w := range udpFirst(ws) {
 				p.replyStaleOr(w, dns.RcodeServerFailure)
 				p.release(w)
 			}
@@ -276,7 +282,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 	ws := f.waiters
 	f.waiters = nil
 	p.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range udpFirst(ws) {
 		if ok {
 			p.replyUpstream(w, res.resp)
 		} else {
@@ -284,6 +290,23 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 		}
 		p.release(w)
 	}
+}
+
+// udpFirst orders a flight's waiters, which it owns, UDP first: a UDP
+// answer is one datagram sent at once, while a TCP answer is copied into
+// its connection's queue (the responder never lets a reply wait on a
+// client reading, but the UDP clients need not wait for the copies).
+func udpFirst(ws []*waiter) []*waiter {
+	slices.SortStableFunc(ws, func(a, b *waiter) int {
+		switch {
+		case a.udp == b.udp:
+			return 0
+		case a.udp:
+			return -1
+		}
+		return 1
+	})
+	return ws
 }
 
 // insert caches an upstream reply under the key it was asked for. The
