@@ -233,6 +233,7 @@ func TestListen(t *testing.T) {
 		{"zero TCP read", func(c *Config) { c.TCPRead = 0 }, "responder: TCPRead must be positive, got 0s"},
 		{"zero TCP write", func(c *Config) { c.TCPWrite = 0 }, "responder: TCPWrite must be positive, got 0s"},
 		{"zero TCP pipeline", func(c *Config) { c.TCPPipeline = 0 }, "responder: TCPPipeline must be positive, got 0"},
+		{"zero TCP write queue", func(c *Config) { c.TCPWriteQueue = 0 }, "responder: TCPWriteQueue must be positive, got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -427,6 +428,89 @@ func TestTCPQueryLength(t *testing.T) {
 				t.Errorf("oversized counter %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestTCPSendNeverWaits: answers for a client that does not read are
+// handed over without waiting — the flight answering them goes on to its
+// other clients — and past TCPWriteQueue the connection is closed with
+// what it queued, every pipeline slot given back.
+func TestTCPSendNeverWaits(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, nil)
+	ts := s.tcp[0]
+	// A connection of the test's own, whose client never reads and whose
+	// server end has a small send buffer: writes to it block at once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.(*net.TCPConn)
+	if err := conn.SetWriteBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	tc := &tcpConn{c: conn, slots: make(chan struct{}, s.cfg.TCPPipeline), done: make(chan struct{})}
+	answer := make([]byte, 60000)
+	start := time.Now()
+	for range s.cfg.TCPPipeline {
+		tc.slots <- struct{}{} // as the reader takes one for each query
+		ts.send(tc, answer, nil)
+	}
+	if took := time.Since(start); took > time.Second/2 {
+		t.Errorf("%d answers handed over in %s: send waited on the client", s.cfg.TCPPipeline, took)
+	}
+	tc.writer.Wait()
+	tc.mu.Lock()
+	closed := tc.closed
+	tc.mu.Unlock()
+	if !closed || len(tc.slots) != 0 || s.stats.tcpWriteOverflows.Load() != 1 {
+		t.Errorf("closed %v, %d slots held, %d overflows; want closed, none held, 1", closed, len(tc.slots), s.stats.tcpWriteOverflows.Load())
+	}
+}
+
+// TestTCPPipelineAnswered: a client that reads gets every answer to a
+// full pipeline of queries, hits and misses mixed: the write queue's
+// bound is no bound on a client that reads.
+func TestTCPPipelineAnswered(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{delay: 20 * time.Millisecond}, nil)
+	for i := range 8 {
+		exchange(t, "tcp", ap, fmt.Sprintf("hit%d.example.", i))
+	}
+	c, err := net.Dial("tcp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 200 // some 6 KB of queries, written before any answer is read
+	for i := range n {
+		name := fmt.Sprintf("miss%d.example.", i)
+		if i%2 == 0 {
+			name = fmt.Sprintf("hit%d.example.", i%8)
+		}
+		writeFramed(t, c, name, uint16(i))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	seen := map[uint16]bool{}
+	for range n {
+		r, err := readFramed(c)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		seen[r.Id] = true
+	}
+	if len(seen) != n || s.stats.tcpWriteOverflows.Load() != 0 {
+		t.Errorf("%d distinct answers, %d overflows; want %d and none", len(seen), s.stats.tcpWriteOverflows.Load(), n)
 	}
 }
 
