@@ -4,13 +4,17 @@ import (
 	be "encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
 // ampName is a question name of 250 bytes in wire format under
@@ -207,5 +211,122 @@ func TestMemoryAmplification(t *testing.T) {
 		start>>20, peak>>20, sent.Load(), closed.Load())
 	if peak >= limit {
 		t.Errorf("peak RSS %d MiB under the attack, want under %d MiB", peak>>20, limit>>20)
+	}
+}
+
+// stalledReader is a TCP connection from ns to dnsstandby whose receive
+// buffer is as small as the kernel allows and which never reads: every
+// answer written to it fills the send buffer and then blocks.
+func stalledReader(t *testing.T, ns *nstest.Namespace, laddr string) net.Conn {
+	t.Helper()
+	var conn net.Conn
+	d := net.Dialer{
+		Timeout:   timeout,
+		LocalAddr: &net.TCPAddr{IP: net.ParseIP(laddr)},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024)
+			}); err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	must(t, ns.Do(func() error {
+		var err error
+		conn, err = d.Dial("tcp", standbyAddr)
+		return err
+	}))
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestHeadOfLineBlocking: eight TCP clients that never read their answers
+// are waiting, with a healthy UDP client, on the same uncached name, whose
+// answer (4,000 A records, about 64 KB) kube-dns sends after 600 ms. The
+// UDP client's answer is not held up by the writes to the stalled
+// connections: it comes within 1 s of its query.
+func TestHeadOfLineBlocking(t *testing.T) {
+	const (
+		stalled = 8
+		perConn = 8 // queries for the name on each stalled connection
+		records = 4000
+		slow    = 600 * time.Millisecond
+	)
+	var zone strings.Builder
+	zone.WriteString("$ORIGIN big.test.\n$TTL 300\n@ IN SOA ns hostmaster 1 7200 1800 86400 300\n@ IN NS ns\nns IN A " + clusterIP + "\n")
+	for i := range records {
+		fmt.Fprintf(&zone, "huge IN A 10.%d.%d.%d\n", 100+i/65536, i/256%256, i%256)
+	}
+	l := newLabWith(t, "big.test.:53 {\n    bind "+clusterIP+"\n    file db.big\n}\n", map[string]string{"db.big": zone.String()})
+	s := l.startStandby(t)
+	// The stalled clients are pods: they reach dnsstandby over a veth (MTU
+	// 1500), so its send buffers stay small as they do for real pods.
+	must(t, l.kube.AddRoute(nstest.Route{Dst: standbyIP + "/32", Via: "10.200.0.1"}))
+
+	const name = "huge.big.test."
+	query := func(id uint16) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.Id = id
+		b, err := m.Pack()
+		must(t, err)
+		return b
+	}
+	must(t, l.kubeDNS.Freeze())
+	frozen := true
+	defer func() {
+		if frozen {
+			_ = l.kubeDNS.Signal(syscall.SIGCONT)
+		}
+	}()
+	joined := l.metric(t, s, "dnsstandby_coalesced_total")
+	for c := range stalled {
+		conn := stalledReader(t, l.kube, []string{"10.200.0.2", clusterIP}[c%2])
+		var frames []byte
+		for i := range perConn {
+			q := query(uint16(c*perConn + i))
+			frames = be.BigEndian.AppendUint16(frames, uint16(len(q)))
+			frames = append(frames, q...)
+		}
+		_, err := conn.Write(frames)
+		must(t, err)
+	}
+	// Every stalled query has joined the first one's flight.
+	l.eventuallyMetric(t, s, 5*time.Second, "stalled queries coalesced", func() bool {
+		return l.metric(t, s, "dnsstandby_coalesced_total") >= joined+stalled*perConn-1
+	}, "dnsstandby_coalesced", "dnsstandby_upstream_capped")
+
+	// The healthy client asks last; kube-dns answers slow after that.
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.SetEdns0(1232, false)
+	type result struct {
+		r    *dns.Msg
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		r, err := l.node.Exchange("udp", "", standbyAddr, m, 30*time.Second)
+		done <- result{r, err, time.Since(start)}
+	}()
+	l.eventuallyMetric(t, s, 5*time.Second, "healthy query coalesced", func() bool {
+		return l.metric(t, s, "dnsstandby_coalesced_total") >= joined+stalled*perConn
+	}, "dnsstandby_coalesced")
+	time.Sleep(slow) // kube-dns's slowness, not a wait for an event
+	must(t, l.kubeDNS.Signal(syscall.SIGCONT))
+	frozen = false
+	res := <-done
+	t.Logf("healthy UDP client answered in %s (kube-dns answered after %s): %v", res.took.Round(time.Millisecond), slow, res.err)
+	switch {
+	case res.err != nil:
+		t.Fatalf("healthy UDP client: %v", res.err)
+	case res.r.Rcode != dns.RcodeSuccess || len(res.r.Answer) == 0:
+		t.Fatalf("healthy UDP client: %v", res.r)
+	case res.took > time.Second:
+		t.Errorf("healthy UDP client answered after %s, want within 1s", res.took.Round(time.Millisecond))
 	}
 }
