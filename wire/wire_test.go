@@ -311,7 +311,7 @@ func TestParseQueryAllocs(t *testing.T) {
 }
 
 // FuzzParseQuery checks ParseQuery never panics and agrees with miekg/dns
-// on every message both accept.
+// on every message both accept: question, OPT and stray records.
 func FuzzParseQuery(f *testing.F) {
 	m := newQuery("WwW.example.", dns.TypeA)
 	f.Add(packMsg(f, m))
@@ -319,6 +319,10 @@ func FuzzParseQuery(f *testing.F) {
 	m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
 	f.Add(packMsg(f, m))
 	f.Add(append(header(1, 0, 0), 0xc0, 12, 0, 1, 0, 1))
+	rr, _ := dns.NewRR("www.example. 60 IN A 192.0.2.1")
+	m.Answer = []dns.RR{rr}
+	m.Extra = append(m.Extra, rr)
+	f.Add(packMsg(f, m))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var q Query
 		if err := ParseQuery(raw, &q); err != nil {
@@ -345,6 +349,21 @@ func FuzzParseQuery(f *testing.F) {
 		}
 		if opt != nil && (opt.UDPSize() != q.UDPSize || opt.Do() != q.DO || opt.Version() != q.EDNSVersion) {
 			t.Fatalf("OPT differs: %+v vs %v", q, opt)
+		}
+		stray := len(m.Answer) + len(m.Ns)
+		for i, rr := range m.Extra {
+			switch rr.Header().Rrtype {
+			case dns.TypeOPT:
+			case dns.TypeTSIG:
+				if i != len(m.Extra)-1 {
+					stray++
+				}
+			default:
+				stray++
+			}
+		}
+		if stray != q.Stray {
+			t.Fatalf("Stray %d, miekg/dns's sections make it %d", q.Stray, stray)
 		}
 	})
 }
