@@ -77,7 +77,7 @@ type Config struct {
 	MaxPerClient int
 	// MaxWaitingBytes caps the memory of the queries waiting on upstream
 	// resolutions, in bytes, each counted as what it keeps (its waiter,
-	// question name and reply function: 150 to 400 bytes); over it a
+	// question name and reply function: 200 to 460 bytes); over it a
 	// query is answered stale or SERVFAIL at once. It holds whatever
 	// MaxInflight is set to. Must be positive.
 	MaxWaitingBytes int
@@ -110,8 +110,8 @@ func DefaultConfig() Config {
 		// reported incidents was one client's query storm taking cluster DNS down.
 		MaxPerClient: 100,
 		// The default MaxInflight lets 16,000 queries wait (16 a flight);
-		// 8 MiB holds that many of about 500 bytes, more than the longest
-		// name makes a waiter cost.
+		// 8 MiB holds that many even for the longest names (460 bytes
+		// each).
 		MaxWaitingBytes: 8 << 20,
 		// A tenth of MaxInflight: refreshing ahead never crowds out misses.
 		RefreshRate: 100,
