@@ -76,6 +76,13 @@ type lab struct {
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
+	return newLabWith(t, "", nil)
+}
+
+// newLabWith is newLab with more server blocks for kube-dns's CoreDNS
+// (bound to its ClusterIP) and the files they read.
+func newLabWith(t *testing.T, corefile string, files map[string]string) *lab {
+	t.Helper()
 	nstest.RequireRoot(t)
 	nstest.CoreDNSBinary(t)
 	l := &lab{
@@ -90,9 +97,11 @@ func newLab(t *testing.T) *lab {
 		nstest.End{NS: l.kube, Name: "to-node", Addrs: []string{"10.200.0.2/30"}},
 	))
 	must(t, l.node.AddRoute(nstest.Route{Dst: clusterIP + "/32", Via: "10.200.0.2"}))
+	all := maps.Clone(l.zones.Files)
+	maps.Copy(all, files)
 	l.kubeDNS = nstest.StartCoreDNS(t, l.kube, nstest.CoreDNSConfig{
-		Corefile: l.zones.Corefile(clusterIP),
-		Files:    l.zones.Files,
+		Corefile: l.zones.Corefile(clusterIP) + corefile,
+		Files:    all,
 		Probe:    kubeDNS,
 	})
 	return l

@@ -434,20 +434,28 @@ func garbage(r *rand.Rand, buf, valid []byte) []byte {
 	return buf
 }
 
-// rss reads a process's resident set size in bytes.
-func rss(t *testing.T, pid int) int64 {
-	t.Helper()
+// memory reads a field of /proc/PID/status counted in kB — "VmRSS", or
+// "VmHWM", the peak RSS — in bytes.
+func memory(pid int, field string) (int64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	must(t, err)
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			must(t, err)
-			return kb << 10
+			return kb << 10, err
 		}
 	}
-	t.Fatalf("no VmRSS for pid %d", pid)
-	return 0
+	return 0, fmt.Errorf("no %s for pid %d", field, pid)
+}
+
+// rss is a process's resident set size in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := memory(pid, "VmRSS")
+	must(t, err)
+	return b
 }
 
 // TestSIGTERMFinishesInflight: a query waiting on kube-dns when SIGTERM

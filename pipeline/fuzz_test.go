@@ -11,10 +11,11 @@ import (
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
-// FuzzQueryPath sends arbitrary datagrams through the whole query path — hot
-// path, and the miss path when the hot path asks for it — against a cache
-// holding a few answers. Nothing may panic, and every reply must unpack,
-// carry the query's ID and fit the client's limit.
+// FuzzQueryPath sends arbitrary messages through the whole query path —
+// hot path, and the miss path when the hot path asks for it — as UDP and
+// as TCP queries, against a cache holding a few answers. Nothing may
+// panic, and every reply must unpack, carry the query's ID and fit the
+// client's limit.
 func FuzzQueryPath(f *testing.F) {
 	for _, name := range []string{"a.example.", "A.ExAmPlE.", "nx.example.", "big.example."} {
 		for _, edns := range []bool{false, true} {
@@ -67,24 +68,26 @@ func FuzzQueryPath(f *testing.F) {
 				t.Fatalf("reply of %d bytes over the limit %d", len(reply), limitFor(&q, true))
 			}
 		}
-		buf := make([]byte, MaxUDPAnswer)
-		n, act := w.Answer(buf, raw, true)
-		switch act {
-		case Reply:
-			check(buf[:n], true)
-		case Resolve:
-			var wg sync.WaitGroup
-			wg.Add(1)
-			var once sync.Once
-			p.Resolve(append([]byte(nil), raw...), netip.MustParseAddrPort("10.1.0.1:5353"), true, func(b []byte) {
-				once.Do(func() { check(b, true); wg.Done() })
-			})
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatal("miss never answered")
+		for _, udp := range []bool{true, false} {
+			buf := make([]byte, MaxUDPAnswer)
+			n, act := w.Answer(buf, raw, udp)
+			switch act {
+			case Reply:
+				check(buf[:n], udp)
+			case Resolve:
+				var wg sync.WaitGroup
+				wg.Add(1)
+				var once sync.Once
+				p.Resolve(raw, netip.MustParseAddrPort("10.1.0.1:5353"), udp, func(b []byte) {
+					once.Do(func() { check(b, udp); wg.Done() })
+				})
+				done := make(chan struct{})
+				go func() { wg.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("miss never answered")
+				}
 			}
 		}
 	})

@@ -89,10 +89,11 @@ const sampleEvery = 64
 const (
 	dropShort    = iota // shorter than a DNS header
 	dropResponse        // QR=1: a response, not a query
+	dropLong            // a TCP query longer than wire.MaxQueryLen
 	numDrops
 )
 
-var dropNames = [numDrops]string{"short", "response"}
+var dropNames = [numDrops]string{"short", "response", "long"}
 
 // Caps that turned a query away from the upstreams.
 const (
@@ -156,7 +157,7 @@ var (
 	descQueries = prometheus.NewDesc("dnsstandby_queries_total",
 		"Queries answered, by what answered them: cache, stale, upstream, servfail, error (FORMERR, NOTIMP, REFUSED, BADVERS; REFUSED for no route or an upstream group over its max_concurrent).", []string{"source"}, nil)
 	descDropped = prometheus.NewDesc("dnsstandby_queries_dropped_total",
-		"Datagrams dropped unanswered: short (no DNS header), response (QR set).", []string{"reason"}, nil)
+		"Queries dropped unanswered: short (no DNS header), response (QR set), long (over TCP, longer than any query).", []string{"reason"}, nil)
 	descOverload = prometheus.NewDesc("dnsstandby_upstream_capped_total",
 		"Misses answered stale or SERVFAIL without asking upstream because a cap was reached: client (per source address) or global.", []string{"scope"}, nil)
 	descCoalesced = prometheus.NewDesc("dnsstandby_coalesced_total",

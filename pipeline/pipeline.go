@@ -75,6 +75,12 @@ type Config struct {
 	// must be positive.
 	MaxInflight  int
 	MaxPerClient int
+	// MaxWaitingBytes caps the memory of the queries waiting on upstream
+	// resolutions, in bytes, each counted as what it keeps (its waiter,
+	// question name and reply function: 200 to 460 bytes); over it a
+	// query is answered stale or SERVFAIL at once. It holds whatever
+	// MaxInflight is set to. Must be positive.
+	MaxWaitingBytes int
 
 	// RefreshRate bounds background refreshes of entries hit in the last
 	// tenth of their life, per second; 0 disables them.
@@ -103,6 +109,10 @@ func DefaultConfig() Config {
 		// One pod may use a tenth of that; the Zalando incident in the
 		// reported incidents was one client's query storm taking cluster DNS down.
 		MaxPerClient: 100,
+		// The default MaxInflight lets 16,000 queries wait (16 a flight);
+		// 8 MiB holds that many even for the longest names (460 bytes
+		// each).
+		MaxWaitingBytes: 8 << 20,
 		// A tenth of MaxInflight: refreshing ahead never crowds out misses.
 		RefreshRate: 100,
 		UDPSize:     1232,
@@ -130,6 +140,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MaxInflight must be positive, got %d", c.MaxInflight)
 	case c.MaxPerClient <= 0:
 		return fmt.Errorf("MaxPerClient must be positive, got %d", c.MaxPerClient)
+	case c.MaxWaitingBytes <= 0:
+		return fmt.Errorf("MaxWaitingBytes must be positive, got %d", c.MaxWaitingBytes)
 	case c.RefreshRate < 0:
 		return fmt.Errorf("RefreshRate must not be negative, got %d", c.RefreshRate)
 	case c.UDPSize < wire.MinUDPSize:
@@ -153,8 +165,10 @@ type Pipeline struct {
 	running   int        // flights started and not yet done replying
 	flights   map[flightKey]*flight
 	perClient map[netip.Addr]int
-	waiting   int  // queries waiting on flights
-	closed    bool // no new flights after Close
+	waiting   int // queries waiting on flights
+	// waitingBytes is what they keep, as waiterCost counts it.
+	waitingBytes int
+	closed       bool // no new flights after Close
 
 	workersMu sync.Mutex // guards workers
 	workers   []*Worker
@@ -198,8 +212,10 @@ func New(cfg Config) (*Pipeline, error) {
 
 // Drain waits until every resolution in flight has answered its clients,
 // or ctx ends; then it cancels whatever is left (those clients get
-// SERVFAIL or stale) and waits for that too. New misses arriving during the
-// drain still resolve. Drain is safe to call more than once.
+// SERVFAIL or stale) and waits for that too, at most cancelGrace: so it
+// returns by then whatever the upstreams and clients do, and the daemon's
+// shutdown (and its snapshot) is never held up. New misses arriving
+// during the drain still resolve. Drain is safe to call more than once.
 func (p *Pipeline) Drain(ctx context.Context) {
 	// A counter polled, not a WaitGroup: TCP connections may still start
 	// flights while we wait, and a WaitGroup must not grow from zero
@@ -219,12 +235,21 @@ func (p *Pipeline) Drain(ctx context.Context) {
 		p.log.Info("drain timed out: cancelling upstream resolutions in flight", slog.Int("inflight", left))
 	}
 	p.cancel()
-	// Cancelled exchanges return at once; their waiters get stale or
-	// SERVFAIL.
-	for p.runningFlights() > 0 {
+	// A cancelled flight stops waiting for its exchange at once and its
+	// replies never block (the responder queues TCP answers), so this is
+	// short; the bound holds even if a reply function blocks.
+	for end := time.Now().Add(cancelGrace); p.runningFlights() > 0 && time.Now().Before(end); {
 		time.Sleep(poll)
 	}
+	if left := p.runningFlights(); left > 0 {
+		p.log.Info("drain: resolutions still answering their clients", slog.Int("inflight", left))
+	}
 }
+
+// cancelGrace is how long Drain waits for cancelled flights to answer
+// their clients: stale or SERVFAIL from memory, well under a millisecond
+// each.
+const cancelGrace = 250 * time.Millisecond
 
 func (p *Pipeline) runningFlights() int {
 	p.mu.Lock()
@@ -279,7 +304,9 @@ func (p *Pipeline) NewWorker() *Worker {
 // Answer handles msg on the hot path: it writes an answer into dst when
 // the cache or a protocol error decides it, without allocating. udp says
 // whether the client's UDP payload size limits the answer (else TCP's
-// 65535). dst must hold at least 512 bytes.
+// 65535). Of a UDP query only the first wire.MaxQueryLen bytes are read,
+// as LocalDNS reads them; a TCP query longer than that is dropped. dst
+// must hold at least 512 bytes.
 func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 	// One answer in sampleEvery is timed: reading the clock twice would
 	// cost more than the rest of a cache hit.
@@ -320,6 +347,11 @@ func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 		w.drops[dropShort].Add(1)
 		return 0, Drop, 0, 0
 	}
+	msg, ok := clip(msg, udp)
+	if !ok {
+		w.drops[dropLong].Add(1)
+		return 0, Drop, 0, 0
+	}
 	switch wire.CheckHeader(msg) {
 	case wire.Ignore:
 		// Never answer a response: two servers answering each other's
@@ -350,6 +382,13 @@ func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 	case q.QType == dns.TypeAXFR || q.QType == dns.TypeIXFR:
 		// Zone transfers are not a resolver's business.
 		return writeError(dst, q, dns.RcodeRefused), Reply, srcError, dns.RcodeRefused
+	case q.Stray > 0:
+		// Records a query has no use for are refused before anything is
+		// made of them: stricter than CoreDNS, which takes one answer,
+		// one authority and two additional records and unpacks them
+		// (RDATA of compression pointers costs it some 40 times their
+		// size), as Unbound refuses any.
+		return writeStray(dst, q), Reply, srcError, dns.RcodeFormatError
 	}
 	r := w.p.route(q.QName)
 	if r == nil || r.Cache == nil {
@@ -365,11 +404,11 @@ func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {
 		// Refresh ahead, so that a long takeover keeps serving fresh
 		// answers rather than letting them go stale.
 		if w.p.refreshes.allow() {
-			w.p.refresh(msg)
+			w.p.refresh(q, r)
 		}
 		return n, Reply, srcCache, -1
 	case n > 0 && st == cache.Stale:
-		w.p.refresh(msg)
+		w.p.refresh(q, r)
 		return n, Reply, srcStale, -1
 	}
 	return 0, Resolve, 0, 0

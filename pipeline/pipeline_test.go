@@ -271,6 +271,18 @@ func TestHotPathProtocolErrors(t *testing.T) {
 	withQuestions := func(opcode int) []byte {
 		return mod(func(m *dns.Msg) { m.Opcode = opcode; m.Question = append(m.Question, m.Question[0]) })
 	}
+	a, _ := dns.NewRR("a.example. 1 IN A 192.0.2.1")
+	soa, _ := dns.NewRR("example. 1 IN SOA ns.example. h.example. 1 2 3 4 5")
+	opt := func(padding int) *dns.OPT {
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		o.SetUDPSize(1232)
+		if padding > 0 {
+			o.Option = []dns.EDNS0{&dns.EDNS0_PADDING{Padding: make([]byte, padding)}}
+		}
+		return o
+	}
+	tsig := &dns.TSIG{Hdr: dns.RR_Header{Name: "key.", Rrtype: dns.TypeTSIG, Class: dns.ClassANY},
+		Algorithm: dns.HmacSHA256, Fudge: 300, MACSize: 4, MAC: "01020304"}
 	tests := []struct {
 		name      string
 		raw       []byte
@@ -279,37 +291,53 @@ func TestHotPathProtocolErrors(t *testing.T) {
 		wantOp    int
 		wantQD    int  // questions echoed
 		wantRDCD  bool // the query's RD and CD echoed
+		tcp       bool // sent over TCP (else UDP)
 	}{
-		{"short", []byte{1, 2, 3}, Drop, 0, 0, 0, false},
-		{"response", mod(func(m *dns.Msg) { m.Response = true }), Drop, 0, 0, 0, false},
-		{"response with opcode update", mod(func(m *dns.Msg) { m.Response = true; m.Opcode = dns.OpcodeUpdate }), Drop, 0, 0, 0, false},
-		{"malformed question", append(valid[:12:12], 0x05, 'a'), Reply, dns.RcodeFormatError, 0, 0, true},
-		{"question read, then a record cut short", mod(func(m *dns.Msg) { m.SetEdns0(1232, false) })[:len(valid)+5], Reply, dns.RcodeFormatError, 0, 1, true},
-		{"question count 1, header only: SERVFAIL", raw(dns.OpcodeQuery, 1)[:wire.HeaderLen], Reply, dns.RcodeServerFailure, 0, 0, true},
-		{"no question", raw(dns.OpcodeQuery, 0), Reply, dns.RcodeFormatError, 0, 0, true},
-		{"two questions", withQuestions(dns.OpcodeQuery), Reply, dns.RcodeFormatError, 0, 0, true},
+		{"short", []byte{1, 2, 3}, Drop, 0, 0, 0, false, false},
+		{"response", mod(func(m *dns.Msg) { m.Response = true }), Drop, 0, 0, 0, false, false},
+		{"response with opcode update", mod(func(m *dns.Msg) { m.Response = true; m.Opcode = dns.OpcodeUpdate }), Drop, 0, 0, 0, false, false},
+		{"malformed question", append(valid[:12:12], 0x05, 'a'), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"question read, then a record cut short", mod(func(m *dns.Msg) { m.SetEdns0(1232, false) })[:len(valid)+5], Reply, dns.RcodeFormatError, 0, 1, true, false},
+		{"question count 1, header only: SERVFAIL", raw(dns.OpcodeQuery, 1)[:wire.HeaderLen], Reply, dns.RcodeServerFailure, 0, 0, true, false},
+		{"no question", raw(dns.OpcodeQuery, 0), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"two questions", withQuestions(dns.OpcodeQuery), Reply, dns.RcodeFormatError, 0, 0, true, false},
 		{"two answers", mod(func(m *dns.Msg) {
 			rr, _ := dns.NewRR("a.example. 1 IN A 192.0.2.1")
 			m.Answer = []dns.RR{rr, rr}
-		}), Reply, dns.RcodeFormatError, 0, 0, true},
-		{"notify without a question: FORMERR as QUERY", raw(dns.OpcodeNotify, 0), Reply, dns.RcodeFormatError, 0, 0, true},
-		{"notify with two questions", withQuestions(dns.OpcodeNotify), Reply, dns.RcodeFormatError, 0, 0, true},
-		{"notify", raw(dns.OpcodeNotify, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeNotify, 1, false},
-		{"iquery", raw(dns.OpcodeIQuery, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeIQuery, 0, true},
-		{"status", raw(dns.OpcodeStatus, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeStatus, 0, true},
-		{"update", raw(dns.OpcodeUpdate, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeUpdate, 0, true},
-		{"unassigned opcode 3", raw(3, 1), Reply, dns.RcodeNotImplemented, 3, 0, true},
-		{"unassigned opcode 15", raw(15, 1), Reply, dns.RcodeNotImplemented, 15, 0, true},
-		{"update without a question: NOTIMP first", raw(dns.OpcodeUpdate, 0), Reply, dns.RcodeNotImplemented, dns.OpcodeUpdate, 0, true},
-		{"status with two questions: NOTIMP first", withQuestions(dns.OpcodeStatus), Reply, dns.RcodeNotImplemented, dns.OpcodeStatus, 0, true},
-		{"EDNS version 1", mod(func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) }), Reply, dns.RcodeBadVers, 0, 1, true},
-		{"AXFR", mod(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }), Reply, dns.RcodeRefused, 0, 1, true},
-		{"miss", valid, Resolve, 0, 0, 0, false},
+		}), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"notify without a question: FORMERR as QUERY", raw(dns.OpcodeNotify, 0), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"notify with two questions", withQuestions(dns.OpcodeNotify), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"notify", raw(dns.OpcodeNotify, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeNotify, 1, false, false},
+		{"iquery", raw(dns.OpcodeIQuery, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeIQuery, 0, true, false},
+		{"status", raw(dns.OpcodeStatus, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeStatus, 0, true, false},
+		{"update", raw(dns.OpcodeUpdate, 1), Reply, dns.RcodeNotImplemented, dns.OpcodeUpdate, 0, true, false},
+		{"unassigned opcode 3", raw(3, 1), Reply, dns.RcodeNotImplemented, 3, 0, true, false},
+		{"unassigned opcode 15", raw(15, 1), Reply, dns.RcodeNotImplemented, 15, 0, true, false},
+		{"update without a question: NOTIMP first", raw(dns.OpcodeUpdate, 0), Reply, dns.RcodeNotImplemented, dns.OpcodeUpdate, 0, true, false},
+		{"status with two questions: NOTIMP first", withQuestions(dns.OpcodeStatus), Reply, dns.RcodeNotImplemented, dns.OpcodeStatus, 0, true, false},
+		{"EDNS version 1", mod(func(m *dns.Msg) { m.SetEdns0(1232, false); m.IsEdns0().SetVersion(1) }), Reply, dns.RcodeBadVers, 0, 1, true, false},
+		{"AXFR", mod(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeAXFR }), Reply, dns.RcodeRefused, 0, 1, true, false},
+		// Records a query has no use for: FORMERR, header only, as
+		// miekg/dns's accept function rejects two answers.
+		{"an answer record", mod(func(m *dns.Msg) { m.Answer = []dns.RR{a} }), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"an authority record", mod(func(m *dns.Msg) { m.Ns = []dns.RR{a} }), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"an additional A", mod(func(m *dns.Msg) { m.Extra = []dns.RR{a} }), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"OPT and an additional A", mod(func(m *dns.Msg) { m.Extra = []dns.RR{opt(0), a} }), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"TSIG before the OPT", mod(func(m *dns.Msg) { m.Extra = []dns.RR{tsig, opt(0)} }), Reply, dns.RcodeFormatError, 0, 0, true, false},
+		{"an answer record over TCP", mod(func(m *dns.Msg) { m.Answer = []dns.RR{a} }), Reply, dns.RcodeFormatError, 0, 0, true, true},
+		{"IXFR with its SOA: REFUSED first", mod(func(m *dns.Msg) { m.Question[0].Qtype = dns.TypeIXFR; m.Ns = []dns.RR{soa} }), Reply, dns.RcodeRefused, 0, 1, true, false},
+		// Over UDP the first 512 bytes are read, as LocalDNS reads them.
+		{"UDP query of 600 bytes, cut in the OPT: FORMERR", mod(func(m *dns.Msg) { m.Extra = []dns.RR{opt(560)} }), Reply, dns.RcodeFormatError, 0, 1, true, false},
+		{"UDP query of 600 bytes, whole in the first 512: a miss", append(append([]byte(nil), valid...), make([]byte, 600)...), Resolve, 0, 0, 0, false, false},
+		{"TCP query of 600 bytes: dropped", mod(func(m *dns.Msg) { m.Extra = []dns.RR{opt(560)} }), Drop, 0, 0, 0, false, true},
+		{"OPT and a TSIG last: a miss", mod(func(m *dns.Msg) { m.Extra = []dns.RR{opt(0), tsig} }), Resolve, 0, 0, 0, false, false},
+		{"OPT padded to 512 over TCP: a miss", mod(func(m *dns.Msg) { m.Extra = []dns.RR{opt(512 - len(valid) - 15)} }), Resolve, 0, 0, 0, false, true},
+		{"miss", valid, Resolve, 0, 0, 0, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			buf := make([]byte, 512)
-			n, act := w.Answer(buf, tt.raw, true)
+			n, act := w.Answer(buf, tt.raw, !tt.tcp)
 			if act != tt.wantAct {
 				t.Fatalf("action %d, want %d", act, tt.wantAct)
 			}
@@ -568,6 +596,143 @@ func TestCaps(t *testing.T) {
 	})
 }
 
+// TestWaitingBytesCap: queries waiting on flights are capped by what
+// they keep, whatever MaxInflight and MaxPerClient allow; a query over the
+// cap is answered SERVFAIL at once, and the bytes come back when the
+// flights end.
+func TestWaitingBytesCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newFake()
+		release := up.hold("n0.example.")
+		up.hold("n1.example.")
+		// Room for two waiters of these names, not three.
+		cost := waiterCost(&waiter{q: wire.Query{QName: make([]byte, len("\x02n0\x07example\x00"))}})
+		p, _ := newPipeline(t, up, func(c *Config) { c.MaxWaitingBytes = 2*cost + cost/2 })
+		w := p.NewWorker()
+		first := ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.1")
+		ask(t, w, q(t, "n1.example.", dns.TypeA, false), "10.1.0.2")
+		over := wait(t, ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.3"))
+		if over.Rcode != dns.RcodeServerFailure {
+			t.Fatalf("over the byte cap: rcode %s, want SERVFAIL", dns.RcodeToString[over.Rcode])
+		}
+		if n := p.stats.overload[overGlobal].Load(); n != 1 {
+			t.Fatalf("global overload counter %d, want 1", n)
+		}
+		close(release)
+		wait(t, first)
+		synctest.Wait()
+		p.mu.Lock()
+		waiting, bytes := p.waiting, p.waitingBytes
+		p.mu.Unlock()
+		if waiting != 1 || bytes != cost {
+			t.Fatalf("after one flight ended: %d waiting, %d bytes; want 1 and %d", waiting, bytes, cost)
+		}
+	})
+}
+
+// TestResolveKeepsNoQueryBytes: Resolve reads msg during the call only —
+// the caller reuses the buffer at once (the responder's read buffers) —
+// and the answer still carries the client's ID, question in its 0x20
+// case, RD, CD and EDNS facts.
+func TestResolveKeepsNoQueryBytes(t *testing.T) {
+	up := newFake()
+	up.set("svc.example.", "svc.example. 30 IN A 192.0.2.7")
+	release := up.hold("svc.example.")
+	p, _ := newPipeline(t, up, nil)
+	m := new(dns.Msg)
+	m.SetQuestion("SvC.ExAmPlE.", dns.TypeA)
+	m.Id = 0x1234
+	m.CheckingDisabled = true
+	m.SetEdns0(1232, true)
+	m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+	raw, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := append(make([]byte, 0, 512), raw...)
+	got := make(chan *dns.Msg, 1)
+	p.Resolve(buf, netip.MustParseAddrPort("10.1.0.1:5353"), true, func(b []byte) {
+		r := new(dns.Msg)
+		if err := r.Unpack(b); err != nil {
+			t.Errorf("reply does not unpack: %v", err)
+		}
+		got <- r
+	})
+	for i := range buf {
+		buf[i] = 0xff
+	}
+	close(release)
+	var r *dns.Msg
+	select {
+	case r = <-got:
+	case <-time.After(3 * time.Second):
+		t.Fatal("no reply")
+	}
+	opt := r.IsEdns0()
+	switch {
+	case r.Id != 0x1234 || r.Question[0].Name != "SvC.ExAmPlE." || !r.RecursionDesired || !r.CheckingDisabled:
+		t.Errorf("reply header or question not the client's: %v", r)
+	case len(r.Answer) != 1 || opt == nil || !opt.Do() || len(opt.Option) != 1:
+		t.Errorf("reply records or OPT: %v", r)
+	}
+}
+
+// TestResolveRefuses: Resolve itself refuses what Worker.Answer refuses
+// before a query waits — records a query has no use for, a TCP query
+// longer than any — and asks no upstream for them.
+func TestResolveRefuses(t *testing.T) {
+	up := newFake()
+	p, _ := newPipeline(t, up, nil)
+	a, _ := dns.NewRR("a.example. 1 IN A 192.0.2.1")
+	padded := func(mod func(*dns.Msg)) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion("a.example.", dns.TypeA)
+		m.Id = 0x7777
+		mod(m)
+		b, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tests := []struct {
+		name      string
+		raw       []byte
+		udp       bool
+		wantReply bool
+	}{
+		{"an answer record", padded(func(m *dns.Msg) { m.Answer = []dns.RR{a} }), true, true},
+		{"an additional A beside the OPT", padded(func(m *dns.Msg) { m.SetEdns0(1232, false); m.Extra = append(m.Extra, a) }), false, true},
+		{"TCP query over 512 bytes", padded(func(m *dns.Msg) {
+			m.SetEdns0(1232, false)
+			m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_PADDING{Padding: make([]byte, 600)}}
+		}), false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan []byte, 1)
+			p.Resolve(tt.raw, netip.MustParseAddrPort("10.1.0.1:5353"), tt.udp, func(b []byte) { got <- append([]byte(nil), b...) })
+			select {
+			case b := <-got:
+				r := new(dns.Msg)
+				if err := r.Unpack(b); err != nil {
+					t.Fatalf("reply does not unpack: %v", err)
+				}
+				if !tt.wantReply || r.Rcode != dns.RcodeFormatError || r.Id != 0x7777 || len(r.Question) != 0 {
+					t.Errorf("reply %v, want FORMERR with the header only", r)
+				}
+			default:
+				if tt.wantReply {
+					t.Errorf("no reply, want FORMERR at once")
+				}
+			}
+			if n := up.count("a.example."); n != 0 {
+				t.Errorf("%d upstream exchanges, want none", n)
+			}
+		})
+	}
+}
+
 func TestRoutesAndCDKey(t *testing.T) {
 	cluster, other := newFake(), newFake()
 	cluster.set("svc.cluster.local.", "svc.cluster.local. 30 IN A 10.0.0.1")
@@ -802,6 +967,80 @@ func TestDrainWaitsForInflight(t *testing.T) {
 	})
 }
 
+// deaf is an Exchanger that ignores its context: it returns only when
+// released.
+type deaf struct{ release chan struct{} }
+
+func (d deaf) Exchange(context.Context, *dns.Msg) (*dns.Msg, error) {
+	<-d.release
+	return nil, errors.New("released")
+}
+
+// TestDrainBounded: Drain returns by its context's end and cancelGrace
+// whatever the upstream does, and the waiting client gets SERVFAIL
+// first; so does a query whose upstream outlives UpstreamTimeout.
+func TestDrainBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := deaf{release: make(chan struct{})}
+		defer close(up.release)
+		p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = time.Hour })
+		ch := ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1")
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		p.Drain(ctx)
+		if took := time.Since(start); took > 100*time.Millisecond+cancelGrace {
+			t.Errorf("Drain took %s, want at most %s", took, 100*time.Millisecond+cancelGrace)
+		}
+		select {
+		case r := <-ch:
+			if r.err != nil || r.msg.Rcode != dns.RcodeServerFailure {
+				t.Errorf("cancelled query: %v %v, want SERVFAIL", r.msg, r.err)
+			}
+		default:
+			t.Error("Drain returned before the cancelled query was answered")
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		up := deaf{release: make(chan struct{})}
+		defer close(up.release)
+		p, _ := newPipeline(t, up, func(c *Config) { c.UpstreamTimeout = time.Second })
+		start := time.Now()
+		r := wait(t, ask(t, p.NewWorker(), q(t, "d.example.", dns.TypeA, false), "10.1.0.1"))
+		if took := time.Since(start); r.Rcode != dns.RcodeServerFailure || took != time.Second {
+			t.Errorf("upstream that ignores its timeout: %s after %s, want SERVFAIL after 1s", dns.RcodeToString[r.Rcode], took)
+		}
+	})
+}
+
+// TestUDPWaitersFirst: a flight answers its UDP waiters before its TCP
+// ones, whatever order they joined in.
+func TestUDPWaitersFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newFake()
+		up.set("o.example.", "o.example. 30 IN A 192.0.2.1")
+		release := up.hold("o.example.")
+		p, _ := newPipeline(t, up, nil)
+		var mu sync.Mutex
+		var order []string
+		for i, udp := range []bool{false, false, true, false, true} {
+			name := fmt.Sprintf("tcp%d", i)
+			if udp {
+				name = fmt.Sprintf("udp%d", i)
+			}
+			p.Resolve(q(t, "o.example.", dns.TypeA, false), netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), uint16(5000+i)), udp,
+				func([]byte) { mu.Lock(); order = append(order, name); mu.Unlock() })
+		}
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []string{"udp2", "udp4", "tcp0", "tcp1", "tcp3"}; !slices.Equal(order, want) {
+			t.Errorf("answered in order %v, want %v", order, want)
+		}
+	})
+}
+
 // uncacheable answers an NXDOMAIN with a CNAME and no SOA, which the cache
 // refuses (RFC 2308 §5).
 type uncacheable struct{}
@@ -959,6 +1198,7 @@ func TestNew(t *testing.T) {
 		{"zero upstream timeout", func(c *Config) { c.UpstreamTimeout = 0 }, "pipeline: UpstreamTimeout must be positive, got 0s"},
 		{"zero max inflight", func(c *Config) { c.MaxInflight = 0 }, "pipeline: MaxInflight must be positive, got 0"},
 		{"zero max per client", func(c *Config) { c.MaxPerClient = 0 }, "pipeline: MaxPerClient must be positive, got 0"},
+		{"zero max waiting bytes", func(c *Config) { c.MaxWaitingBytes = 0 }, "pipeline: MaxWaitingBytes must be positive, got 0"},
 		{"negative refresh rate", func(c *Config) { c.RefreshRate = -1 }, "pipeline: RefreshRate must not be negative, got -1"},
 		{"small udp size", func(c *Config) { c.UDPSize = 511 }, "pipeline: UDPSize must be at least 512, got 511"},
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/binary"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -75,6 +76,13 @@ func writeFormErr(dst []byte, q *wire.Query) int {
 	return n + 4
 }
 
+// writeStray writes FORMERR for a query carrying records a query has no
+// use for (wire.Query.Stray): a rejection as miekg/dns's accept function
+// makes for more than one answer or authority record, here for any.
+func writeStray(dst []byte, q *wire.Query) int {
+	return writeReject(dst, q, dns.RcodeFormatError)
+}
+
 // writeError writes an answer to q with rcode, the question echoed and no
 // records, as CoreDNS's errorFunc writes one: SERVFAIL, NOTIMP, REFUSED,
 // BADVERS, without RA.
@@ -103,10 +111,15 @@ func writeReplyHeader(dst []byte, q *wire.Query, flags uint16, extRcode int) int
 
 // replyRcode answers w with rcode and no records.
 func (p *Pipeline) replyRcode(w *waiter, rcode int) {
-	var q wire.Query
-	_ = wire.ParseQuery(w.raw, &q)
-	buf := make([]byte, maxErrorLen)
-	p.finish(w, srcError, rcode, buf[:writeError(buf, &q, rcode)])
+	var buf [maxErrorLen]byte
+	p.finish(w, srcError, rcode, buf[:writeError(buf[:], &w.q, rcode)])
+}
+
+// replyBuilt answers w with what write makes of its query (at most
+// maxErrorLen bytes), counted under src and rcode.
+func (p *Pipeline) replyBuilt(w *waiter, src, rcode int, write func([]byte, *wire.Query) int) {
+	var buf [maxErrorLen]byte
+	p.finish(w, src, rcode, buf[:write(buf[:], &w.q)])
 }
 
 // finish sends b, the answer to w with rcode, from the source src, and
@@ -117,6 +130,15 @@ func (p *Pipeline) finish(w *waiter, src, rcode int, b []byte) {
 	p.stats.duration[src].Observe(time.Since(w.start).Seconds())
 	w.reply(b)
 }
+
+// bufs holds answer buffers of the largest size (TCP's), shared by every
+// pipeline: an answer is written into one, handed to the reply function,
+// which copies what it keeps, and the buffer goes back. So answering a
+// flight's waiters costs no buffer per waiter.
+var bufs = sync.Pool{New: func() any { b := make([]byte, wire.MaxMsgLen); return &b }}
+
+func getBuf() *[]byte  { return bufs.Get().(*[]byte) }
+func putBuf(b *[]byte) { bufs.Put(b) }
 
 // headerRcode is the rcode in the header of the message b (the four bits
 // there: an extended rcode needs the OPT).
@@ -130,12 +152,13 @@ func headerRcode(b []byte) int {
 // replyStaleOr answers w from its route's cache, stale allowed, or with
 // rcode (SERVFAIL or REFUSED) when there is nothing to serve.
 func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
-	var q wire.Query
-	_ = wire.ParseQuery(w.raw, &q)
-	buf := make([]byte, limitFor(&q, w.udp))
+	q := &w.q
+	b := getBuf()
+	defer putBuf(b)
+	buf := (*b)[:limitFor(q, w.udp)]
 	n, st := 0, cache.Miss
 	if w.cache != nil {
-		n, st = w.cache.ServeAgain(buf, &q, len(buf), true)
+		n, st = w.cache.ServeAgain(buf, q, len(buf), true)
 	}
 	var src int
 	switch st {
@@ -148,7 +171,7 @@ func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
 		if rcode == dns.RcodeServerFailure {
 			src = srcServfail
 		}
-		n = writeError(buf, &q, rcode)
+		n = writeError(buf, q, rcode)
 	}
 	p.finish(w, src, rcode, buf[:n])
 }
@@ -157,12 +180,13 @@ func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
 // the reply was cached (so it is rewritten exactly as a hit would be), else
 // rendered from the message.
 func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
-	var q wire.Query
-	_ = wire.ParseQuery(w.raw, &q)
-	limit := limitFor(&q, w.udp)
-	buf := make([]byte, limit)
+	q := &w.q
+	limit := limitFor(q, w.udp)
+	b := getBuf()
+	defer putBuf(b)
+	buf := (*b)[:limit]
 	// WriteFresh, not Serve: the query was counted as a miss already.
-	if n := w.cache.WriteFresh(buf, &q, limit); n > 0 {
+	if n := w.cache.WriteFresh(buf, q, limit); n > 0 {
 		// A hit has AA set, as CoreDNS's cache sets it; the answer that
 		// fills the cache goes out with the upstream's AA, as CoreDNS
 		// relays it.
@@ -172,7 +196,7 @@ func (p *Pipeline) replyUpstream(w *waiter, resp *dns.Msg) {
 		p.finish(w, srcUpstream, headerRcode(buf[:n]), buf[:n])
 		return
 	}
-	out, ok := p.render(&q, w.req, resp, buf)
+	out, ok := p.render(q, resp, buf)
 	p.finishRendered(w, out, ok)
 }
 
@@ -188,19 +212,23 @@ func (p *Pipeline) finishRendered(w *waiter, out []byte, ok bool) {
 }
 
 // render turns an uncached upstream reply into the answer to the client's
-// query req: the client's ID, question (its 0x20 case), RD, CD and OPT;
+// query q: the client's ID, question (its 0x20 case), RD, CD and OPT;
 // or SERVFAIL, and ok false, when it cannot be packed.
-func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte) (out []byte, ok bool) {
+func (p *Pipeline) render(q *wire.Query, resp *dns.Msg, buf []byte) (out []byte, ok bool) {
+	qn, err := question(q)
+	if err != nil {
+		return buf[:writeError(buf, q, dns.RcodeServerFailure)], false
+	}
 	m := *resp
-	m.Id = req.Id
-	m.Question = req.Question
+	m.Id = q.ID
+	m.Question = []dns.Question{qn}
 	m.Answer = capTTL(resp.Answer)
 	m.Ns = capTTL(resp.Ns)
 	m.Extra = capTTL(withoutOPT(resp.Extra))
 	m.Compress = true
 	m.Truncated = resp.Truncated
-	m.RecursionDesired = req.RecursionDesired
-	m.CheckingDisabled = req.CheckingDisabled
+	m.RecursionDesired = q.Flags&wire.FlagRD != 0
+	m.CheckingDisabled = q.Flags&wire.FlagCD != 0
 	if q.EDNS {
 		opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
 		opt.SetUDPSize(p.cfg.UDPSize)
@@ -217,7 +245,7 @@ func (p *Pipeline) render(q *wire.Query, req *dns.Msg, resp *dns.Msg, buf []byte
 	// the first that does not fit, TC set, the OPT kept.
 	m.Truncate(len(buf))
 	m.Compress = true
-	out, err := m.PackBuffer(buf)
+	out, err = m.PackBuffer(buf)
 	if err != nil || len(out) > len(buf) {
 		return buf[:writeError(buf, q, dns.RcodeServerFailure)], false
 	}

@@ -3,9 +3,11 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
-	"strings"
+	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 
@@ -18,7 +20,7 @@ import (
 // key's fields, and the route whose upstream and cache it uses.
 type flightKey struct {
 	route         *Route
-	name          string // lower case
+	name          string // wire format, lower case
 	qtype, qclass uint16
 	do, cd        bool
 }
@@ -33,10 +35,13 @@ type flight struct {
 	staleServed bool
 }
 
-// waiter is one client query waiting on a flight.
+// waiter is one client query waiting on a flight. It keeps what the
+// answer needs — ID, flags, the question and the EDNS facts, in q — and
+// nothing else: neither the query's bytes nor a parsed message, which a
+// client could pad to make each waiting query cost us far more than it
+// cost to send.
 type waiter struct {
-	raw    []byte       // the query as received (owned)
-	req    *dns.Msg     // raw, parsed
+	q      wire.Query   // QName is the waiter's own copy; no other slice is set
 	cache  *cache.Cache // the route's, for stale answers; nil: none
 	client netip.Addr
 	udp    bool
@@ -44,23 +49,76 @@ type waiter struct {
 	start  time.Time // when Resolve took the query
 }
 
+// waiterCost is what one waiting query is counted as against
+// MaxWaitingBytes: the waiter, its question name, and the reply function
+// and the closure behind it (the responder's are under 64 bytes).
+func waiterCost(w *waiter) int {
+	return int(unsafe.Sizeof(waiter{})) + len(w.q.QName) + 64
+}
+
+// newWaiter returns a waiter for q, the query parsed from a buffer the
+// caller reuses: only the question name is copied out of it.
+func newWaiter(q *wire.Query, client netip.Addr, udp bool, reply func([]byte)) *waiter {
+	w := &waiter{q: *q, client: client, udp: udp, reply: reply, start: time.Now()}
+	w.q.QName = append([]byte(nil), q.QName...)
+	w.q.QEnd = 0 // an offset into the buffer, which the waiter does not keep
+	return w
+}
+
+// clip returns the part of msg a query is read from: over UDP the first
+// wire.MaxQueryLen bytes, all LocalDNS reads of a datagram, so that a
+// longer one gets the answer LocalDNS gives it (FORMERR, unless what fits
+// is a whole query); over TCP all of msg, or ok false if it is longer
+// than any query (the responder closes such a connection before reading
+// it).
+func clip(msg []byte, udp bool) (_ []byte, ok bool) {
+	if len(msg) <= wire.MaxQueryLen {
+		return msg, true
+	}
+	if udp {
+		return msg[:wire.MaxQueryLen], true
+	}
+	return nil, false
+}
+
 // Resolve answers a query the cache could not: it joins or starts an
 // upstream resolution and replies when that ends, with a stale entry if the
 // upstreams fail, or SERVFAIL (REFUSED if the upstream group refused the
 // query with upstream.ErrLimitExceeded); a route with Direct answers at
-// once. from is the client's address and port. It does not block; reply may be called from
-// another goroutine, exactly once, or never if the query is dropped. msg
-// must not be modified after the call (pass a copy of a read buffer).
+// once. from is the client's address and port. It does not block; reply
+// may be called from another goroutine, exactly once, or never if the
+// query is dropped, and must not keep the slice it is given after it
+// returns. msg is read during the call only: the caller may reuse it at
+// once.
 func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func([]byte)) {
+	msg, ok := clip(msg, udp)
+	if !ok {
+		return
+	}
 	client := from.Addr()
-	req := new(dns.Msg)
-	w := &waiter{raw: msg, req: req, client: client, udp: udp, reply: reply, start: time.Now()}
 	var q wire.Query
-	_ = wire.ParseQuery(msg, &q)
+	err := wire.ParseQuery(msg, &q)
+	w := newWaiter(&q, client, udp, reply)
+	switch {
+	case errors.Is(err, wire.ErrShort):
+		return
+	case err != nil:
+		p.replyBuilt(w, srcError, dns.RcodeFormatError, writeFormErr)
+		return
+	case q.Stray > 0:
+		// Worker.Answer refuses these before they get here; Resolve
+		// refuses them too rather than parse them below.
+		p.replyBuilt(w, srcError, dns.RcodeFormatError, writeStray)
+		return
+	}
+	// miekg/dns's parse is stricter than the hot path's (it reads the
+	// OPT's options, for one): what it refuses, CoreDNS answers FORMERR.
+	// msg holds no more than a question, an OPT and a TSIG in at most
+	// 512 bytes here, so the parsed message is small, and it is dropped
+	// before the query waits.
+	req := new(dns.Msg)
 	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
-		// The hot path's parse accepted it, miekg/dns's stricter one did not.
-		buf := make([]byte, maxErrorLen)
-		p.finish(w, srcError, dns.RcodeFormatError, buf[:writeFormErr(buf, &q)])
+		p.replyBuilt(w, srcError, dns.RcodeFormatError, writeFormErr)
 		return
 	}
 	route := p.route(q.QName)
@@ -70,12 +128,15 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 	}
 	if route.Direct != nil {
 		// An answer for this client alone: neither shared nor cached.
-		out, ok := p.render(&q, req, route.Direct(req, from, !udp), make([]byte, limitFor(&q, udp)))
+		buf := getBuf()
+		defer putBuf(buf)
+		out, ok := p.render(&w.q, route.Direct(req, from, !udp), (*buf)[:limitFor(&w.q, udp)])
 		p.finishRendered(w, out, ok)
 		return
 	}
 	w.cache = route.Cache
-	key := keyOf(route, req)
+	key := keyOf(route, &q)
+	cost := waiterCost(w)
 
 	p.mu.Lock()
 	if p.perClient[client] >= p.cfg.MaxPerClient {
@@ -91,7 +152,7 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 		p.replyStaleOr(w, dns.RcodeServerFailure)
 		return
 	}
-	if f == nil && p.waiting >= maxWaitingPerFlight*p.cfg.MaxInflight {
+	if p.waiting >= maxWaitingPerFlight*p.cfg.MaxInflight || p.waitingBytes+cost > p.cfg.MaxWaitingBytes {
 		p.mu.Unlock()
 		p.stats.overload[overGlobal].Add(1)
 		p.replyStaleOr(w, dns.RcodeServerFailure)
@@ -105,13 +166,14 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 	}
 	p.perClient[client]++
 	p.waiting++
+	p.waitingBytes += cost
 	if f != nil {
 		f.waiters = append(f.waiters, w)
 		p.mu.Unlock()
 		p.stats.coalesced.Add(1)
 		return
 	}
-	f = &flight{key: key, req: upstreamRequest(req, p.cfg.UDPSize), waiters: []*waiter{w}}
+	f = &flight{key: key, req: upstreamRequest(req.Question[0], &q, p.cfg.UDPSize), waiters: []*waiter{w}}
 	p.flights[key] = f
 	p.running++
 	p.mu.Unlock()
@@ -125,36 +187,29 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 }
 
 // maxWaitingPerFlight bounds queries parked on flights, in units of
-// MaxInflight, so memory stays bounded even when every flight is joined by
-// many clients.
+// MaxInflight, so that their number stays bounded even when every flight
+// is joined by many clients; MaxWaitingBytes bounds their memory.
 const maxWaitingPerFlight = 16
 
-// refresh starts a background resolution for msg (an entry served stale
-// in immediate mode, or expiring) unless one is running; nobody waits on
-// it.
-func (p *Pipeline) refresh(msg []byte) {
-	req := new(dns.Msg)
-	if err := req.Unpack(msg); err != nil || len(req.Question) != 1 {
-		return
-	}
-	var q wire.Query
-	_ = wire.ParseQuery(msg, &q)
-	route := p.route(q.QName)
-	if route == nil || route.Cache == nil {
-		return
-	}
-	key := keyOf(route, req)
+// refresh starts a background resolution for q on route r (an entry
+// served stale in immediate mode, or expiring) unless one is running;
+// nobody waits on it.
+func (p *Pipeline) refresh(q *wire.Query, r *Route) {
+	key := keyOf(r, q)
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.flights[key] != nil || len(p.flights) >= p.cfg.MaxInflight || p.closed {
-		p.mu.Unlock()
 		return
 	}
-	f := &flight{key: key, req: upstreamRequest(req, p.cfg.UDPSize)}
+	qn, err := question(q)
+	if err != nil {
+		return
+	}
+	f := &flight{key: key, req: upstreamRequest(qn, q, p.cfg.UDPSize)}
 	p.flights[key] = f
 	p.running++
-	p.mu.Unlock()
 	p.stats.refreshes.Add(1)
-	go p.fly(f, route.Upstream, 0)
+	go p.fly(f, r.Upstream, 0)
 }
 
 type exchangeResult struct {
@@ -190,6 +245,11 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 		select {
 		case res = <-done:
 			waiting = false
+		case <-ctx.Done():
+			// An Exchanger honours its context, and returns at once; the
+			// waiters do not depend on it: the timeout and Drain's
+			// cancellation hold whatever the exchange does.
+			res, waiting = exchangeResult{err: ctx.Err()}, false
 		case <-budgetC:
 			budgetC = nil
 			p.mu.Lock()
@@ -197,7 +257,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 			ws := f.waiters
 			f.waiters = nil
 			p.mu.Unlock()
-			for _, w := range ws {
+			for _, w := range udpFirst(ws) {
 				p.replyStaleOr(w, dns.RcodeServerFailure)
 				p.release(w)
 			}
@@ -222,7 +282,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 	ws := f.waiters
 	f.waiters = nil
 	p.mu.Unlock()
-	for _, w := range ws {
+	for _, w := range udpFirst(ws) {
 		if ok {
 			p.replyUpstream(w, res.resp)
 		} else {
@@ -230,6 +290,23 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 		}
 		p.release(w)
 	}
+}
+
+// udpFirst orders a flight's waiters, which it owns, UDP first: a UDP
+// answer is one datagram sent at once, while a TCP answer is copied into
+// its connection's queue (the responder never lets a reply wait on a
+// client reading, but the UDP clients need not wait for the copies).
+func udpFirst(ws []*waiter) []*waiter {
+	slices.SortStableFunc(ws, func(a, b *waiter) int {
+		switch {
+		case a.udp == b.udp:
+			return 0
+		case a.udp:
+			return -1
+		}
+		return 1
+	})
+	return ws
 }
 
 // insert caches an upstream reply under the key it was asked for. The
@@ -252,6 +329,7 @@ func (p *Pipeline) insert(f *flight, resp *dns.Msg) {
 func (p *Pipeline) release(w *waiter) {
 	p.mu.Lock()
 	p.waiting--
+	p.waitingBytes -= waiterCost(w)
 	if n := p.perClient[w.client] - 1; n > 0 {
 		p.perClient[w.client] = n
 	} else {
@@ -260,32 +338,37 @@ func (p *Pipeline) release(w *waiter) {
 	p.mu.Unlock()
 }
 
-// keyOf returns the flight key of a parsed query on route r.
-func keyOf(r *Route, req *dns.Msg) flightKey {
-	q := req.Question[0]
-	k := flightKey{route: r, name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass, cd: req.CheckingDisabled}
-	if opt := req.IsEdns0(); opt != nil {
-		k.do = opt.Do()
-	}
-	return k
+// keyOf returns the flight key of the query q on route r.
+func keyOf(r *Route, q *wire.Query) flightKey {
+	var lower [wire.MaxNameLen]byte
+	n := wire.LowerName(lower[:], q.QName)
+	return flightKey{route: r, name: string(lower[:n]), qtype: q.QType, qclass: q.QClass,
+		do: q.EDNS && q.DO, cd: q.Flags&wire.FlagCD != 0}
 }
 
-// upstreamRequest is the query sent upstream for a client's req: same
-// question (0x20 case kept, as CoreDNS's forward does), RD and CD, and an
-// OPT of our own carrying the client's DO bit. The client's other EDNS
-// options (cookies, NSID, padding) are between it and us.
-func upstreamRequest(req *dns.Msg, udpSize uint16) *dns.Msg {
+// question is q's question as miekg/dns has it, the client's 0x20 case
+// kept.
+func question(q *wire.Query) (dns.Question, error) {
+	name, _, err := dns.UnpackDomainName(q.QName, 0)
+	if err != nil {
+		return dns.Question{}, fmt.Errorf("question name: %w", err)
+	}
+	return dns.Question{Name: name, Qtype: q.QType, Qclass: q.QClass}, nil
+}
+
+// upstreamRequest is the query sent upstream for a client's query q,
+// whose question is qn: same question (0x20 case kept, as CoreDNS's
+// forward does), RD and CD, and an OPT of our own carrying the client's DO
+// bit. The client's other EDNS options (cookies, NSID, padding) are
+// between it and us.
+func upstreamRequest(qn dns.Question, q *wire.Query, udpSize uint16) *dns.Msg {
 	up := new(dns.Msg)
 	up.Id = dns.Id()
 	up.Opcode = dns.OpcodeQuery
-	up.RecursionDesired = req.RecursionDesired
-	up.CheckingDisabled = req.CheckingDisabled
-	up.Question = []dns.Question{req.Question[0]}
-	do := false
-	if opt := req.IsEdns0(); opt != nil {
-		do = opt.Do()
-	}
-	up.SetEdns0(udpSize, do)
+	up.RecursionDesired = q.Flags&wire.FlagRD != 0
+	up.CheckingDisabled = q.Flags&wire.FlagCD != 0
+	up.Question = []dns.Question{qn}
+	up.SetEdns0(udpSize, q.EDNS && q.DO)
 	return up
 }
 

@@ -15,13 +15,17 @@ var (
 		"Idle TCP connections closed to admit a new one at the connection cap.", nil, nil)
 	descTCPRejected = prometheus.NewDesc("dnsstandby_tcp_connections_rejected_total",
 		"TCP connections closed at once because every connection at the cap was busy.", nil, nil)
+	descTCPOversized = prometheus.NewDesc("dnsstandby_tcp_oversized_queries_total",
+		"TCP connections closed because a query's length was over 512 bytes, longer than any DNS query.", nil, nil)
+	descTCPWriteOverflows = prometheus.NewDesc("dnsstandby_tcp_write_overflows_total",
+		"TCP connections closed because the answers waiting to be written to them passed the queue's bound: a client not reading its answers.", nil, nil)
 	descTCPOpen = prometheus.NewDesc("dnsstandby_tcp_connections",
 		"Open TCP connections.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (s *Server) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUDPTruncated, descUDPSendFailures, descUDPReadErrors, descTCPAccepted, descTCPEvicted, descTCPRejected, descTCPOpen} {
+	for _, d := range []*prometheus.Desc{descUDPTruncated, descUDPSendFailures, descUDPReadErrors, descTCPAccepted, descTCPEvicted, descTCPRejected, descTCPOversized, descTCPWriteOverflows, descTCPOpen} {
 		ch <- d
 	}
 }
@@ -38,5 +42,7 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	counter(descTCPAccepted, st.tcpAccepted.Load())
 	counter(descTCPEvicted, st.tcpEvicted.Load())
 	counter(descTCPRejected, st.tcpRejected.Load())
+	counter(descTCPOversized, st.tcpOversized.Load())
+	counter(descTCPWriteOverflows, st.tcpWriteOverflows.Load())
 	ch <- prometheus.MustNewConstMetric(descTCPOpen, prometheus.GaugeValue, float64(st.tcpOpen.Load()))
 }

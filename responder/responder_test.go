@@ -3,12 +3,14 @@ package responder
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/pipeline"
+	"github.com/dnsstandby/dnsstandby/wire"
 )
 
 // tableUpstream answers A queries for names under "example." with
@@ -230,6 +233,7 @@ func TestListen(t *testing.T) {
 		{"zero TCP read", func(c *Config) { c.TCPRead = 0 }, "responder: TCPRead must be positive, got 0s"},
 		{"zero TCP write", func(c *Config) { c.TCPWrite = 0 }, "responder: TCPWrite must be positive, got 0s"},
 		{"zero TCP pipeline", func(c *Config) { c.TCPPipeline = 0 }, "responder: TCPPipeline must be positive, got 0"},
+		{"zero TCP write queue", func(c *Config) { c.TCPWriteQueue = 0 }, "responder: TCPWriteQueue must be positive, got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -367,6 +371,147 @@ func TestTCPTimeoutsAndCap(t *testing.T) {
 			t.Fatal("no idle connection was evicted")
 		}
 	})
+}
+
+// TestTCPQueryLength: a query of wire.MaxQueryLen bytes is answered; a
+// connection announcing a longer one is closed before its body is read,
+// whatever follows, and counted.
+func TestTCPQueryLength(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, nil)
+	// padded is a query for name padded with EDNS padding to size bytes.
+	padded := func(name string, size int) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_PADDING{Padding: make([]byte, size-m.Len()-4)}}
+		b, err := m.Pack()
+		if err != nil || len(b) != size {
+			t.Fatalf("pack %d bytes: %d, %v", size, len(b), err)
+		}
+		return b
+	}
+	tests := []struct {
+		name       string
+		length     int    // the length prefix sent
+		body       []byte // what follows it
+		wantAnswer bool
+	}{
+		{"512 bytes", wire.MaxQueryLen, padded("at-bound.example.", wire.MaxQueryLen), true},
+		{"513 bytes", wire.MaxQueryLen + 1, padded("past-bound.example.", wire.MaxQueryLen+1), false},
+		{"65535 announced, nothing sent", 65535, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := s.stats.tcpOversized.Load()
+			c, err := net.Dial("tcp", ap.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(tt.length)), tt.body...)); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			r, err := readFramed(c)
+			switch {
+			case tt.wantAnswer && (err != nil || len(r.Answer) != 1):
+				t.Fatalf("answer %v, err %v", r, err)
+			case !tt.wantAnswer && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET):
+				t.Fatalf("got %v, err %v; want the connection closed", r, err)
+			}
+			want := before
+			if !tt.wantAnswer {
+				want++
+			}
+			if got := s.stats.tcpOversized.Load(); got != want {
+				t.Errorf("oversized counter %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestTCPSendNeverWaits: answers for a client that does not read are
+// handed over without waiting — the flight answering them goes on to its
+// other clients — and past TCPWriteQueue the connection is closed with
+// what it queued, every pipeline slot given back.
+func TestTCPSendNeverWaits(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, nil)
+	ts := s.tcp[0]
+	// A connection of the test's own, whose client never reads and whose
+	// server end has a small send buffer: writes to it block at once.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.(*net.TCPConn)
+	if err := conn.SetWriteBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	tc := &tcpConn{c: conn, slots: make(chan struct{}, s.cfg.TCPPipeline), done: make(chan struct{})}
+	answer := make([]byte, 60000)
+	start := time.Now()
+	for range s.cfg.TCPPipeline {
+		tc.slots <- struct{}{} // as the reader takes one for each query
+		ts.send(tc, answer, nil)
+	}
+	if took := time.Since(start); took > time.Second/2 {
+		t.Errorf("%d answers handed over in %s: send waited on the client", s.cfg.TCPPipeline, took)
+	}
+	tc.writer.Wait()
+	tc.mu.Lock()
+	closed := tc.closed
+	tc.mu.Unlock()
+	if !closed || len(tc.slots) != 0 || s.stats.tcpWriteOverflows.Load() != 1 {
+		t.Errorf("closed %v, %d slots held, %d overflows; want closed, none held, 1", closed, len(tc.slots), s.stats.tcpWriteOverflows.Load())
+	}
+}
+
+// TestTCPPipelineAnswered: a client that reads gets every answer to a
+// full pipeline of queries, hits and misses mixed: the write queue's
+// bound is no bound on a client that reads.
+func TestTCPPipelineAnswered(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{delay: 20 * time.Millisecond}, nil)
+	for i := range 8 {
+		exchange(t, "tcp", ap, fmt.Sprintf("hit%d.example.", i))
+	}
+	c, err := net.Dial("tcp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 200 // some 6 KB of queries, written before any answer is read
+	for i := range n {
+		name := fmt.Sprintf("miss%d.example.", i)
+		if i%2 == 0 {
+			name = fmt.Sprintf("hit%d.example.", i%8)
+		}
+		writeFramed(t, c, name, uint16(i))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	seen := map[uint16]bool{}
+	for range n {
+		r, err := readFramed(c)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", len(seen), err)
+		}
+		seen[r.Id] = true
+	}
+	if len(seen) != n || s.stats.tcpWriteOverflows.Load() != 0 {
+		t.Errorf("%d distinct answers, %d overflows; want %d and none", len(seen), s.stats.tcpWriteOverflows.Load(), n)
+	}
 }
 
 func TestShutdownAnswersInflight(t *testing.T) {

@@ -59,6 +59,11 @@ type Config struct {
 	// TCPPipeline caps the queries one connection may have in flight.
 	// Must be positive.
 	TCPPipeline int
+	// TCPWriteQueue caps the bytes of answers one connection may have
+	// waiting while an earlier answer is being written to it; an answer
+	// past it closes the connection (its client is not reading). An
+	// answer of any size is taken when nothing waits. Must be positive.
+	TCPWriteQueue int
 
 	// Logger is tagged component=responder; nil discards.
 	Logger *slog.Logger
@@ -82,6 +87,10 @@ func DefaultConfig() Config {
 		TCPRead:     2 * time.Second,
 		TCPWrite:    2 * time.Second,
 		TCPPipeline: 32,
+		// A pipeline's worth (32) of 2 KB answers: a client that reads
+		// never comes near it; with the cap on connections, it bounds
+		// what clients that do not read can make us hold.
+		TCPWriteQueue: 64 << 10,
 	}
 }
 
@@ -125,6 +134,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("TCPWrite must be positive, got %s", c.TCPWrite)
 	case c.TCPPipeline <= 0:
 		return fmt.Errorf("TCPPipeline must be positive, got %d", c.TCPPipeline)
+	case c.TCPWriteQueue <= 0:
+		return fmt.Errorf("TCPWriteQueue must be positive, got %d", c.TCPWriteQueue)
 	}
 	return nil
 }
@@ -314,5 +325,7 @@ type serverStats struct {
 	tcpAccepted         atomic.Uint64
 	tcpEvicted          atomic.Uint64
 	tcpRejected         atomic.Uint64
+	tcpOversized        atomic.Uint64
+	tcpWriteOverflows   atomic.Uint64
 	tcpOpen             atomic.Int64
 }

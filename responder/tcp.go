@@ -39,10 +39,25 @@ type tcpServer struct {
 type tcpConn struct {
 	c          *net.TCPConn
 	client     netip.AddrPort
-	writeMu    sync.Mutex    // one answer at a time on the wire
 	inflight   atomic.Int32  // queries handed to the pipeline, not yet answered
 	lastActive atomic.Int64  // unix ns of the last query or answer
-	slots      chan struct{} // one token per query in flight: the pipeline cap
+	slots      chan struct{} // one token per query not yet answered on the wire: the pipeline cap
+	// in holds the query being handled: the pipeline keeps nothing of it
+	// once Answer or Resolve returns, so one buffer serves them all.
+	in [wire.MaxQueryLen]byte
+
+	// Answers go out through a queue, so that no one who answers waits
+	// on this client reading: a flight answering many clients hands each
+	// its answer and moves on (see send).
+	mu      sync.Mutex // guards following
+	queue   [][]byte   // framed answers waiting to be written
+	queued  int        // their bytes
+	writing bool       // a goroutine is writing: the reader, or writer
+	closed  bool
+	done    chan struct{} // closed by shut
+	// writer is the goroutine send starts for answers that come while
+	// the reader is not writing; serve waits for it.
+	writer sync.WaitGroup
 }
 
 func newTCPServer(s *Server, ln *net.TCPListener, pipe *pipeline.Pipeline) *tcpServer {
@@ -75,7 +90,7 @@ func (t *tcpServer) acceptLoop() {
 		}
 		backoff = 0
 		t.s.stats.tcpAccepted.Add(1)
-		tc := &tcpConn{c: c, slots: make(chan struct{}, t.s.cfg.TCPPipeline)}
+		tc := &tcpConn{c: c, slots: make(chan struct{}, t.s.cfg.TCPPipeline), done: make(chan struct{})}
 		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
 			tc.client = ap
 		}
@@ -112,7 +127,7 @@ func (t *tcpServer) admit(tc *tcpConn) bool {
 			return false
 		}
 		delete(t.conns, idlest)
-		_ = idlest.c.Close() // its handler sees the error and exits
+		idlest.shut() // its handler sees the error and exits
 		t.s.stats.tcpEvicted.Add(1)
 	}
 	t.conns[tc] = struct{}{}
@@ -131,7 +146,8 @@ func (t *tcpServer) forget(tc *tcpConn) {
 // sends something that is not DNS.
 func (t *tcpServer) serve(tc *tcpConn) {
 	defer t.forget(tc)
-	defer tc.c.Close()
+	defer tc.writer.Wait()
+	defer tc.shut()
 	cfg := &t.s.cfg
 	var lenBuf [2]byte
 	for {
@@ -149,30 +165,39 @@ func (t *tcpServer) serve(tc *tcpConn) {
 		if n < wire.HeaderLen {
 			return // not DNS; nothing sensible to answer
 		}
-		msg := make([]byte, n)
+		if n > wire.MaxQueryLen {
+			// Longer than any query: padding, sent to make us hold it.
+			// Closing costs a legitimate client nothing it could have
+			// had from LocalDNS over UDP.
+			t.s.stats.tcpOversized.Add(1)
+			return
+		}
+		msg := tc.in[:n]
 		if _, err := io.ReadFull(tc.c, msg); err != nil {
 			return
 		}
 		tc.lastActive.Store(time.Now().UnixNano())
 
 		// Cap the queries in flight on this connection: stop reading
-		// until one completes.
-		tc.slots <- struct{}{}
+		// until one is answered.
+		select {
+		case tc.slots <- struct{}{}:
+		case <-tc.done:
+			return
+		}
 		bp := t.bufs.Get().(*[]byte)
 		w := <-t.workers
 		k, act := w.Answer((*bp)[2:], msg, false)
 		t.workers <- w
 		switch act {
 		case pipeline.Reply:
-			t.write(tc, (*bp)[2:2+k], bp)
-			<-tc.slots
+			t.send(tc, (*bp)[2:2+k], bp)
 		case pipeline.Resolve:
 			t.bufs.Put(bp)
 			tc.inflight.Add(1)
 			t.pipe.Resolve(msg, tc.client, false, func(reply []byte) {
-				t.write(tc, reply, nil)
+				t.send(tc, reply, nil)
 				tc.inflight.Add(-1)
-				<-tc.slots
 			})
 		default:
 			t.bufs.Put(bp)
@@ -181,26 +206,134 @@ func (t *tcpServer) serve(tc *tcpConn) {
 	}
 }
 
-// write frames and sends one answer. If framed is non-nil, the answer
-// already sits at (*framed)[2:] and framed goes back to the pool.
-func (t *tcpServer) write(tc *tcpConn, answer []byte, framed *[]byte) {
-	var out []byte
-	if framed != nil {
-		out = (*framed)[:2+len(answer)]
-		defer t.bufs.Put(framed)
-	} else {
-		out = make([]byte, 2+len(answer))
-		copy(out[2:], answer)
+// send puts one answer on the wire, or on its way there, without ever
+// waiting for the client to read: a flight answering many clients calls
+// it for each in turn, and one client that does not read must not delay
+// the others (nor shutdown). If the answer sits framed in the pool
+// buffer framed ((*framed)[2:]), send is called by the reader; else by a
+// flight, and answer is copied.
+//
+// Whoever finds nobody writing writes: the reader at once, on its own
+// goroutine (a client that does not read stops its own reads, no one
+// else's); a flight through a writer goroutine it starts. Others queue
+// a copy. The queue holds at most TCPWriteQueue bytes besides what is
+// being written, and an answer is always taken into an empty one: past
+// that the client is not reading, and the connection is closed with
+// what it queued.
+func (t *tcpServer) send(tc *tcpConn, answer []byte, framed *[]byte) {
+	tc.mu.Lock()
+	if tc.closed {
+		tc.mu.Unlock()
+		if framed != nil {
+			t.bufs.Put(framed)
+		}
+		<-tc.slots
+		return
 	}
+	if !tc.writing && framed != nil {
+		tc.writing = true
+		tc.mu.Unlock()
+		out := (*framed)[:2+len(answer)]
+		binary.BigEndian.PutUint16(out, uint16(len(answer)))
+		err := t.write(tc, [][]byte{out})
+		t.bufs.Put(framed)
+		t.wrote(tc, 1, err)
+		t.flush(tc)
+		return
+	}
+	n := 2 + len(answer)
+	if tc.queued > 0 && tc.queued+n > t.s.cfg.TCPWriteQueue {
+		tc.mu.Unlock()
+		if framed != nil {
+			t.bufs.Put(framed)
+		}
+		<-tc.slots
+		t.s.stats.tcpWriteOverflows.Add(1)
+		tc.shut()
+		return
+	}
+	out := make([]byte, n)
 	binary.BigEndian.PutUint16(out, uint16(len(answer)))
-	tc.writeMu.Lock()
-	defer tc.writeMu.Unlock()
+	copy(out[2:], answer)
+	if framed != nil {
+		t.bufs.Put(framed)
+	}
+	tc.queue = append(tc.queue, out)
+	tc.queued += n
+	if !tc.writing {
+		tc.writing = true
+		tc.writer.Add(1) // before shut, which sets closed under mu: serve waits after
+		go func() {
+			defer tc.writer.Done()
+			t.flush(tc)
+		}()
+	}
+	tc.mu.Unlock()
+}
+
+// flush writes what is queued until the queue is empty or the connection
+// closes, then gives up writing. The caller set tc.writing.
+func (t *tcpServer) flush(tc *tcpConn) {
+	for {
+		tc.mu.Lock()
+		batch := tc.queue
+		tc.queue, tc.queued = nil, 0
+		if len(batch) == 0 || tc.closed {
+			tc.writing = false
+			tc.mu.Unlock()
+			return
+		}
+		tc.mu.Unlock()
+		if err := t.write(tc, batch); err != nil {
+			t.wrote(tc, len(batch), err)
+			tc.mu.Lock()
+			tc.writing = false
+			tc.mu.Unlock()
+			return
+		}
+		t.wrote(tc, len(batch), nil)
+	}
+}
+
+// write sends framed answers with one system call (writev), within the
+// write timeout.
+func (t *tcpServer) write(tc *tcpConn, frames [][]byte) error {
 	_ = tc.c.SetWriteDeadline(time.Now().Add(t.s.cfg.TCPWrite))
-	if _, err := tc.c.Write(out); err != nil {
-		_ = tc.c.Close() // a client that does not read its answers goes
+	bufs := net.Buffers(frames)
+	_, err := bufs.WriteTo(tc.c)
+	return err
+}
+
+// wrote ends n answers' claim on the connection's pipeline; after err,
+// the connection closes: a client that does not read its answers goes.
+func (t *tcpServer) wrote(tc *tcpConn, n int, err error) {
+	for range n {
+		<-tc.slots
+	}
+	if err != nil {
+		tc.shut()
 		return
 	}
 	tc.lastActive.Store(time.Now().UnixNano())
+}
+
+// shut closes the connection and drops the answers queued for it; answers
+// that come later are dropped too. It is safe to call more than once.
+func (tc *tcpConn) shut() {
+	tc.mu.Lock()
+	if tc.closed {
+		tc.mu.Unlock()
+		return
+	}
+	tc.closed = true
+	dropped := len(tc.queue)
+	tc.queue, tc.queued = nil, 0
+	close(tc.done)
+	tc.mu.Unlock()
+	for range dropped {
+		<-tc.slots
+	}
+	_ = tc.c.Close()
 }
 
 // stopAccepting stops the accept loop but leaves the listener open: it
@@ -223,7 +356,7 @@ func (t *tcpServer) stopped() bool {
 func (t *tcpServer) closeConns() {
 	t.mu.Lock()
 	for c := range t.conns {
-		_ = c.c.Close()
+		c.shut()
 	}
 	t.mu.Unlock()
 	t.handlers.Wait()

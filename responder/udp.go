@@ -73,15 +73,15 @@ func (l *udpLoop) run() {
 	}
 }
 
-// resolve passes a miss to the pipeline; msg is copied, as the batch's
-// buffer is reused.
+// resolve passes a miss to the pipeline, which reads msg (the batch's
+// buffer) during the call only.
 func (l *udpLoop) resolve(msg []byte, src netip.AddrPort) {
 	if !src.IsValid() {
 		return
 	}
 	conn := l.conn
 	stats := &l.s.stats
-	l.pipe.Resolve(append([]byte(nil), msg...), src, true, func(reply []byte) {
+	l.pipe.Resolve(msg, src, true, func(reply []byte) {
 		if _, err := conn.WriteToUDPAddrPort(reply, src); err != nil {
 			stats.udpSendFailures.Add(1)
 		}

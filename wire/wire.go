@@ -29,6 +29,7 @@ const (
 // Resource record types and option codes the hot path looks at.
 const (
 	TypeOPT    uint16 = 41
+	TypeTSIG   uint16 = 250
 	OptionNSID uint16 = 3
 )
 
@@ -39,6 +40,18 @@ const (
 	MaxMsgLen = 65535
 	// MinUDPSize is the payload every client can take, with or without EDNS.
 	MinUDPSize = 512
+	// MaxQueryLen is the longest query read, over either transport.
+	// LocalDNS reads no more of a UDP query (miekg/dns's server reads a
+	// datagram into a buffer of its default UDPSize, 512, and parses
+	// what fits), so no pod's resolver can depend on sending more, and a
+	// client that falls back to TCP repeats the query it sent over UDP.
+	// The largest query a stub builds fits: a header, a 255-byte name
+	// and its type and class (271 bytes), an OPT with a cookie (44), a
+	// client subnet (24), NSID and padding to a multiple of 128 bytes
+	// (RFC 8467) comes to 384; a TSIG with common names adds about 130.
+	// Anything longer is padding, and padding is what a hostile query
+	// uses to cost a server memory.
+	MaxQueryLen = 512
 )
 
 var (
@@ -71,6 +84,15 @@ type Query struct {
 	UDPSize     uint16 // payload size the OPT advertised, as sent
 	DO          bool   // DNSSEC OK
 	NSID        bool   // the OPT asked for the server's NSID
+
+	// Stray counts the records a query has no use for: every answer and
+	// authority record, and every additional record but the OPT and a
+	// TSIG that comes last (RFC 8945 §5.1). A server never needs them to
+	// answer, and a resolver that parses them hands a client a lever on
+	// its memory: miekg/dns unpacks each 2-byte compression pointer in
+	// them into a string of the whole name it points to. (For a
+	// response, Stray counts its records; only queries are judged by it.)
+	Stray int
 }
 
 // Opcode returns the query's opcode (0 is QUERY).
@@ -137,8 +159,8 @@ func ParseHeader(msg []byte) (id, flags uint16, err error) {
 }
 
 // ParseQuery fills q from msg. It reads the header and the question, skips
-// any answer and authority records, and reads the OPT record if present.
-// It does not allocate. On ErrFormat and ErrQuestionCount, q.ID and q.Flags
+// any answer and authority records, and reads the OPT record if present;
+// q.Stray counts the other records. It does not allocate. On ErrFormat and ErrQuestionCount, q.ID and q.Flags
 // are still set so that the caller can answer.
 func ParseQuery(msg []byte, q *Query) error {
 	id, flags, err := ParseHeader(msg)
@@ -171,12 +193,21 @@ func ParseQuery(msg []byte, q *Query) error {
 			return err
 		}
 	}
+	q.Stray = an + ns
 	for i := 0; i < ar; i++ {
 		start := off
 		if off, err = skipRR(msg, off); err != nil {
 			return err
 		}
-		if rrType(msg, start) != TypeOPT {
+		switch rrType(msg, start) {
+		case TypeOPT:
+		case TypeTSIG:
+			if i != ar-1 {
+				q.Stray++
+			}
+			continue
+		default:
+			q.Stray++
 			continue
 		}
 		if q.EDNS {

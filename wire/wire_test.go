@@ -108,7 +108,7 @@ func TestParseQuery(t *testing.T) {
 				return packMsg(t, m)
 			},
 			check: func(t *testing.T, q *Query) {
-				if !q.EDNS || !q.DO || q.UDPSize != 4096 {
+				if !q.EDNS || !q.DO || q.UDPSize != 4096 || q.Stray != 1 {
 					t.Errorf("got %+v", q)
 				}
 			},
@@ -196,6 +196,52 @@ func TestParseQuery(t *testing.T) {
 	}
 }
 
+// TestParseQueryStray: Stray counts the records a query has no use for —
+// answer and authority records, additional records other than the OPT and
+// a final TSIG — and nothing else.
+func TestParseQueryStray(t *testing.T) {
+	rr := func(s string) dns.RR {
+		r, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := rr("a.example. 60 IN A 192.0.2.1")
+	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+	tsig := &dns.TSIG{Hdr: dns.RR_Header{Name: "key.", Rrtype: dns.TypeTSIG, Class: dns.ClassANY},
+		Algorithm: dns.HmacSHA256, Fudge: 300, MACSize: 4, MAC: "01020304"}
+	tests := []struct {
+		name       string
+		an, ns, ar []dns.RR
+		want       int
+	}{
+		{"question only", nil, nil, nil, 0},
+		{"OPT", nil, nil, []dns.RR{opt}, 0},
+		{"TSIG", nil, nil, []dns.RR{tsig}, 0},
+		{"OPT then TSIG", nil, nil, []dns.RR{opt, tsig}, 0},
+		{"TSIG not last", nil, nil, []dns.RR{tsig, opt}, 1},
+		{"an answer", []dns.RR{a}, nil, nil, 1},
+		{"an authority record", nil, []dns.RR{a}, []dns.RR{opt}, 1},
+		{"an additional A", nil, nil, []dns.RR{a}, 1},
+		{"OPT and an additional A", nil, nil, []dns.RR{opt, a}, 1},
+		{"one of each", []dns.RR{a}, []dns.RR{a}, []dns.RR{a, opt}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newQuery("a.example.", dns.TypeA)
+			m.Answer, m.Ns, m.Extra = tt.an, tt.ns, tt.ar
+			var q Query
+			if err := ParseQuery(packMsg(t, m), &q); err != nil {
+				t.Fatal(err)
+			}
+			if q.Stray != tt.want {
+				t.Errorf("Stray = %d, want %d", q.Stray, tt.want)
+			}
+		})
+	}
+}
+
 // header returns a query header with the given counts and ID 0x0101.
 func header(qd, an, ar byte) []byte {
 	return []byte{1, 1, 1, 0, 0, qd, 0, an, 0, 0, 0, ar}
@@ -265,7 +311,7 @@ func TestParseQueryAllocs(t *testing.T) {
 }
 
 // FuzzParseQuery checks ParseQuery never panics and agrees with miekg/dns
-// on every message both accept.
+// on every message both accept: question, OPT and stray records.
 func FuzzParseQuery(f *testing.F) {
 	m := newQuery("WwW.example.", dns.TypeA)
 	f.Add(packMsg(f, m))
@@ -273,6 +319,10 @@ func FuzzParseQuery(f *testing.F) {
 	m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
 	f.Add(packMsg(f, m))
 	f.Add(append(header(1, 0, 0), 0xc0, 12, 0, 1, 0, 1))
+	rr, _ := dns.NewRR("www.example. 60 IN A 192.0.2.1")
+	m.Answer = []dns.RR{rr}
+	m.Extra = append(m.Extra, rr)
+	f.Add(packMsg(f, m))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var q Query
 		if err := ParseQuery(raw, &q); err != nil {
@@ -299,6 +349,21 @@ func FuzzParseQuery(f *testing.F) {
 		}
 		if opt != nil && (opt.UDPSize() != q.UDPSize || opt.Do() != q.DO || opt.Version() != q.EDNSVersion) {
 			t.Fatalf("OPT differs: %+v vs %v", q, opt)
+		}
+		stray := len(m.Answer) + len(m.Ns)
+		for i, rr := range m.Extra {
+			switch rr.Header().Rrtype {
+			case dns.TypeOPT:
+			case dns.TypeTSIG:
+				if i != len(m.Extra)-1 {
+					stray++
+				}
+			default:
+				stray++
+			}
+		}
+		if stray != q.Stray {
+			t.Fatalf("Stray %d, miekg/dns's sections make it %d", q.Stray, stray)
 		}
 	})
 }
