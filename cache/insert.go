@@ -140,14 +140,11 @@ func (c *Cache) InsertMirror(resp []byte) error {
 // insert. It does not allocate.
 func (c *Cache) mirrorFacts(msg []byte, qend int) (do bool, sum uint32) {
 	counts := [3]int{int(binary.BigEndian.Uint16(msg[6:])), int(binary.BigEndian.Uint16(msg[8:])), int(binary.BigEndian.Uint16(msg[10:]))}
-	// rcode, then per section: records counted and the sum of their hashes.
-	var acc [1 + 2*3]uint64
-	acc[0] = uint64(binary.BigEndian.Uint16(msg[2:]) & wire.RcodeMask)
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	var name [wire.MaxNameLen]byte
+	qname := msg[wire.HeaderLen : qend-4]
+	h := uint64(binary.BigEndian.Uint16(msg[2:]) & wire.RcodeMask)
 	off := qend
 	for sec, n := range counts {
+		var records, hashes uint64 // the section's records, and the sum of their hashes
 		for range n {
 			next, ttlOff, err := wire.SkipRR(msg, off)
 			if err != nil {
@@ -160,24 +157,86 @@ func (c *Cache) mirrorFacts(msg []byte, qend int) (do bool, sum uint32) {
 			case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
 				do = do || sec < 2
 			}
-			h.Reset()
-			if k, ok := canonicalName(&name, msg, off); ok {
-				h.Write(name[:k])
-			} else {
-				h.Write(msg[off : ttlOff-4]) // a bad pointer: as sent
-			}
-			h.Write(msg[ttlOff-4 : ttlOff]) // type, class
-			h.Write(msg[ttlOff+4 : next])   // RDLENGTH, RDATA
-			acc[1+2*sec]++
-			acc[2+2*sec] += h.Sum64()
+			records++
+			hashes += c.rrHash(msg, qname, off, ttlOff, next)
 			off = next
 		}
+		h = mix(mix(h, records), hashes)
 	}
-	var b [len(acc) * 8]byte
-	for i, v := range acc {
-		binary.LittleEndian.PutUint64(b[8*i:], v)
+	return do, max(uint32(h^h>>32), 1)
+}
+
+// mix folds v into h (a multiply-xorshift step; the hashes it folds are
+// seeded already, so it need not be).
+func mix(h, v uint64) uint64 {
+	h = (h ^ v) * 0x9e3779b97f4a7c15
+	return h ^ h>>29
+}
+
+// ownerIsQName stands for an owner name that is the question's: no name
+// in wire format starts with 0xff (a label is at most 63 bytes).
+var ownerIsQName = []byte{0xff}
+
+// rrHash hashes the record from off to next in msg, whose TTL is at
+// ttlOff: its owner name (decompressed, lower-cased), type, class,
+// RDLENGTH and RDATA. The owner is most often a pointer to the question,
+// or the question's name itself: one byte stands for both, so that only
+// other owners are decompressed.
+func (c *Cache) rrHash(msg, qname []byte, off, ttlOff, next int) uint64 {
+	owner := msg[off : ttlOff-4]
+	if !(len(owner) == 2 && owner[0] == 0xc0 && owner[1] == wire.HeaderLen) && !bytes.Equal(owner, qname) {
+		return c.rrHashOwner(msg, qname, off, ttlOff, next)
 	}
-	return do, max(uint32(maphash.Bytes(c.seed, b[:])), 1)
+	return c.hashRR(ownerIsQName, msg[ttlOff-4:ttlOff], msg[ttlOff+4:next])
+}
+
+// rrHashOwner is rrHash for an owner name other than the question's
+// bytes: its own function, so that the name's buffer costs only here.
+func (c *Cache) rrHashOwner(msg, qname []byte, off, ttlOff, next int) uint64 {
+	var name [wire.MaxNameLen]byte
+	owner := msg[off : ttlOff-4] // a bad pointer: as sent
+	if n, ok := canonicalName(&name, msg, off); ok {
+		owner = name[:n]
+		if equalFold(owner, qname) { // the question's, in another case
+			owner = ownerIsQName
+		}
+	}
+	return c.hashRR(owner, msg[ttlOff-4:ttlOff], msg[ttlOff+4:next])
+}
+
+// hashRR hashes a record's canonical owner, type and class, and RDLENGTH
+// with RDATA: a function of those bytes alone, in one call when they are
+// short, as most are.
+func (c *Cache) hashRR(owner, typeClass, rdata []byte) uint64 {
+	var buf [64]byte
+	if len(owner)+len(typeClass)+len(rdata) > len(buf) {
+		return mix(mix(maphash.Bytes(c.seed, owner), maphash.Bytes(c.seed, rdata)), uint64(binary.BigEndian.Uint32(typeClass)))
+	}
+	k := copy(buf[:], owner)
+	k += copy(buf[k:], typeClass)
+	k += copy(buf[k:], rdata)
+	return maphash.Bytes(c.seed, buf[:k])
+}
+
+// equalFold reports whether the wire names a and b are equal, ASCII
+// letters compared without case.
+func equalFold(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // canonicalName writes the name at off in msg into dst with compression

@@ -384,3 +384,44 @@ func TestInsertMirrorRepeatNoAllocs(t *testing.T) {
 		t.Errorf("%d entries still on probation after their repeat", st.Probation)
 	}
 }
+
+// TestCanonicalName: owner names are read through compression pointers
+// and lower-cased; what does not read as a name is refused, pointer loops
+// included.
+func TestCanonicalName(t *testing.T) {
+	// A header's worth of zeros, then "Www.Example." at 12 and names after.
+	msg := append(make([]byte, 12), []byte("\x03Www\x07Example\x00")...)
+	msg = append(msg, 0xc0, 16)         // 25: pointer to "Example."
+	msg = append(msg, 1, 'A', 0xc0, 12) // 27: "A" + pointer to "Www.Example."
+	msg = append(msg, 0xc0, 31)         // 31: pointer to itself
+	msg = append(msg, 0xc0, 0xff)       // 33: pointer past the end
+	msg = append(msg, 64)               // 35: a label length over 63
+	long := append([]byte(nil), msg...) // a chain of labels past 255 bytes
+	for range 5 {
+		long = append(long, 63)
+		long = append(long, bytes.Repeat([]byte{'x'}, 63)...)
+	}
+	long = append(long, 0)
+	tests := []struct {
+		name string
+		msg  []byte
+		off  int
+		want string // "" : refused
+	}{
+		{"plain, upper case", msg, 12, "\x03www\x07example\x00"},
+		{"pointer", msg, 25, "\x07example\x00"},
+		{"label then pointer", msg, 27, "\x01a\x03www\x07example\x00"},
+		{"pointer loop", msg, 31, ""},
+		{"pointer past the end", msg, 33, ""},
+		{"label too long", msg, 35, ""},
+		{"name too long", long, len(msg), ""},
+		{"past the end", msg, len(msg), ""},
+	}
+	for _, tt := range tests {
+		var dst [wire.MaxNameLen]byte
+		n, ok := canonicalName(&dst, tt.msg, tt.off)
+		if got := string(dst[:n]); ok != (tt.want != "") || got != tt.want {
+			t.Errorf("%s: %q, %v; want %q", tt.name, got, ok, tt.want)
+		}
+	}
+}
