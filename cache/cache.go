@@ -48,6 +48,25 @@ type Config struct {
 	StaleTTL  time.Duration
 	StaleMode StaleMode
 
+	// MirrorMaxTTL caps how long an entry from the mirror feed
+	// (InsertMirror) stays fresh, and the TTL it is served with, below
+	// MaxTTL and MaxNegTTL and above any floor. LocalDNS's replies are
+	// taken on trust from the wire: the cap bounds how long one that was
+	// not LocalDNS's can be served fresh when LocalDNS never sends that
+	// name again (while it does, a reply that differs replaces the entry).
+	MirrorMaxTTL time.Duration
+
+	// ProbationPercent is the share, in percent (1 to 100) of each
+	// shard's MaxEntries and MaxBytes, that mirrored entries no client has
+	// been seen to use may hold. An entry from InsertMirror starts on
+	// probation unless its key is already cached; it leaves probation when
+	// Serve answers from it or LocalDNS is seen to send the same answer
+	// again. Entries on probation make room among themselves first, oldest
+	// first, and push out used entries only while those hold more than
+	// their own share (100 - ProbationPercent): so a flood of names nobody
+	// else asks cannot evict the entries clients use.
+	ProbationPercent int
+
 	// UDPSize is the payload size advertised in the OPT of answers.
 	UDPSize uint16
 	// NSID, when non-empty, is sent to clients whose query asks for it.
@@ -84,6 +103,15 @@ func DefaultConfig() Config {
 		MaxStale:   72000 * time.Second,
 		StaleTTL:   30 * time.Second,
 		StaleMode:  StaleVerify,
+		// Five minutes: longer than the TTLs of cluster names (kube-dns
+		// serves 5 to 30 s), so it changes nothing for them; an external
+		// name LocalDNS keeps for an hour is re-mirrored, or refreshed from
+		// the upstreams in hold and takeover, every five minutes.
+		MirrorMaxTTL: 300 * time.Second,
+		// A quarter of the cache for names seen once: room for a burst of
+		// new names to prove themselves, and three quarters that a flood
+		// of names nobody else asks cannot touch.
+		ProbationPercent: 25,
 		// 1232 avoids IP fragmentation on any path (DNS flag day 2020).
 		UDPSize: 1232,
 	}
@@ -118,6 +146,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MaxStale must not be negative, got %s", c.MaxStale)
 	case c.StaleTTL < 0:
 		return fmt.Errorf("StaleTTL must not be negative, got %s", c.StaleTTL)
+	case c.MirrorMaxTTL < time.Second:
+		return fmt.Errorf("MirrorMaxTTL must be at least 1s, got %s", c.MirrorMaxTTL)
+	case c.ProbationPercent < 1 || c.ProbationPercent > 100:
+		return fmt.Errorf("ProbationPercent must be 1 to 100, got %d", c.ProbationPercent)
 	case c.StaleMode != StaleVerify && c.StaleMode != StaleImmediate:
 		return fmt.Errorf("StaleMode %d is neither StaleVerify nor StaleImmediate", c.StaleMode)
 	case c.MinTTL > c.MaxTTL:
@@ -233,6 +265,16 @@ type shard struct {
 	maxEntries int
 	maxBytes   int64
 
+	// Entries on probation (entryProbation): how many, their bytes, their
+	// bounds, and the order they came in (oldest first; an entry that
+	// left probation or the cache leaves a stale reference behind, which
+	// is skipped when it comes up).
+	probEntries int
+	probBytes   int64
+	maxProb     int
+	maxProbB    int64
+	probQ       probQueue
+
 	hits, staleHits, misses, inserts, evictions atomic.Uint64
 	_                                           [64]byte // keep shards on separate cache lines
 }
@@ -275,6 +317,8 @@ func New(cfg Config) (*Cache, error) {
 		}
 		s.maxEntries = max(s.maxEntries, 1)
 		s.maxBytes = max(cfg.MaxBytes/int64(n), 1)
+		s.maxProb = max(s.maxEntries*cfg.ProbationPercent/100, 1)
+		s.maxProbB = max(s.maxBytes*int64(cfg.ProbationPercent)/100, 1)
 		// One more than the bound: the shard evicts before adding, so that
 		// it can count and account evictions itself.
 		s.lru, _ = simplelru.NewLRU[uint64, entry](s.maxEntries+1, nil)
@@ -304,6 +348,7 @@ func (c *Cache) Purge() {
 		s.mu.Lock()
 		s.lru.Purge()
 		s.bytes = 0
+		s.probEntries, s.probBytes, s.probQ = 0, 0, probQueue{}
 		s.mu.Unlock()
 	}
 }
@@ -317,15 +362,16 @@ func (c *Cache) Purge() {
 const promoteEvery = int64(time.Second)
 
 // get returns the entry stored under h, marking it recently used at most
-// once per promoteEvery.
+// once per promoteEvery, and taking it off probation the first time.
 func (s *shard) get(h uint64, now int64) (entry, bool) {
 	s.mu.RLock()
 	e, ok := s.lru.Peek(h)
 	s.mu.RUnlock()
-	if ok && now-e.used >= promoteEvery {
+	if ok && (now-e.used >= promoteEvery || e.flags&entryProbation != 0) {
 		s.mu.Lock()
 		if cur, ok := s.lru.Peek(h); ok && cur.stored == e.stored {
 			cur.used = now
+			s.confirm(&cur)
 			s.lru.Add(h, cur) // an existing key: moves to the front, evicts nothing
 		}
 		s.mu.Unlock()
@@ -333,9 +379,35 @@ func (s *shard) get(h uint64, now int64) (entry, bool) {
 	return e, ok
 }
 
-// add stores e under h, evicting least recently used entries to stay
-// within bounds. An error entry never replaces a servable answer: while
-// upstreams fail, the old answer is worth more than the failure.
+// confirm takes e, held under the write lock, off probation: a client
+// uses it.
+func (s *shard) confirm(e *entry) {
+	if e.flags&entryProbation != 0 {
+		e.flags &^= entryProbation
+		s.probEntries--
+		s.probBytes -= e.cost()
+	}
+}
+
+// account adds e (sign 1) to the shard's totals or takes it out (-1).
+func (s *shard) account(e *entry, sign int64) {
+	s.bytes += sign * e.cost()
+	if e.flags&entryProbation != 0 {
+		s.probEntries += int(sign)
+		s.probBytes += sign * e.cost()
+	}
+}
+
+// add stores e under h, evicting entries to stay within bounds. An error
+// entry never replaces a servable answer: while upstreams fail, the old
+// answer is worth more than the failure.
+//
+// An entry on probation that replaces one under the same key leaves
+// probation: its name was asked before. A new one makes room first among
+// the entries on probation, oldest first, down to their share; only then
+// are least recently used entries evicted, and at that point the used
+// ones hold more than their own share, so that entries on probation
+// never push used ones below it.
 func (s *shard) add(h uint64, e entry, staleUntil func(entry) int64, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -344,17 +416,37 @@ func (s *shard) add(h uint64, e entry, staleUntil func(entry) int64, now int64) 
 			return false
 		}
 		s.lru.Remove(h)
-		s.bytes -= old.cost()
+		s.account(&old, -1)
+		e.flags &^= entryProbation
+	}
+	if e.flags&entryProbation != 0 {
+		for s.probQ.len() > 0 && (s.probQ.len() >= s.maxProb || s.probBytes+e.cost() > s.maxProbB) {
+			s.evictProbation()
+		}
 	}
 	for s.lru.Len() > 0 && (s.lru.Len() >= s.maxEntries || s.bytes+e.cost() > s.maxBytes) {
 		_, old, _ := s.lru.RemoveOldest()
-		s.bytes -= old.cost()
+		s.account(&old, -1)
 		s.evictions.Add(1)
 	}
 	s.lru.Add(h, e)
-	s.bytes += e.cost()
+	s.account(&e, 1)
 	s.inserts.Add(1)
+	if e.flags&entryProbation != 0 {
+		s.probQ.push(probRef{h: h, stored: e.stored})
+	}
 	return true
+}
+
+// evictProbation takes the oldest reference off the probation queue and
+// evicts its entry if that is still on probation.
+func (s *shard) evictProbation() {
+	ref := s.probQ.pop()
+	if cur, ok := s.lru.Peek(ref.h); ok && cur.stored == ref.stored && cur.flags&entryProbation != 0 {
+		s.lru.Remove(ref.h)
+		s.account(&cur, -1)
+		s.evictions.Add(1)
+	}
 }
 
 // removeIf drops the entry under h if it is still the one the caller saw.
@@ -362,7 +454,44 @@ func (s *shard) removeIf(h uint64, stored int64) {
 	s.mu.Lock()
 	if old, ok := s.lru.Peek(h); ok && old.stored == stored {
 		s.lru.Remove(h)
-		s.bytes -= old.cost()
+		s.account(&old, -1)
 	}
 	s.mu.Unlock()
+}
+
+// probRef names one version of an entry: its key's hash and when it was
+// stored.
+type probRef struct {
+	h      uint64
+	stored int64
+}
+
+// probQueue holds references to entries put on probation, oldest first:
+// a ring that grows as needed.
+type probQueue struct {
+	buf     []probRef
+	head, n int
+}
+
+func (q *probQueue) len() int { return q.n }
+
+func (q *probQueue) push(r probRef) {
+	if q.n == len(q.buf) {
+		grown := make([]probRef, max(2*len(q.buf), 16))
+		for i := range q.n {
+			grown[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = grown, 0
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = r
+	q.n++
+}
+
+// pop removes and returns the oldest reference; the queue must not be
+// empty.
+func (q *probQueue) pop() probRef {
+	r := q.buf[q.head]
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	return r
 }

@@ -32,6 +32,11 @@ func TestNew(t *testing.T) {
 		{"stale ttl too large", func(c *Config) { c.StaleTTL = 1 << 62 }, "cache: StaleTTL"},
 		{"small udp size", func(c *Config) { c.UDPSize = 511 }, "cache: UDPSize must be at least 512, got 511"},
 		{"long nsid", func(c *Config) { c.NSID = strings.Repeat("x", 513) }, "cache: NSID must be at most 512 bytes, got 513"},
+		{"mirror cap under a floor", func(c *Config) { c.MirrorMaxTTL = time.Second; c.MinTTL = time.Minute }, ""},
+		{"whole cache on probation", func(c *Config) { c.ProbationPercent = 100 }, ""},
+		{"mirror cap under a second", func(c *Config) { c.MirrorMaxTTL = 0 }, "cache: MirrorMaxTTL must be at least 1s, got 0s"},
+		{"no probation share", func(c *Config) { c.ProbationPercent = 0 }, "cache: ProbationPercent must be 1 to 100, got 0"},
+		{"probation share over 100", func(c *Config) { c.ProbationPercent = 101 }, "cache: ProbationPercent must be 1 to 100, got 101"},
 		{"three shards", func(c *Config) { c.Shards = 3 }, "cache: Shards must be 0 or a power of two, got 3"},
 		{"negative shards", func(c *Config) { c.Shards = -2 }, "cache: Shards must be 0 or a power of two, got -2"},
 	}

@@ -19,17 +19,26 @@ import (
 // offsets point at every RR's TTL field so that a hit patches them without
 // parsing. data is never modified after the entry is built.
 type entry struct {
-	data   []byte
-	klen   uint16
-	mlen   uint16
-	ttl    uint32 // the TTL every RR is served with when fresh, before aging
-	flags  uint8
+	data  []byte
+	klen  uint16
+	mlen  uint16
+	ttl   uint32 // the TTL every RR is served with when fresh, before aging
+	flags uint8
+	// sum is the mirrored reply's content sum (mirrorFacts), to tell a
+	// repeat from a change without unpacking; 0 for entries from
+	// elsewhere. Beside flags it fills what was padding.
+	sum    uint32
 	stored int64 // unix nanoseconds when inserted (wall clock: survives snapshots)
 	used   int64 // unix nanoseconds when last moved to the front of the LRU
 	fresh  int64 // unix nanoseconds until which the entry is fresh
 }
 
-const entryError uint8 = 1 // a cached failure (SERVFAIL): never served stale
+const (
+	entryError uint8 = 1 << 0 // a cached failure (SERVFAIL): never served stale
+	// entryProbation marks a mirrored entry no client has been seen to use
+	// (Config.ProbationPercent).
+	entryProbation uint8 = 1 << 1
+)
 
 // entryOverhead estimates the memory an entry costs beyond its data: the
 // LRU list element holding the entry by value (~112 B) and its map slot

@@ -78,8 +78,11 @@ func FuzzInsert(f *testing.F) {
 }
 
 // FuzzInsertMirror feeds arbitrary replies to InsertMirror: nothing may
-// panic, and the DO bit it files an accepted reply under must be exactly
-// "has an RRSIG, NSEC or NSEC3 in answer or authority" as miekg/dns reads it.
+// panic, the DO bit it files an accepted reply under must be exactly
+// "has an RRSIG, NSEC or NSEC3 in answer or authority" as miekg/dns reads
+// it, and the same reply again is either skipped as a repeat or stored
+// again, never rejected otherwise, and never leaves the entry on
+// probation.
 func FuzzInsertMirror(f *testing.F) {
 	signed := reply(f, "s.example.", dns.TypeA, 0, []string{
 		"s.example. 60 IN A 192.0.2.1",
@@ -120,6 +123,12 @@ func FuzzInsertMirror(f *testing.F) {
 		}
 		if st := c.Status(&wq); st != Fresh {
 			t.Fatalf("accepted reply (DNSSEC records: %v) not fresh under DO=%v: %s", want, want, st)
+		}
+		if err := c.InsertMirror(resp); err != nil && err != errHaveFresh {
+			t.Fatalf("the same reply again: %v", err)
+		}
+		if st := c.Stats(); st.Probation != 0 || st.Entries != 1 {
+			t.Fatalf("after the same reply again: %d entries, %d on probation; want 1, 0", st.Entries, st.Probation)
 		}
 	})
 }

@@ -1,9 +1,11 @@
 package cache
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"time"
 
@@ -25,7 +27,7 @@ const (
 	ReasonNoSOA                       // a negative answer without an SOA (RFC 2308 §5)
 	ReasonTooLarge                    // larger than a shard may hold
 	ReasonKeptAnswer                  // a failure that would have replaced a servable answer
-	ReasonHaveFresh                   // InsertMirror: a fresh entry for the key is already held
+	ReasonHaveFresh                   // InsertMirror: the same answer is already held fresh
 	numReasons
 )
 
@@ -94,15 +96,23 @@ func (c *Cache) Insert(resp []byte) error {
 // reply is what a client without DO got, and is filed under DO=0.
 //
 // Most replies repeat an answer the cache already holds fresh; checking
-// that from the wire costs a fraction of a full validation. Those are
-// skipped with ReasonHaveFresh; an entry in the last tenth of its life,
-// stale or missing is replaced. LocalDNS's cache keeps the same TTLs, so a
-// skipped reply carries nothing new.
+// that from the wire costs a fraction of a full validation. A reply whose
+// content (records and rcode, TTLs, ID, flags and OPT aside, in any order)
+// is the fresh entry's is skipped with ReasonHaveFresh, and takes the
+// entry off probation (LocalDNS answered the name twice: clients use it).
+// A reply that differs replaces the entry, as does one for an entry in the
+// last tenth of its life, stale or missing: the cache follows what
+// LocalDNS sends now, and an entry that was not LocalDNS's answer does
+// not outlive its next one.
+//
+// Mirrored entries are fresh for at most Config.MirrorMaxTTL, and a new
+// name starts on probation (Config.ProbationPercent).
 func (c *Cache) InsertMirror(resp []byte) error {
 	var q wire.Query
+	var sum uint32
 	if wire.ParseQuery(resp, &q) == nil && q.Flags&wire.FlagQR != 0 && q.Flags&wire.FlagTC == 0 {
-		q.DO = hasDNSSEC(resp, q.QEnd)
-		if c.Status(&q) == Fresh {
+		q.DO, sum = c.mirrorFacts(resp, q.QEnd)
+		if c.repeat(&q, sum) {
 			c.rejects[ReasonHaveFresh].Add(1)
 			return errHaveFresh // shared: this path runs for almost every mirrored reply
 		}
@@ -114,7 +124,187 @@ func (c *Cache) InsertMirror(resp []byte) error {
 	if err := m.Unpack(resp); err != nil {
 		return c.reject(ReasonMalformed, err)
 	}
-	return c.insertMsg(&m, doFromRecords)
+	return c.insertMsg(&m, fromMirror, sum)
+}
+
+// mirrorFacts reads, in one walk over the records of msg (a reply that
+// wire.ParseQuery took, its question ending at qend), whether its answer
+// or authority section holds an RRSIG, NSEC or NSEC3 record, and its
+// content sum: a hash of the rcode and of each section's records, each
+// record without its TTL and with its owner name decompressed and
+// lower-cased, summed so that their order does not count (CoreDNS's
+// loadbalance shuffles them), and never 0. The OPT record, which differs
+// with each client's EDNS, is left out; so is the question, which the key
+// holds. RDATA is taken as sent: a name in it compressed otherwise (a
+// client asking in another case) reads as a change, which costs one
+// insert. It does not allocate.
+func (c *Cache) mirrorFacts(msg []byte, qend int) (do bool, sum uint32) {
+	counts := [3]int{int(binary.BigEndian.Uint16(msg[6:])), int(binary.BigEndian.Uint16(msg[8:])), int(binary.BigEndian.Uint16(msg[10:]))}
+	qname := msg[wire.HeaderLen : qend-4]
+	h := uint64(binary.BigEndian.Uint16(msg[2:]) & wire.RcodeMask)
+	off := qend
+	for sec, n := range counts {
+		var records, hashes uint64 // the section's records, and the sum of their hashes
+		for range n {
+			next, ttlOff, err := wire.SkipRR(msg, off)
+			if err != nil {
+				return do, 0
+			}
+			switch binary.BigEndian.Uint16(msg[ttlOff-4:]) {
+			case wire.TypeOPT:
+				off = next
+				continue
+			case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
+				do = do || sec < 2
+			}
+			records++
+			hashes += c.rrHash(msg, qname, off, ttlOff, next)
+			off = next
+		}
+		h = mix(mix(h, records), hashes)
+	}
+	return do, max(uint32(h^h>>32), 1)
+}
+
+// mix folds v into h (a multiply-xorshift step; the hashes it folds are
+// seeded already, so it need not be).
+func mix(h, v uint64) uint64 {
+	h = (h ^ v) * 0x9e3779b97f4a7c15
+	return h ^ h>>29
+}
+
+// ownerIsQName stands for an owner name that is the question's: no name
+// in wire format starts with 0xff (a label is at most 63 bytes).
+var ownerIsQName = []byte{0xff}
+
+// rrHash hashes the record from off to next in msg, whose TTL is at
+// ttlOff: its owner name (decompressed, lower-cased), type, class,
+// RDLENGTH and RDATA. The owner is most often a pointer to the question,
+// or the question's name itself: one byte stands for both, so that only
+// other owners are decompressed.
+func (c *Cache) rrHash(msg, qname []byte, off, ttlOff, next int) uint64 {
+	owner := msg[off : ttlOff-4]
+	if !(len(owner) == 2 && owner[0] == 0xc0 && owner[1] == wire.HeaderLen) && !bytes.Equal(owner, qname) {
+		return c.rrHashOwner(msg, qname, off, ttlOff, next)
+	}
+	return c.hashRR(ownerIsQName, msg[ttlOff-4:ttlOff], msg[ttlOff+4:next])
+}
+
+// rrHashOwner is rrHash for an owner name other than the question's
+// bytes: its own function, so that the name's buffer costs only here.
+func (c *Cache) rrHashOwner(msg, qname []byte, off, ttlOff, next int) uint64 {
+	var name [wire.MaxNameLen]byte
+	owner := msg[off : ttlOff-4] // a bad pointer: as sent
+	if n, ok := canonicalName(&name, msg, off); ok {
+		owner = name[:n]
+		if equalFold(owner, qname) { // the question's, in another case
+			owner = ownerIsQName
+		}
+	}
+	return c.hashRR(owner, msg[ttlOff-4:ttlOff], msg[ttlOff+4:next])
+}
+
+// hashRR hashes a record's canonical owner, type and class, and RDLENGTH
+// with RDATA: a function of those bytes alone, in one call when they are
+// short, as most are.
+func (c *Cache) hashRR(owner, typeClass, rdata []byte) uint64 {
+	var buf [64]byte
+	if len(owner)+len(typeClass)+len(rdata) > len(buf) {
+		return mix(mix(maphash.Bytes(c.seed, owner), maphash.Bytes(c.seed, rdata)), uint64(binary.BigEndian.Uint32(typeClass)))
+	}
+	k := copy(buf[:], owner)
+	k += copy(buf[k:], typeClass)
+	k += copy(buf[k:], rdata)
+	return maphash.Bytes(c.seed, buf[:k])
+}
+
+// equalFold reports whether the wire names a and b are equal, ASCII
+// letters compared without case.
+func equalFold(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalName writes the name at off in msg into dst with compression
+// pointers followed and ASCII letters lower-cased, and returns its length;
+// false if it does not read as a name of at most wire.MaxNameLen bytes.
+func canonicalName(dst *[wire.MaxNameLen]byte, msg []byte, off int) (int, bool) {
+	n := 0
+	// Each step adds a label of at least two bytes to dst or follows a
+	// pointer: more steps than dst has bytes is a pointer loop.
+	for range 2 * wire.MaxNameLen {
+		if off >= len(msg) {
+			return 0, false
+		}
+		l := int(msg[off])
+		switch {
+		case l == 0:
+			if n >= len(dst) {
+				return 0, false
+			}
+			dst[n] = 0
+			return n + 1, true
+		case l&0xc0 == 0xc0:
+			if off+2 > len(msg) {
+				return 0, false
+			}
+			off = int(binary.BigEndian.Uint16(msg[off:]) & 0x3fff)
+			continue
+		case l > 63:
+			return 0, false
+		}
+		if off+1+l > len(msg) || n+1+l >= len(dst) {
+			return 0, false
+		}
+		dst[n] = byte(l)
+		wire.LowerName(dst[n+1:], msg[off+1:off+1+l])
+		n += 1 + l
+		off += 1 + l
+	}
+	return 0, false
+}
+
+// repeat reports whether the cache holds a fresh entry for q, not in its
+// refresh window, whose content sum is sum; if so, it takes the entry off
+// probation. It does not allocate, and takes the write lock only for that.
+func (c *Cache) repeat(q *wire.Query, sum uint32) bool {
+	if q.Opcode() != 0 || len(q.QName) == 0 || sum == 0 {
+		return false
+	}
+	var kb [maxKeyLen]byte
+	key := kb[:queryKey(&kb, q)]
+	h := c.hash(key)
+	s := c.shardFor(h)
+	s.mu.RLock()
+	e, ok := s.lru.Peek(h)
+	s.mu.RUnlock()
+	now := c.now().UnixNano()
+	if !ok || e.sum != sum || !bytes.Equal(e.key(), key) || now >= e.fresh || expiring(e.stored, e.fresh, now) {
+		return false
+	}
+	if e.flags&entryProbation != 0 {
+		s.mu.Lock()
+		if cur, ok := s.lru.Peek(h); ok && cur.stored == e.stored {
+			s.confirm(&cur)
+			s.lru.Add(h, cur) // an existing key: updates it in place, evicts nothing
+		}
+		s.mu.Unlock()
+	}
+	return true
 }
 
 // hasDNSSEC reports whether the answer or authority section of msg, whose
@@ -136,18 +326,25 @@ func hasDNSSEC(msg []byte, qend int) bool {
 	return false
 }
 
-// doSource says where a response's key takes its DO bit from.
-type doSource uint8
+// origin says where a response comes from, which decides where its key
+// takes its DO bit from and how it is admitted.
+type origin uint8
 
 const (
-	doFromOPT     doSource = iota // the OPT record (a reply to our own query)
-	doFromRecords                 // DNSSEC records present (a mirrored reply)
+	// fromUpstream is a reply to a query of our own: DO from its OPT.
+	fromUpstream origin = iota
+	// fromMirror is a reply LocalDNS sent (the mirror feed): DO from its
+	// DNSSEC records, freshness capped by MirrorMaxTTL, a new key on
+	// probation.
+	fromMirror
 )
 
 // InsertMsg caches an already parsed response; it does not modify m.
-func (c *Cache) InsertMsg(m *dns.Msg) error { return c.insertMsg(m, doFromOPT) }
+func (c *Cache) InsertMsg(m *dns.Msg) error { return c.insertMsg(m, fromUpstream, 0) }
 
-func (c *Cache) insertMsg(m *dns.Msg, doFrom doSource) error {
+// insertMsg validates and stores m; sum is its content sum if it came
+// from the mirror feed (0 if unknown).
+func (c *Cache) insertMsg(m *dns.Msg, from origin, sum uint32) error {
 	switch {
 	case !m.Response:
 		return c.reject(ReasonNotResponse, nil)
@@ -172,7 +369,7 @@ func (c *Cache) insertMsg(m *dns.Msg, doFrom doSource) error {
 		extra = append(extra, rr)
 	}
 
-	ttl, life, isErr, r := c.lifetime(m)
+	ttl, life, isErr, r := c.lifetime(m, from)
 	if r != numReasons {
 		return c.reject(r, nil)
 	}
@@ -193,7 +390,7 @@ func (c *Cache) insertMsg(m *dns.Msg, doFrom doSource) error {
 		return c.reject(ReasonMalformed, errors.New("repacked question unreadable"))
 	}
 	do := opt != nil && opt.Do()
-	if doFrom == doFromRecords {
+	if from == fromMirror {
 		do = hasDNSSEC(msg, qend+4)
 	}
 	var kb [maxKeyLen]byte
@@ -210,6 +407,10 @@ func (c *Cache) insertMsg(m *dns.Msg, doFrom doSource) error {
 	if isErr {
 		e.flags |= entryError
 	}
+	if from == fromMirror {
+		e.flags |= entryProbation // unless the key is cached already (shard.add)
+		e.sum = sum
+	}
 
 	h := c.hash(e.key())
 	s := c.shardFor(h)
@@ -224,8 +425,19 @@ func (c *Cache) insertMsg(m *dns.Msg, doFrom doSource) error {
 
 // lifetime classifies m and returns the TTL its records are served with,
 // how long the entry stays fresh, whether it is a cached failure, and
-// numReasons if cacheable or the reason it is not.
-func (c *Cache) lifetime(m *dns.Msg) (ttl uint32, life time.Duration, isErr bool, r Reason) {
+// numReasons if cacheable or the reason it is not. A mirrored reply's TTL
+// and life are capped by MirrorMaxTTL.
+func (c *Cache) lifetime(m *dns.Msg, from origin) (ttl uint32, life time.Duration, isErr bool, r Reason) {
+	ttl, life, isErr, r = c.policyLifetime(m)
+	if from == fromMirror && r == numReasons {
+		ttl = min(ttl, uint32(c.cfg.MirrorMaxTTL/time.Second))
+		life = min(life, c.cfg.MirrorMaxTTL)
+	}
+	return ttl, life, isErr, r
+}
+
+// policyLifetime is lifetime by the TTL policy alone.
+func (c *Cache) policyLifetime(m *dns.Msg) (ttl uint32, life time.Duration, isErr bool, r Reason) {
 	minRR := uint32(maxTTL)
 	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		for _, rr := range sec {

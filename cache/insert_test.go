@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -260,10 +261,18 @@ func TestInsertMirror(t *testing.T) {
 		t.Fatalf("first mirror insert: %v", err)
 	}
 	// A repeat while fresh is skipped, cheaply.
-	err := c.InsertMirror(resp("192.0.2.2"))
+	err := c.InsertMirror(resp("192.0.2.1"))
 	var rej *RejectError
 	if !errors.As(err, &rej) || rej.Reason != ReasonHaveFresh {
 		t.Fatalf("repeat: %v, want have_fresh", err)
+	}
+	// A different answer while fresh replaces it: the cache follows what
+	// LocalDNS sends, and one that was not LocalDNS's does not stay.
+	if err := c.InsertMirror(resp("192.0.2.2")); err != nil {
+		t.Fatalf("changed answer: %v", err)
+	}
+	if a, _ := serve(t, c, query(t, name, dns.TypeA, -1, false), 0, false); a.Answer[0].(*dns.A).A.String() != "192.0.2.2" {
+		t.Fatalf("answer %v after a changed reply", a.Answer)
 	}
 	// In the last tenth of its life it is replaced.
 	clk.Advance(55 * time.Second)
@@ -276,7 +285,7 @@ func TestInsertMirror(t *testing.T) {
 	}
 	// CoreDNS sets DO in every reply; without DNSSEC records the reply is
 	// what a DO=0 client got, so it is that key, fresh already.
-	m := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.4"}, nil)
+	m := reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.3"}, nil)
 	m.SetEdns0(1232, true)
 	if err := c.InsertMirror(pack(t, m)); !errors.As(err, &rej) || rej.Reason != ReasonHaveFresh {
 		t.Fatalf("DO reply without DNSSEC records: %v, want have_fresh", err)
@@ -313,18 +322,26 @@ func TestInsertMirror(t *testing.T) {
 	}
 }
 
+// BenchmarkInsertMirrorRepeat is the mirror feed's common case: a reply
+// whose answer is held fresh already, compressed as CoreDNS sends it (the
+// owner a pointer to the question) or not.
 func BenchmarkInsertMirrorRepeat(b *testing.B) {
-	c, _ := newTestCache(b, nil)
-	const name = "svc-1.default.svc.cluster.local."
-	m := reply(b, name, dns.TypeA, 0, []string{name + " 30 IN A 10.0.0.1"}, nil)
-	m.SetEdns0(1232, false)
-	raw := pack(b, m)
-	if err := c.InsertMirror(raw); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = c.InsertMirror(raw)
+	for _, compress := range []bool{true, false} {
+		b.Run(fmt.Sprintf("compress=%v", compress), func(b *testing.B) {
+			c, _ := newTestCache(b, nil)
+			const name = "svc-1.default.svc.cluster.local."
+			m := reply(b, name, dns.TypeA, 0, []string{name + " 30 IN A 10.0.0.1"}, nil)
+			m.SetEdns0(1232, false)
+			m.Compress = compress
+			raw := pack(b, m)
+			if err := c.InsertMirror(raw); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = c.InsertMirror(raw)
+			}
+		})
 	}
 }
 

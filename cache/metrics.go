@@ -11,6 +11,9 @@ type Stats struct {
 	Misses    uint64 // queries the cache did not answer
 	Inserts   uint64
 	Evictions uint64 // entries pushed out by the entry or byte bound
+	// Probation is how many entries are mirrored ones no client has been
+	// seen to use yet (Config.ProbationPercent), of Entries.
+	Probation int
 	Rejects   map[string]uint64
 }
 
@@ -22,6 +25,7 @@ func (c *Cache) Stats() Stats {
 		s.mu.Lock()
 		st.Entries += s.lru.Len()
 		st.Bytes += s.bytes
+		st.Probation += s.probEntries
 		s.mu.Unlock()
 		st.Hits += s.hits.Load()
 		st.StaleHits += s.staleHits.Load()
@@ -46,11 +50,12 @@ var (
 	descInserts   = prometheus.NewDesc("dnsstandby_cache_inserts_total", "Responses stored in the cache.", nil, nil)
 	descEvictions = prometheus.NewDesc("dnsstandby_cache_evictions_total", "Entries evicted to stay within the entry and byte bounds.", nil, nil)
 	descRejects   = prometheus.NewDesc("dnsstandby_cache_rejects_total", "Responses not cached, by reason.", []string{"reason"}, nil)
+	descProbation = prometheus.NewDesc("dnsstandby_cache_probation_entries", "Entries mirrored from LocalDNS that no client has been seen to use yet: they make room among themselves first.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Cache) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEntries, descBytes, descHits, descStaleHits, descMisses, descInserts, descEvictions, descRejects} {
+	for _, d := range []*prometheus.Desc{descEntries, descBytes, descHits, descStaleHits, descMisses, descInserts, descEvictions, descRejects, descProbation} {
 		ch <- d
 	}
 }
@@ -65,6 +70,7 @@ func (c *Cache) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descMisses, prometheus.CounterValue, float64(st.Misses))
 	ch <- prometheus.MustNewConstMetric(descInserts, prometheus.CounterValue, float64(st.Inserts))
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(descProbation, prometheus.GaugeValue, float64(st.Probation))
 	for reason, n := range st.Rejects {
 		ch <- prometheus.MustNewConstMetric(descRejects, prometheus.CounterValue, float64(n), reason)
 	}

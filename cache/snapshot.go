@@ -18,6 +18,10 @@ import (
 //	end:     klen u16 = 0
 //	crc32c u32 of every byte before it
 //
+// flags: bit 0 a cached failure, bit 1 on probation (a mirrored entry no
+// client has used yet: it stays so across a restart; builds from before
+// bit 1 refuse such a snapshot and start empty).
+//
 // Times are absolute (unix nanoseconds), so entries age across restarts.
 // TTL offsets are not stored: Load recomputes them by walking each message,
 // which also validates it.
@@ -182,7 +186,7 @@ func (c *Cache) readSnapshot(br *bufio.Reader) ([]entry, error) {
 		e.flags = fixed[6]
 		e.stored = int64(binary.BigEndian.Uint64(fixed[7:]))
 		e.fresh = int64(binary.BigEndian.Uint64(fixed[15:]))
-		if e.ttl > maxTTL || e.flags&^entryError != 0 {
+		if e.ttl > maxTTL || e.flags&^(entryError|entryProbation) != 0 {
 			return nil, fmt.Errorf("record %d: bad ttl or flags", len(entries))
 		}
 		entries = append(entries, e)

@@ -155,8 +155,8 @@ func (s *filterSpec) listing(l loads) string {
 	return b.String()
 }
 
-func (s *filterSpec) assemble(l loads) (*asm, error) {
-	a := new(asm)
+func (s *filterSpec) assemble(l loads) (*classicAsm, error) {
+	a := new(classicAsm)
 	o := l.off
 	a.op(l.pktType, "A = pkt_type")
 	a.jump(bpf.JumpNotEqual, packetOutgoing, "drop", "", "only what this host sends: on lo each packet also comes back in")
@@ -234,9 +234,9 @@ func be32(b []byte) uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
-// asm collects instructions whose jumps name labels, and resolves them
+// classicAsm collects instructions whose jumps name labels, and resolves them
 // into the relative skips classic BPF uses.
-type asm struct {
+type classicAsm struct {
 	ins      []bpf.Instruction
 	comments []string // one per instruction
 	jumps    []pendingJump
@@ -254,31 +254,31 @@ type pendingJump struct {
 }
 
 // op appends an instruction; comment says what it does (listing shows it).
-func (a *asm) op(in bpf.Instruction, comment string) {
+func (a *classicAsm) op(in bpf.Instruction, comment string) {
 	a.ins = append(a.ins, in)
 	a.comments = append(a.comments, comment)
 }
 
 // jump appends "if A cond val goto ifTrue else goto ifFalse".
-func (a *asm) jump(cond bpf.JumpTest, val uint32, ifTrue, ifFalse, comment string) {
+func (a *classicAsm) jump(cond bpf.JumpTest, val uint32, ifTrue, ifFalse, comment string) {
 	a.jumps = append(a.jumps, pendingJump{at: len(a.ins), cond: cond, val: val, ifTrue: ifTrue, ifFalse: ifFalse})
 	a.op(nil, comment)
 }
 
 // jumpTo appends "goto label".
-func (a *asm) jumpTo(label, comment string) {
+func (a *classicAsm) jumpTo(label, comment string) {
 	a.jumps = append(a.jumps, pendingJump{at: len(a.ins), ifTrue: label, always: true})
 	a.op(nil, comment)
 }
 
-func (a *asm) label(name string) {
+func (a *classicAsm) label(name string) {
 	if a.labels == nil {
 		a.labels = map[string]int{}
 	}
 	a.labels[name] = len(a.ins)
 }
 
-func (a *asm) resolve() error {
+func (a *classicAsm) resolve() error {
 	skip := func(j pendingJump, label string) (uint32, error) {
 		if label == "" {
 			return 0, nil

@@ -27,29 +27,48 @@ func etherTypeOf(pkt []byte) uint32 {
 	return etherTypeIPv4
 }
 
-func TestFilterVM(t *testing.T) {
+// filterPacket is a packet the filter is shown, with the metadata the
+// kernel keeps beside it, and whether the filter passes it.
+type filterPacket struct {
+	name          string
+	pktType, mark uint32
+	proto         uint32 // 0: from the version nibble
+	data          []byte
+	pass          bool
+}
+
+// vmBytes is p as the VM program reads it: behind the pseudo-header.
+func (p filterPacket) vmBytes() []byte { return vmPacket(p.pktType, p.mark, p.ethertype(), p.data) }
+
+func (p filterPacket) ethertype() uint32 {
+	if p.proto != 0 {
+		return p.proto
+	}
+	return etherTypeOf(p.data)
+}
+
+// filterCase is a filter spec and packets to show it.
+type filterCase struct {
+	name  string
+	addrs []netip.Addr
+	port  uint16
+	mark  uint32
+	pkts  []filterPacket
+}
+
+// filterCases takes every branch of the filter, for the classic program
+// in the VM (TestFilterVM) and its eBPF translation in the kernel
+// (TestLocalProgramKernel).
+func filterCases() []filterCase {
 	payload := []byte("reply")
 	from := func(a netip.Addr, port uint16) []byte { return reply(netip.AddrPortFrom(a, port), payload) }
 	second := netip.MustParseAddr("169.254.20.11")
 	second6 := netip.MustParseAddr("fd00:20::11")
 	both := []netip.Addr{localDNS, second, localDNS6, second6}
 
-	type pkt struct {
-		name          string
-		pktType, mark uint32
-		proto         uint32 // 0: from the version nibble
-		data          []byte
-		pass          bool
-	}
 	out := uint32(packetOutgoing)
-	tests := []struct {
-		name  string
-		addrs []netip.Addr
-		port  uint16
-		mark  uint32
-		pkts  []pkt
-	}{
-		{"ipv4 and ipv6, two of each", both, 53, 0, []pkt{
+	return []filterCase{
+		{"ipv4 and ipv6, two of each", both, 53, 0, []filterPacket{
 			{name: "v4 first address", pktType: out, data: from(localDNS, 53), pass: true},
 			{name: "v4 second address", pktType: out, data: from(second, 53), pass: true},
 			{name: "v6 first address", pktType: out, data: from(localDNS6, 53), pass: true},
@@ -85,26 +104,29 @@ func TestFilterVM(t *testing.T) {
 			{name: "truncated before the port", pktType: out, data: from(localDNS, 53)[:ipv4MinHeader]},
 			{name: "empty", pktType: out, data: nil},
 		}},
-		{"ipv4 only", []netip.Addr{localDNS}, 53, 0, []pkt{
+		{"ipv4 only", []netip.Addr{localDNS}, 53, 0, []filterPacket{
 			{name: "v4", pktType: out, data: from(localDNS, 53), pass: true},
 			{name: "v6 from a v6 address", pktType: out, data: from(localDNS6, 53)},
 			{name: "v6 carrying the v4 address mapped", pktType: out, data: from(netip.AddrFrom16(localDNS.As16()), 53)},
 		}},
-		{"ipv6 only, another port", []netip.Addr{localDNS6}, 5353, 0, []pkt{
+		{"ipv6 only, another port", []netip.Addr{localDNS6}, 5353, 0, []filterPacket{
 			{name: "v6", pktType: out, data: from(localDNS6, 5353), pass: true},
 			{name: "v6 port 53", pktType: out, data: from(localDNS6, 53)},
 			{name: "v4", pktType: out, data: from(localDNS, 5353)},
 		}},
-		{"mapped address counts as ipv4", []netip.Addr{netip.AddrFrom16(localDNS.As16())}, 53, 0, []pkt{
+		{"mapped address counts as ipv4", []netip.Addr{netip.AddrFrom16(localDNS.As16())}, 53, 0, []filterPacket{
 			{name: "v4", pktType: out, data: from(localDNS, 53), pass: true},
 		}},
-		{"exclude mark", []netip.Addr{localDNS}, 53, 0x5d5, []pkt{
+		{"exclude mark", []netip.Addr{localDNS}, 53, 0x5d5, []filterPacket{
 			{name: "unmarked", pktType: out, data: from(localDNS, 53), pass: true},
 			{name: "other mark", pktType: out, mark: 0x5d4, data: from(localDNS, 53), pass: true},
 			{name: "our mark", pktType: out, mark: 0x5d5, data: from(localDNS, 53)},
 		}},
 	}
-	for _, tt := range tests {
+}
+
+func TestFilterVM(t *testing.T) {
+	for _, tt := range filterCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			spec, err := newFilterSpec(tt.addrs, tt.port, tt.mark)
 			if err != nil {
@@ -119,11 +141,7 @@ func TestFilterVM(t *testing.T) {
 				t.Fatalf("%v\n%s", err, spec.listing(vmLoads))
 			}
 			for _, p := range tt.pkts {
-				proto := p.proto
-				if proto == 0 {
-					proto = etherTypeOf(p.data)
-				}
-				in := vmPacket(p.pktType, p.mark, proto, p.data)
+				in := p.vmBytes()
 				n, err := vm.Run(in)
 				if err != nil {
 					t.Fatalf("%s: %v", p.name, err)

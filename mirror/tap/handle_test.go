@@ -197,6 +197,9 @@ dnsstandby_mirror_tap_drops_total 7
 # HELP dnsstandby_mirror_tap_enabled 1 while the packet tap inserts what it reads into the cache, 0 while paused.
 # TYPE dnsstandby_mirror_tap_enabled gauge
 dnsstandby_mirror_tap_enabled 0
+# HELP dnsstandby_mirror_tap_local_only 1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.
+# TYPE dnsstandby_mirror_tap_local_only gauge
+dnsstandby_mirror_tap_local_only 0
 # HELP dnsstandby_mirror_tap_read_errors_total Failed reads of the packet tap's socket.
 # TYPE dnsstandby_mirror_tap_read_errors_total counter
 dnsstandby_mirror_tap_read_errors_total 0

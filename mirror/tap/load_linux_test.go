@@ -263,7 +263,7 @@ func TestTapBurstDrops(t *testing.T) {
 	got, took = runLoadTimed(t, b.pod, server, n, "burst")
 	st = drained(t, tp)
 	if st.Accepted+st.KernelDrops != uint64(got) {
-		t.Errorf("default buffer: %d answered, accepted %d, drops %d", got, st.Accepted, st.KernelDrops)
+		t.Errorf("default buffer: %d answered, accepted %d, drops %d, rejected %v", got, st.Accepted, st.KernelDrops, st.Rejected)
 	}
 	t.Logf("burst of %d replies (%d/s), default %d MiB buffer, cache.Insert: accepted %d, kernel drops %d",
 		got, rate(got, took), DefaultConfig().RcvBuf>>20, st.Accepted, st.KernelDrops)

@@ -68,6 +68,11 @@ type Stats struct {
 	// Enabled is whether the tap inserts what it reads (SetEnabled); a
 	// paused tap's reads are rejected as "disabled".
 	Enabled bool
+	// LocalOnly is whether the kernel filter passes only packets this
+	// host sent (the eBPF filter). False: the classic filter, which also
+	// passes frames a Linux bridge forwards from one pod to another, so a
+	// pod can forge what the tap inserts.
+	LocalOnly bool
 }
 
 // RejectedTotal sums Rejected: every record read and not inserted.
@@ -108,6 +113,7 @@ func (t *Tap) Stats() Stats {
 		KernelPackets: c.kernelPackets.Load(),
 		KernelDrops:   c.kernelDrops.Load(),
 		Enabled:       t.enabled.Load(),
+		LocalOnly:     t.localOnly,
 	}
 	c.eachReject(func(name string, v uint64) { s.Rejected[name] += v })
 	return s
@@ -150,11 +156,15 @@ var (
 	// dnsstandby answers itself.
 	descEnabled = prometheus.NewDesc("dnsstandby_mirror_tap_enabled",
 		"1 while the packet tap inserts what it reads into the cache, 0 while paused.", nil, nil)
+	// descLocalOnly is 1 while the tap's kernel filter passes only what
+	// this node sent, 0 with the classic filter (forgeable on a bridge).
+	descLocalOnly = prometheus.NewDesc("dnsstandby_mirror_tap_local_only",
+		"1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descDrops, descReadErrors, descEnabled} {
+	for _, d := range []*prometheus.Desc{descRecords, descDrops, descReadErrors, descEnabled, descLocalOnly} {
 		ch <- d
 	}
 }
@@ -171,9 +181,13 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descDrops, s.KernelDrops)
 	counter(descReadErrors, s.ReadErrors)
-	enabled := 0.0
-	if s.Enabled {
-		enabled = 1
+	gauge := func(d *prometheus.Desc, on bool) {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
 	}
-	ch <- prometheus.MustNewConstMetric(descEnabled, prometheus.GaugeValue, enabled)
+	gauge(descEnabled, s.Enabled)
+	gauge(descLocalOnly, s.LocalOnly)
 }

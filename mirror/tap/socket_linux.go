@@ -7,6 +7,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -16,42 +19,49 @@ import (
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // openSocket returns a non-blocking cooked AF_PACKET socket of the calling
-// thread's network namespace with prog attached. It is created with
-// protocol 0, which hooks it to no traffic, and bound to every protocol
-// (ETH_P_ALL, the only hook that sees outgoing packets) only once the
-// filter is in place, so not one unfiltered packet is ever queued. The
-// filter is locked (SO_LOCK_FILTER).
+// thread's network namespace with a filter for prog attached. It is
+// created with protocol 0, which hooks it to no traffic, and bound to
+// every protocol (ETH_P_ALL, the only hook that sees outgoing packets)
+// only once the filter is in place, so not one unfiltered packet is ever
+// queued. The filter is locked (SO_LOCK_FILTER).
+//
+// The filter is prog translated to eBPF with the test that the packet was
+// sent by this host (see localProgram), loaded with load; if the kernel
+// refuses it, prog itself as classic BPF, and refused says why.
 //
 // The descriptor is deliberately not handed to Go's poller (os.NewFile,
 // net.FilePacketConn): the poller registers it edge-triggered with epoll,
 // and every packet that arrives then wakes the runtime's netpoll thread,
 // even while the reader is not waiting. The reader waits with ppoll on its
 // own thread instead (see waiter).
-func openSocket(prog []bpf.Instruction, rcvbuf int) (int, error) {
+func openSocket(prog []bpf.Instruction, rcvbuf int, load localLoader) (fd int, refused, err error) {
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
-		return -1, fmt.Errorf("assemble filter: %w", err)
+		return -1, nil, fmt.Errorf("assemble filter: %w", err)
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
-			return -1, fmt.Errorf("packet socket: %w (needs CAP_NET_RAW in the network namespace)", err)
+			return -1, nil, fmt.Errorf("packet socket: %w (needs CAP_NET_RAW in the network namespace)", err)
 		}
-		return -1, fmt.Errorf("packet socket: %w", err)
+		return -1, nil, fmt.Errorf("packet socket: %w", err)
 	}
-	fail := func(err error) (int, error) {
+	fail := func(err error) (int, error, error) {
 		unix.Close(fd)
-		return -1, err
+		return -1, nil, err
 	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	refused = attachLocal(fd, prog, load)
+	if refused != nil {
+		filter := make([]unix.SockFilter, len(raw))
+		for i, r := range raw {
+			filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		}
+		fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
+			return fail(fmt.Errorf("attach filter: %w", err))
+		}
+		runtime.KeepAlive(filter)
 	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog); err != nil {
-		return fail(fmt.Errorf("attach filter: %w", err))
-	}
-	runtime.KeepAlive(filter)
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_LOCK_FILTER, 1); err != nil {
 		return fail(fmt.Errorf("lock filter: %w", err))
 	}
@@ -65,7 +75,44 @@ func openSocket(prog []bpf.Instruction, rcvbuf int) (int, error) {
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL)}); err != nil {
 		return fail(fmt.Errorf("bind packet socket: %w", err))
 	}
-	return fd, nil
+	return fd, refused, nil
+}
+
+// localLoader loads a translated filter into the kernel.
+type localLoader func(asm.Instructions) (*ebpf.Program, error)
+
+// loadLocal is the localLoader of a running tap: a BPF_PROG_TYPE_SOCKET_FILTER
+// program. Loading one needs CAP_BPF (or CAP_SYS_ADMIN), or unprivileged BPF.
+func loadLocal(insns asm.Instructions) (*ebpf.Program, error) {
+	// Before 5.11 BPF memory counts against RLIMIT_MEMLOCK; from 5.11 on
+	// (memcg accounting) this does nothing. Failing it is not fatal: the
+	// load says whether memory was short.
+	_ = rlimit.RemoveMemlock()
+	return ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "dnsstandby_tap",
+		Type:         ebpf.SocketFilter,
+		Instructions: insns,
+		License:      "Dual MIT/GPL",
+	})
+}
+
+// attachLocal attaches the eBPF translation of prog to fd, and says why
+// not if it cannot. The socket holds the program: its descriptor is
+// closed here.
+func attachLocal(fd int, prog []bpf.Instruction, load localLoader) error {
+	insns, err := localProgram(prog)
+	if err != nil {
+		return fmt.Errorf("translate filter: %w", err)
+	}
+	p, err := load(insns)
+	if err != nil {
+		return fmt.Errorf("load eBPF filter: %w", err)
+	}
+	defer p.Close()
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_BPF, p.FD()); err != nil {
+		return fmt.Errorf("attach eBPF filter: %w", err)
+	}
+	return nil
 }
 
 // kernelStats reads and resets the socket's PACKET_STATISTICS: packets

@@ -1,7 +1,8 @@
 // Package tap mirrors LocalDNS's answers into dnsstandby's cache by
-// watching them leave the node: an AF_PACKET socket whose classic BPF
-// filter, run in the kernel, passes only outgoing UDP datagrams from
-// LocalDNS's listen addresses and port. The tap reads them in batches,
+// watching them leave the node: an AF_PACKET socket whose BPF filter, run
+// in the kernel, passes only UDP datagrams this node sends from LocalDNS's
+// listen addresses and port (not frames a bridge forwards from a pod; see
+// local.go). The tap reads them in batches,
 // parses the IP and UDP headers itself and hands each DNS payload to a
 // Sink (usually (*cache.Cache).Insert). Nothing in LocalDNS changes.
 //
@@ -130,6 +131,10 @@ type Tap struct {
 	quit     chan struct{} // closed when the reader is asked to stop
 	done     chan struct{} // closed when the reader has stopped and closed the socket
 
+	// localOnly: the kernel filter passes only packets this host sent
+	// (the eBPF filter), not frames a bridge forwards (the classic one).
+	localOnly bool
+
 	mu     sync.Mutex // guards following; the reader closes both when it ends
 	fd     int        // the packet socket, or -1
 	wakeFD int        // an eventfd written to wake the reader, or -1
@@ -138,10 +143,19 @@ type Tap struct {
 // Start opens the tap in the calling goroutine's network namespace (the
 // daemon calls it in the node's; tests call it inside nstest's ns.Do, the
 // socket staying in that namespace afterwards) and starts its reader. The
-// tap runs, inserting, until ctx ends or Close. It needs CAP_NET_RAW.
+// tap runs, inserting, until ctx ends or Close. It needs CAP_NET_RAW, and
+// CAP_BPF (or CAP_SYS_ADMIN) for the filter that passes only what this
+// node sent; without it the tap falls back to the classic filter and logs
+// a warning (Stats.LocalOnly is false).
 // cfg is taken as given (start from DefaultConfig); an invalid one is an
 // error naming the field.
 func Start(ctx context.Context, cfg Config, sink Sink) (*Tap, error) {
+	return start(ctx, cfg, sink, loadLocal)
+}
+
+// start is Start with the loader of the local-only filter given (tests
+// give one the kernel refuses).
+func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, error) {
 	if sink == nil {
 		return nil, errors.New("tap: nil sink")
 	}
@@ -161,7 +175,7 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Tap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tap: eventfd: %w", err)
 	}
-	fd, err := openSocket(prog, cfg.RcvBuf)
+	fd, refused, err := openSocket(prog, cfg.RcvBuf, load)
 	if err != nil {
 		unix.Close(wake)
 		return nil, fmt.Errorf("tap: %w", err)
@@ -177,11 +191,18 @@ func Start(ctx context.Context, cfg Config, sink Sink) (*Tap, error) {
 		done:   make(chan struct{}),
 		fd:     fd,
 		wakeFD: wake,
+
+		localOnly: refused == nil,
 	}
 	t.enabled.Store(true)
 	t.stop = context.AfterFunc(ctx, t.interrupt)
 	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
-		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "filter_instructions", len(prog))
+		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "filter_instructions", len(prog), "local_only", t.localOnly)
+	if !t.localOnly {
+		t.log.Warn("packet tap: the kernel refused the filter that passes only replies this node sent; "+
+			"with the classic filter, a pod behind a Linux bridge can forge replies into the cache (see mirror/tap/README.md, or use the dnstap feed)",
+			slog.Any("err", refused))
+	}
 	go t.run()
 	return t, nil
 }

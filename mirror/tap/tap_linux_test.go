@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/miekg/dns"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -288,6 +290,93 @@ func TestTapBridge(t *testing.T) {
 	t.Logf("bridged pod: %d replies, seen %d, accepted %d, duplicates %d", n, st.Seen, st.Accepted, st.Rejected["duplicate"])
 }
 
+// TestTapBridgeForged: a second pod on the bridge sends replies with
+// LocalDNS's source address and port to the first, which the bridge
+// forwards out of the first pod's port as outgoing packets. The tap's
+// eBPF filter passes none of them (they were received, not sent, by the
+// node); the classic filter, which the tap falls back to when the kernel
+// refuses eBPF, takes them all, as it would a reply from LocalDNS. Both
+// take LocalDNS's genuine replies.
+func TestTapBridgeForged(t *testing.T) {
+	b := newBed(t, true)
+	attacker := nstest.New(t, "attacker")
+	must(t, nstest.AddVeth(nstest.End{NS: b.node, Name: "veth-attacker"},
+		nstest.End{NS: attacker, Name: "eth0", Addrs: []string{"10.211.0.3/24"}}))
+	nstest.Run(t, b.node, "ip", "link", "set", "veth-attacker", "master", "cbr0")
+	waitUp(t, b.node, "cbr0")
+
+	for _, tc := range []struct {
+		name      string
+		load      localLoader
+		localOnly bool
+	}{
+		{"local", loadLocal, true},
+		{"classic fallback", refuseLocal, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder(t)
+			tp := startTapWith(t, b.node, bedConfig(t), rec.sink, tc.load)
+			if st := tp.Stats(); st.LocalOnly != tc.localOnly {
+				t.Fatalf("LocalOnly %v, want %v", st.LocalOnly, tc.localOnly)
+			}
+			const n = 20
+			victim := netip.AddrPortFrom(netip.MustParseAddr("10.211.0.2"), 40000)
+			for i := range n {
+				name := fmt.Sprintf("forged-%d.%s", i, bedZone)
+				forge(t, attacker, udpPacket(netip.MustParseAddrPort(bedAddr4+":53"), victim, dnsReply(t, name)))
+				ask(t, b.pod, bedAddr4+":53", fmt.Sprintf("genuine-%d.%s", i, bedZone), dns.TypeA)
+			}
+			st := drained(t, tp)
+			forged := 0
+			for i := range n {
+				forged += rec.count(fmt.Sprintf("forged-%d.%s", i, bedZone))
+				if c := rec.count(fmt.Sprintf("genuine-%d.%s", i, bedZone)); c != 1 {
+					t.Errorf("genuine-%d handed to the cache %d times, want 1", i, c)
+				}
+			}
+			want := 0
+			if !tc.localOnly {
+				want = n
+			}
+			if forged != want {
+				t.Errorf("%d forged replies handed to the cache, want %d", forged, want)
+			}
+			t.Logf("%s: %d forged and %d genuine replies; kernel passed %d, accepted %d, forged inserted %d",
+				tc.name, n, n, st.KernelPackets, st.Accepted, forged)
+		})
+	}
+}
+
+// startTapWith is startTap with the loader of the local-only filter given.
+func startTapWith(t *testing.T, ns *nstest.Namespace, cfg Config, sink Sink, load localLoader) *Tap {
+	t.Helper()
+	var tp *Tap
+	must(t, ns.Do(func() error {
+		var err error
+		tp, err = start(context.Background(), cfg, sink, load)
+		return err
+	}))
+	t.Cleanup(func() { tp.Close() })
+	return tp
+}
+
+// forge sends the IPv4 packet pkt from ns through a raw socket, as any pod
+// with the default NET_RAW capability can: the kernel fills in the header
+// checksum and keeps the forged source address.
+func forge(t *testing.T, ns *nstest.Namespace, pkt []byte) {
+	t.Helper()
+	must(t, ns.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer unix.Close(fd)
+		var dst [4]byte
+		copy(dst[:], pkt[16:20])
+		return unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: dst})
+	}))
+}
+
 // TestTapClose checks that Close stops a tap blocked in its read at once
 // and can be repeated, and that a cancelled context stops it too.
 func TestTapClose(t *testing.T) {
@@ -353,7 +442,7 @@ func TestTapLoadHelper(t *testing.T) {
 // TestFilterLoopbackKernel shows, in the kernel, what the packet-type test
 // is for: a socket with the tap's filter less its first two instructions
 // (load pkt_type; drop unless PACKET_OUTGOING) gets every reply over lo
-// twice, the tap's filter once.
+// twice, the tap's filter once; with the eBPF filter and the classic one.
 func TestFilterLoopbackKernel(t *testing.T) {
 	b := newBed(t, false)
 	spec, err := newFilterSpec([]netip.Addr{netip.MustParseAddr(bedAddr4)}, 53, 0)
@@ -363,41 +452,61 @@ func TestFilterLoopbackKernel(t *testing.T) {
 	if _, ok := prog[0].(bpf.LoadExtension); !ok || prog[0].(bpf.LoadExtension).Num != bpf.ExtType {
 		t.Fatalf("program does not start with the packet type:\n%s", spec.listing(kernelLoads))
 	}
-	var full, anyDir int
-	must(t, b.node.Do(func() (err error) {
-		if full, err = openSocket(prog, 0); err != nil {
-			return err
-		}
-		anyDir, err = openSocket(prog[2:], 0) // jumps are relative: the rest stands alone
-		return err
-	}))
-	defer unix.Close(full)
-	defer unix.Close(anyDir)
-	const n = 20
-	for i := range n {
-		ask(t, b.node, bedAddr4+":53", fmt.Sprintf("lo-%d.%s", i, bedZone), dns.TypeA)
-	}
-	count := func(fd int) int {
-		bt := newBatch(64, slotSize)
-		total := 0
-		for {
-			k, err := bt.recv(fd)
-			must(t, err)
-			if k == 0 {
-				return total
+	for _, tc := range []struct {
+		name string
+		load localLoader
+	}{{"local", loadLocal}, {"classic", refuseLocal}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var full, anyDir int
+			must(t, b.node.Do(func() error {
+				var err error
+				if full, _, err = openSocket(prog, 0, tc.load); err != nil {
+					return err
+				}
+				anyDir, _, err = openSocket(prog[2:], 0, tc.load) // jumps are relative: the rest stands alone
+				return err
+			}))
+			defer unix.Close(full)
+			defer unix.Close(anyDir)
+			const n = 20
+			for i := range n {
+				ask(t, b.node, bedAddr4+":53", fmt.Sprintf("lo-%s-%d.%s", tc.name, i, bedZone), dns.TypeA)
 			}
-			total += k
-		}
+			count := func(fd int) int {
+				bt := newBatch(64, slotSize)
+				total := 0
+				for {
+					k, err := bt.recv(fd)
+					must(t, err)
+					if k == 0 {
+						return total
+					}
+					total += k
+				}
+			}
+			// No wait: the kernel queued both copies of each reply before the
+			// reply reached its client (an outgoing one as it was sent, the
+			// incoming one on lo before IP took it), so ask returned after both.
+			// Over lo the incoming copy has been received (ingress ifindex lo):
+			// without the direction test, only the classic filter passes it.
+			if got := count(full); got != n {
+				t.Errorf("tap's filter: %d packets for %d replies over lo, want %d", got, n, n)
+			}
+			want := 2 * n
+			if tc.name == "local" {
+				want = n
+			}
+			if got := count(anyDir); got != want {
+				t.Errorf("filter without the direction test: %d packets for %d replies over lo, want %d", got, n, want)
+			}
+		})
 	}
-	// No wait: the kernel queued both copies of each reply before the
-	// reply reached its client (an outgoing one as it was sent, the
-	// incoming one on lo before IP took it), so ask returned after both.
-	if got := count(full); got != n {
-		t.Errorf("tap's filter: %d packets for %d replies over lo, want %d", got, n, n)
-	}
-	if got := count(anyDir); got != 2*n {
-		t.Errorf("filter without the direction test: %d packets for %d replies over lo, want %d", got, n, 2*n)
-	}
+}
+
+// refuseLocal is a localLoader the kernel refuses, as one without eBPF
+// would: the tap falls back to the classic filter.
+func refuseLocal(asm.Instructions) (*ebpf.Program, error) {
+	return nil, fmt.Errorf("load refused: %w", unix.EPERM)
 }
 
 // TestTapExcludeMark answers from a responder whose socket marks its
