@@ -207,7 +207,8 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&r.ReadersPerSocket), "udp-readers", "read loops per UDP socket")
 	fs.Var(positive(&r.Batch), "udp-batch", "datagrams per recvmmsg/sendmmsg call")
 	fs.Var(positive(&r.SocketsPerAddr), "sockets-per-addr", "UDP sockets per listen address (each takes a share of the reuseport hash from LocalDNS)")
-	fs.Var(positive(&r.MaxTCPConns), "max-tcp-conns", "open TCP connections; at the cap the idlest is closed")
+	fs.Var(positive(&r.MaxTCPConns), "max-tcp-conns", "open TCP connections; at the cap the idlest is closed, or with none idle the oldest of the address holding the most")
+	fs.Var(positive(&r.MaxTCPConnsPerAddr), "max-tcp-conns-per-addr", "open TCP connections of one client address; past it that address's idlest, else oldest, is closed")
 	fs.Var(positive(&r.TCPIdle), "tcp-idle-timeout", "close a TCP connection idle this long")
 
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "control socket for dnsstandby status, hold and release (empty: off)")
