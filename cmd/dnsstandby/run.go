@@ -199,8 +199,9 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&p.StaleBudget), "stale-budget", "in verify mode, how long a query with a stale answer waits for upstreams")
 
 	fs.Var(positive(&p.UpstreamTimeout), "upstream-timeout", "time to resolve a miss upstream before SERVFAIL (or stale)")
-	fs.Var(positive(&p.MaxInflight), "max-inflight", "cap on concurrent upstream resolutions")
-	fs.Var(positive(&p.MaxPerClient), "max-per-client", "cap on one client address's queries waiting on upstreams")
+	fs.Var(positive(&p.MaxInflight), "max-inflight", "cap on concurrent upstream resolutions (names the cache does not know: three quarters of it)")
+	fs.Var(positive(&p.MaxPerZone), "max-per-zone", "cap on concurrent upstream resolutions of the names under one registrable domain (or one routed zone)")
+	fs.Var(positive(&p.MaxPerClient), "max-per-client", "cap on one client address's queries waiting on upstreams, over UDP and over TCP apart; over it UDP gets TC (ask again over TCP)")
 	fs.Var(notNegative(&p.RefreshRate), "refresh-rate", "background refreshes per second of entries hit in the last tenth of their life (0: none)")
 	fs.StringVar(&p.NSID, "nsid", p.NSID, "NSID sent to clients that ask (empty: none)")
 
