@@ -150,13 +150,8 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 	}
 	w.cache = route.Cache
 	key := keyOf(route, &q)
-	zone := zoneKey{route, fetchZone(key.name, len(route.wireZone))}
 	ck := clientKey{client, !udp}
 	cost := waiterCost(w)
-	// Whether pods asked for the name before: a forger's random names
-	// are never in the cache.
-	status := route.Cache.Status(&q)
-	known := status != cache.Miss
 
 	p.mu.Lock()
 	if p.perClient[ck] >= p.cfg.MaxPerClient {
@@ -172,10 +167,18 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 		return
 	}
 	f := p.flights[key]
+	var zone zoneKey
+	var status cache.Status
 	if f == nil {
+		// Only a new flight needs these: a query joining one, as most do
+		// in a flood of one name, costs nothing more. status says whether
+		// pods asked for the name before: a forger's random names are
+		// never in the cache.
+		zone = zoneKey{route, fetchZone(key.name, len(route.wireZone))}
+		status = route.Cache.Status(&q)
 		over := -1
 		switch {
-		case p.closed || len(p.flights) >= p.inflightCap(known):
+		case p.closed || len(p.flights) >= p.inflightCap(status != cache.Miss):
 			over = overGlobal
 		case p.perZone[zone] >= p.cfg.MaxPerZone:
 			over = overZone
@@ -263,11 +266,14 @@ const maxWaitingPerFlight = 16
 // nobody waits on it.
 func (p *Pipeline) refresh(q *wire.Query, r *Route) {
 	key := keyOf(r, q)
-	zone := zoneKey{r, fetchZone(key.name, len(r.wireZone))}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.flights[key] != nil || p.closed {
+		return
+	}
 	// The name is in the cache: a known name's cap, and its zone's.
-	if p.flights[key] != nil || len(p.flights) >= p.inflightCap(true) || p.perZone[zone] >= p.cfg.MaxPerZone || p.closed {
+	zone := zoneKey{r, fetchZone(key.name, len(r.wireZone))}
+	if len(p.flights) >= p.inflightCap(true) || p.perZone[zone] >= p.cfg.MaxPerZone {
 		return
 	}
 	qn, err := question(q)
