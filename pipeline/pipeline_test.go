@@ -660,6 +660,14 @@ func TestCaps(t *testing.T) {
 						t.Errorf("capped by %s: %d, want %d", overNames[i], got, tt.over[i])
 					}
 				}
+				// Once the flights time out, nothing counts against a cap.
+				time.Sleep(time.Second)
+				synctest.Wait()
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if len(p.flights)+len(p.perZone)+len(p.perClient)+p.waiting != 0 {
+					t.Errorf("after the flights: %d flights, %d zones, %d clients, %d waiting", len(p.flights), len(p.perZone), len(p.perClient), p.waiting)
+				}
 			})
 		})
 	}
