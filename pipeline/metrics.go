@@ -16,10 +16,13 @@ const (
 	srcUpstream        // an upstream reply
 	srcServfail        // nothing to answer with
 	srcError           // FORMERR, NOTIMP, REFUSED (no route, or upstream over max_concurrent), BADVERS
+	// srcTruncated: an empty answer with TC set, to a UDP client over its
+	// cap (MaxPerClient), asking it to come again over TCP.
+	srcTruncated
 	numSources
 )
 
-var sourceNames = [numSources]string{"cache", "stale", "upstream", "servfail", "error"}
+var sourceNames = [numSources]string{"cache", "stale", "upstream", "servfail", "error", "truncated"}
 
 // Query types counted by name, as CoreDNS's metrics name them; every other
 // type is "other".
@@ -97,12 +100,13 @@ var dropNames = [numDrops]string{"short", "response", "long"}
 
 // Caps that turned a query away from the upstreams.
 const (
-	overClient = iota
-	overGlobal
+	overClient = iota // MaxPerClient
+	overGlobal        // MaxInflight (its share for new names), the waiting caps
+	overZone          // MaxPerZone
 	numOver
 )
 
-var overNames = [numOver]string{"client", "global"}
+var overNames = [numOver]string{"client", "global", "zone"}
 
 // hotStats are one worker's counters: written by one goroutine only, so
 // hot-path increments never bounce a cache line between cores.
@@ -155,11 +159,11 @@ var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25
 
 var (
 	descQueries = prometheus.NewDesc("dnsstandby_queries_total",
-		"Queries answered, by what answered them: cache, stale, upstream, servfail, error (FORMERR, NOTIMP, REFUSED, BADVERS; REFUSED for no route or an upstream group over its max_concurrent).", []string{"source"}, nil)
+		"Queries answered, by what answered them: cache, stale, upstream, servfail, error (FORMERR, NOTIMP, REFUSED, BADVERS; REFUSED for no route or an upstream group over its max_concurrent), truncated (empty, TC set: a UDP client over its per-client cap, to ask again over TCP).", []string{"source"}, nil)
 	descDropped = prometheus.NewDesc("dnsstandby_queries_dropped_total",
 		"Queries dropped unanswered: short (no DNS header), response (QR set), long (over TCP, longer than any query).", []string{"reason"}, nil)
 	descOverload = prometheus.NewDesc("dnsstandby_upstream_capped_total",
-		"Misses answered stale or SERVFAIL without asking upstream because a cap was reached: client (per source address) or global.", []string{"scope"}, nil)
+		"Misses answered without asking upstream because a cap was reached (stale if the cache can, else SERVFAIL, or TC over UDP at the client cap): client (per source address and transport), zone (per fetch zone) or global (in flight, three quarters of it for names the cache does not know; waiting).", []string{"scope"}, nil)
 	descCoalesced = prometheus.NewDesc("dnsstandby_coalesced_total",
 		"Misses that joined an identical upstream query already in flight.", nil, nil)
 	descRefreshes = prometheus.NewDesc("dnsstandby_stale_refreshes_total",

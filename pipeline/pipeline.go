@@ -69,11 +69,27 @@ type Config struct {
 	// positive.
 	UpstreamTimeout time.Duration
 
-	// MaxInflight caps concurrent upstream resolutions; MaxPerClient caps
-	// the queries one source address may have waiting on the miss path.
-	// Over either cap a query is answered stale or SERVFAIL at once. Both
-	// must be positive.
-	MaxInflight  int
+	// MaxInflight caps concurrent upstream resolutions. A name the cache
+	// knows (an entry, stale or expiring: a name pods asked before) may
+	// start one up to the cap; a name it does not know, only up to three
+	// quarters of it: a flood of new names leaves the last quarter to
+	// the names pods use. Over it a query is answered stale or SERVFAIL
+	// at once. Must be positive.
+	MaxInflight int
+	// MaxPerZone caps the concurrent upstream resolutions of the names
+	// under one fetch zone (a name's registrable domain, or its route's
+	// zone if longer: see fetchZone), as BIND's fetches-per-zone: a zone
+	// whose servers are slow, or a random-subdomain flood of one, takes
+	// no more. Over it a query is answered stale or SERVFAIL at once.
+	// Must be positive.
+	MaxPerZone int
+	// MaxPerClient caps the queries one client may have waiting on the
+	// miss path, a client being a source address over UDP and another
+	// over TCP: TCP's addresses are proven by the handshake, UDP's can be
+	// forged. Over it a query is answered stale, or else over UDP with an
+	// empty truncated answer (the client asks again over TCP, where one
+	// forging its address cannot reach its cap, as BIND's rate limiting
+	// slips) and over TCP with SERVFAIL. Must be positive.
 	MaxPerClient int
 	// MaxWaitingBytes caps the memory of the queries waiting on upstream
 	// resolutions, in bytes, each counted as what it keeps (its waiter,
@@ -106,6 +122,11 @@ func DefaultConfig() Config {
 		UpstreamTimeout: 2 * time.Second,
 		// LocalDNS runs its forward with max_concurrent 1000.
 		MaxInflight: 1000,
+		// A tenth of MaxInflight. LocalDNS's cluster.local block is one
+		// fetch zone: at kube-dns's usual millisecond, 100 resolutions
+		// at once are 100,000 misses a second; when kube-dns is slow,
+		// names the cache knows are answered stale past the cap.
+		MaxPerZone: 100,
 		// One pod may use a tenth of that; the Zalando incident in the
 		// reported incidents was one client's query storm taking cluster DNS down.
 		MaxPerClient: 100,
@@ -138,6 +159,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("UpstreamTimeout must be positive, got %s", c.UpstreamTimeout)
 	case c.MaxInflight <= 0:
 		return fmt.Errorf("MaxInflight must be positive, got %d", c.MaxInflight)
+	case c.MaxPerZone <= 0:
+		return fmt.Errorf("MaxPerZone must be positive, got %d", c.MaxPerZone)
 	case c.MaxPerClient <= 0:
 		return fmt.Errorf("MaxPerClient must be positive, got %d", c.MaxPerClient)
 	case c.MaxWaitingBytes <= 0:
@@ -164,8 +187,9 @@ type Pipeline struct {
 	mu        sync.Mutex // guards following
 	running   int        // flights started and not yet done replying
 	flights   map[flightKey]*flight
-	perClient map[netip.Addr]int
-	waiting   int // queries waiting on flights
+	perClient map[clientKey]int
+	perZone   map[zoneKey]int // flights by fetch zone
+	waiting   int             // queries waiting on flights
 	// waitingBytes is what they keep, as waiterCost counts it.
 	waitingBytes int
 	closed       bool // no new flights after Close
@@ -199,7 +223,8 @@ func New(cfg Config) (*Pipeline, error) {
 		cfg:       cfg,
 		log:       log.With("component", "pipeline"),
 		flights:   make(map[flightKey]*flight),
-		perClient: make(map[netip.Addr]int),
+		perClient: make(map[clientKey]int),
+		perZone:   make(map[zoneKey]int),
 	}
 	p.routes.Store(&routes)
 	if cfg.NSID != "" {

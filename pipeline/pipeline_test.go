@@ -195,6 +195,12 @@ type result struct {
 // reply channel (buffered; nothing sent means dropped).
 func ask(t *testing.T, w *Worker, raw []byte, client string) <-chan result {
 	t.Helper()
+	return askOver(t, w, raw, client, true)
+}
+
+// askOver is ask over UDP (udp) or TCP.
+func askOver(t *testing.T, w *Worker, raw []byte, client string, udp bool) <-chan result {
+	t.Helper()
 	out := make(chan result, 1)
 	deliver := func(b []byte) {
 		m := new(dns.Msg)
@@ -202,12 +208,12 @@ func ask(t *testing.T, w *Worker, raw []byte, client string) <-chan result {
 		out <- result{m, err}
 	}
 	buf := make([]byte, 65535)
-	n, act := w.Answer(buf, raw, true)
+	n, act := w.Answer(buf, raw, udp)
 	switch act {
 	case Reply:
 		deliver(buf[:n])
 	case Resolve:
-		w.p.Resolve(append([]byte(nil), raw...), netip.AddrPortFrom(netip.MustParseAddr(client), 5353), true, deliver)
+		w.p.Resolve(append([]byte(nil), raw...), netip.AddrPortFrom(netip.MustParseAddr(client), 5353), udp, deliver)
 	}
 	return out
 }
@@ -556,50 +562,117 @@ func TestStaleImmediate(t *testing.T) {
 }
 
 func TestCaps(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		up := newFake()
-		for i := range 10 {
-			up.hold(fmt.Sprintf("n%d.example.", i))
-		}
-		p, _ := newPipeline(t, up, func(c *Config) { c.MaxPerClient = 2; c.MaxInflight = 4 })
-		w := p.NewWorker()
-		// Client A: two pending, the third is turned away at once.
-		ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.1")
-		ask(t, w, q(t, "n1.example.", dns.TypeA, false), "10.1.0.1")
-		a := wait(t, ask(t, w, q(t, "n2.example.", dns.TypeA, false), "10.1.0.1"))
-		if a.Rcode != dns.RcodeServerFailure {
-			t.Fatalf("over the per-client cap: rcode %d, want SERVFAIL", a.Rcode)
-		}
-		// Client B fills the global cap (4 flights), then C is turned away.
-		ask(t, w, q(t, "n3.example.", dns.TypeA, false), "10.1.0.2")
-		ask(t, w, q(t, "n4.example.", dns.TypeA, false), "10.1.0.2")
-		a = wait(t, ask(t, w, q(t, "n5.example.", dns.TypeA, false), "10.1.0.3"))
-		if a.Rcode != dns.RcodeServerFailure {
-			t.Fatalf("over the global cap: rcode %d, want SERVFAIL", a.Rcode)
-		}
-		// But C may still join a flight in progress: no new upstream query,
-		// and no answer until the flight ends. Wait returns when every
-		// goroutine is blocked, upstreams included: nothing more will come.
-		ch := ask(t, w, q(t, "n0.example.", dns.TypeA, false), "10.1.0.3")
-		synctest.Wait()
-		select {
-		case r := <-ch:
-			t.Fatalf("joining a flight answered at once: %v", r.msg)
-		default:
-		}
-		if n := up.count("n0.example."); n != 1 {
-			t.Fatalf("%d upstream exchanges for n0, want 1", n)
-		}
-		if c := &p.stats.overload; c[overClient].Load() != 1 || c[overGlobal].Load() != 1 {
-			t.Fatalf("overload counters client %d global %d", c[overClient].Load(), c[overGlobal].Load())
-		}
-	})
+	type step struct {
+		name   string // under example. unless it says otherwise
+		client string // 10.1.0.N
+		tcp    bool
+		want   string // waiting (on a flight), servfail, tc (empty, truncated) or stale
+	}
+	tests := []struct {
+		name    string
+		mod     func(*Config)
+		steps   []step
+		over    [numOver]uint64 // overload counters after the steps
+		flights int             // upstream exchanges started
+	}{
+		{"per client, UDP: TC to ask again over TCP", func(c *Config) { c.MaxPerClient = 2 }, []step{
+			{"a1", "1", false, "waiting"}, {"a2", "1", false, "waiting"}, {"a3", "1", false, "tc"},
+			{"b1", "2", false, "waiting"},
+		}, [numOver]uint64{overClient: 1}, 3},
+		{"per client, TCP apart from UDP: SERVFAIL", func(c *Config) { c.MaxPerClient = 2 }, []step{
+			{"a1", "1", false, "waiting"}, {"a2", "1", false, "waiting"},
+			{"a3", "1", true, "waiting"}, {"a4", "1", true, "waiting"}, {"a5", "1", true, "servfail"},
+		}, [numOver]uint64{overClient: 1}, 4},
+		{"per client: joining a flight counts", func(c *Config) { c.MaxPerClient = 2 }, []step{
+			{"a1", "1", false, "waiting"}, {"a1", "1", false, "waiting"}, {"a1", "1", false, "tc"},
+		}, [numOver]uint64{overClient: 1}, 1},
+		{"per zone: names under one registrable domain share it", func(c *Config) { c.MaxPerZone = 2 }, []step{
+			{"x1.slow.test.", "1", false, "waiting"}, {"x2.y.slow.test.", "2", false, "waiting"},
+			{"x3.slow.test.", "3", true, "servfail"},
+			{"a1", "3", false, "waiting"}, {"x1.slow.test.", "4", false, "waiting"}, // another zone; joining a flight
+		}, [numOver]uint64{overZone: 1}, 3},
+		{"global: new names get three quarters", func(c *Config) { c.MaxInflight = 4 }, []step{
+			{"a1", "1", false, "waiting"}, {"a2", "2", false, "waiting"}, {"a3", "3", false, "waiting"},
+			{"a4", "4", false, "servfail"}, {"a4", "4", true, "servfail"},
+			{"known1", "5", false, "waiting"}, // the cache knows it: the last quarter
+			{"known2", "5", false, "stale"},   // over the whole cap
+			{"a1", "6", false, "waiting"},     // joining a flight
+		}, [numOver]uint64{overGlobal: 3}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				up := newFake()
+				p, clk := newPipeline(t, up, tt.mod)
+				w := p.NewWorker()
+				// known1 and known2 are in the cache, stale.
+				for _, n := range []string{"known1.example.", "known2.example."} {
+					up.set(n, n+" 30 IN A 192.0.2.1")
+					wait(t, ask(t, w, q(t, n, dns.TypeA, false), "10.1.0.9"))
+				}
+				clk.Advance(time.Minute)
+				for _, n := range []string{"known1.example.", "known2.example."} {
+					up.hold(n)
+				}
+				names := map[string]bool{"known1.example.": true, "known2.example.": true}
+				for i, st := range tt.steps {
+					name := st.name
+					if !strings.HasSuffix(name, ".") {
+						name += ".example."
+					}
+					if !strings.HasPrefix(name, "known") {
+						up.hold(name)
+					}
+					names[name] = true
+					ch := askOver(t, w, q(t, name, dns.TypeA, false), "10.1.0."+st.client, !st.tcp)
+					synctest.Wait()
+					got := "waiting"
+					select {
+					case r := <-ch:
+						switch {
+						case r.err != nil:
+							got = r.err.Error()
+						case r.msg.Truncated && len(r.msg.Answer) == 0 && r.msg.Rcode == dns.RcodeSuccess:
+							got = "tc"
+						case r.msg.Rcode == dns.RcodeServerFailure:
+							got = "servfail"
+						case len(r.msg.Answer) == 1 && r.msg.Answer[0].Header().Ttl == 30:
+							got = "stale"
+						default:
+							got = r.msg.String()
+						}
+					default:
+					}
+					if got != st.want {
+						t.Errorf("step %d, %s from 10.1.0.%s (tcp %v): %s, want %s", i, name, st.client, st.tcp, got, st.want)
+					}
+				}
+				started := 0
+				for n := range names {
+					started += up.count(n)
+				}
+				started -= 2 // the cache's warm-up
+				if started != tt.flights {
+					t.Errorf("%d upstream exchanges, want %d", started, tt.flights)
+				}
+				for i := range numOver {
+					if got := p.stats.overload[i].Load(); got != tt.over[i] {
+						t.Errorf("capped by %s: %d, want %d", overNames[i], got, tt.over[i])
+					}
+				}
+				// Once the flights time out, nothing counts against a cap.
+				time.Sleep(time.Second)
+				synctest.Wait()
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if len(p.flights)+len(p.perZone)+len(p.perClient)+p.waiting != 0 {
+					t.Errorf("after the flights: %d flights, %d zones, %d clients, %d waiting", len(p.flights), len(p.perZone), len(p.perClient), p.waiting)
+				}
+			})
+		})
+	}
 }
 
-// TestWaitingBytesCap: queries waiting on flights are capped by what
-// they keep, whatever MaxInflight and MaxPerClient allow; a query over the
-// cap is answered SERVFAIL at once, and the bytes come back when the
-// flights end.
 func TestWaitingBytesCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := newFake()

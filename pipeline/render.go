@@ -151,7 +151,15 @@ func headerRcode(b []byte) int {
 
 // replyStaleOr answers w from its route's cache, stale allowed, or with
 // rcode (SERVFAIL or REFUSED) when there is nothing to serve.
-func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
+func (p *Pipeline) replyStaleOr(w *waiter, rcode int) { p.replyStale(w, rcode, false) }
+
+// replyStaleOrTC answers w, a UDP query, from its route's cache, stale
+// allowed, or with an empty answer with TC set when there is nothing to
+// serve: the client's stub asks again over TCP.
+func (p *Pipeline) replyStaleOrTC(w *waiter) { p.replyStale(w, dns.RcodeSuccess, true) }
+
+// replyStale is replyStaleOr, or replyStaleOrTC if tc.
+func (p *Pipeline) replyStale(w *waiter, rcode int, tc bool) {
 	q := &w.q
 	b := getBuf()
 	defer putBuf(b)
@@ -166,6 +174,12 @@ func (p *Pipeline) replyStaleOr(w *waiter, rcode int) {
 		src, rcode = srcCache, headerRcode(buf[:n])
 	case cache.Stale:
 		src, rcode = srcStale, headerRcode(buf[:n])
+	case cache.Miss:
+		if tc {
+			src, n = srcTruncated, writeReplyHeader(buf, q, wire.FlagTC, 0)
+			break
+		}
+		fallthrough
 	default:
 		src = srcError
 		if rcode == dns.RcodeServerFailure {

@@ -25,9 +25,23 @@ type flightKey struct {
 	do, cd        bool
 }
 
+// clientKey is whom MaxPerClient counts: a source address, over UDP and
+// over TCP apart (see Config.MaxPerClient).
+type clientKey struct {
+	addr netip.Addr
+	tcp  bool
+}
+
+// zoneKey is what MaxPerZone counts: a fetch zone of a route.
+type zoneKey struct {
+	route *Route
+	zone  string // fetchZone's: a suffix of the flight key's name
+}
+
 // flight is one upstream resolution and the queries waiting on it.
 type flight struct {
 	key     flightKey
+	zone    zoneKey
 	req     *dns.Msg  // what goes upstream
 	waiters []*waiter // guarded by Pipeline.mu
 	// staleServed is set (under Pipeline.mu) once the stale budget ran out
@@ -136,21 +150,45 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 	}
 	w.cache = route.Cache
 	key := keyOf(route, &q)
+	ck := clientKey{client, !udp}
 	cost := waiterCost(w)
 
 	p.mu.Lock()
-	if p.perClient[client] >= p.cfg.MaxPerClient {
+	if p.perClient[ck] >= p.cfg.MaxPerClient {
 		p.mu.Unlock()
 		p.stats.overload[overClient].Add(1)
-		p.replyStaleOr(w, dns.RcodeServerFailure)
+		if udp {
+			// The address may be forged: a client that is who it says
+			// asks again over TCP.
+			p.replyStaleOrTC(w)
+		} else {
+			p.replyStaleOr(w, dns.RcodeServerFailure)
+		}
 		return
 	}
 	f := p.flights[key]
-	if f == nil && (len(p.flights) >= p.cfg.MaxInflight || p.closed) {
-		p.mu.Unlock()
-		p.stats.overload[overGlobal].Add(1)
-		p.replyStaleOr(w, dns.RcodeServerFailure)
-		return
+	var zone zoneKey
+	var status cache.Status
+	if f == nil {
+		// Only a new flight needs these: a query joining one, as most do
+		// in a flood of one name, costs nothing more. status says whether
+		// pods asked for the name before: a forger's random names are
+		// never in the cache.
+		zone = zoneKey{route, fetchZone(key.name, len(route.wireZone))}
+		status = route.Cache.Status(&q)
+		over := -1
+		switch {
+		case p.closed || len(p.flights) >= p.inflightCap(status != cache.Miss):
+			over = overGlobal
+		case p.perZone[zone] >= p.cfg.MaxPerZone:
+			over = overZone
+		}
+		if over >= 0 {
+			p.mu.Unlock()
+			p.stats.overload[over].Add(1)
+			p.replyStaleOr(w, dns.RcodeServerFailure)
+			return
+		}
 	}
 	if p.waiting >= maxWaitingPerFlight*p.cfg.MaxInflight || p.waitingBytes+cost > p.cfg.MaxWaitingBytes {
 		p.mu.Unlock()
@@ -164,7 +202,7 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 		p.replyStaleOr(w, dns.RcodeServerFailure)
 		return
 	}
-	p.perClient[client]++
+	p.perClient[ck]++
 	p.waiting++
 	p.waitingBytes += cost
 	if f != nil {
@@ -173,17 +211,49 @@ func (p *Pipeline) Resolve(msg []byte, from netip.AddrPort, udp bool, reply func
 		p.stats.coalesced.Add(1)
 		return
 	}
-	f = &flight{key: key, req: upstreamRequest(req.Question[0], &q, p.cfg.UDPSize), waiters: []*waiter{w}}
-	p.flights[key] = f
-	p.running++
+	f = &flight{key: key, zone: zone, req: upstreamRequest(req.Question[0], &q, p.cfg.UDPSize), waiters: []*waiter{w}}
+	p.startLocked(f)
 	p.mu.Unlock()
 
 	// In verify mode a query with a stale entry waits only StaleBudget.
 	var budget time.Duration
-	if c := route.Cache; c.StaleMode() == cache.StaleVerify && c.Status(&q) == cache.Stale {
+	if route.Cache.StaleMode() == cache.StaleVerify && status == cache.Stale {
 		budget = p.cfg.StaleBudget
 	}
 	go p.fly(f, route.Upstream, budget)
+}
+
+// knownShare: names the cache does not know may hold no more than this
+// part of MaxInflight, in quarters.
+const knownShare = 3
+
+// inflightCap is how many flights may be running for a new one to start:
+// MaxInflight for a name the cache knows, three quarters of it (at least
+// one) for one it does not.
+func (p *Pipeline) inflightCap(known bool) int {
+	if known {
+		return p.cfg.MaxInflight
+	}
+	return max(1, p.cfg.MaxInflight*knownShare/4)
+}
+
+// startLocked registers f as running; p.mu is held.
+func (p *Pipeline) startLocked(f *flight) {
+	p.flights[f.key] = f
+	p.perZone[f.zone]++
+	p.running++
+}
+
+// endLocked unregisters f, whose exchange is over: it no longer counts
+// against the caps, and a query for its key starts a new one; p.mu is
+// held.
+func (p *Pipeline) endLocked(f *flight) {
+	delete(p.flights, f.key)
+	if n := p.perZone[f.zone] - 1; n > 0 {
+		p.perZone[f.zone] = n
+	} else {
+		delete(p.perZone, f.zone)
+	}
 }
 
 // maxWaitingPerFlight bounds queries parked on flights, in units of
@@ -198,16 +268,20 @@ func (p *Pipeline) refresh(q *wire.Query, r *Route) {
 	key := keyOf(r, q)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.flights[key] != nil || len(p.flights) >= p.cfg.MaxInflight || p.closed {
+	if p.flights[key] != nil || p.closed {
+		return
+	}
+	// The name is in the cache: a known name's cap, and its zone's.
+	zone := zoneKey{r, fetchZone(key.name, len(r.wireZone))}
+	if len(p.flights) >= p.inflightCap(true) || p.perZone[zone] >= p.cfg.MaxPerZone {
 		return
 	}
 	qn, err := question(q)
 	if err != nil {
 		return
 	}
-	f := &flight{key: key, req: upstreamRequest(qn, q, p.cfg.UDPSize)}
-	p.flights[key] = f
-	p.running++
+	f := &flight{key: key, zone: zone, req: upstreamRequest(qn, q, p.cfg.UDPSize)}
+	p.startLocked(f)
 	p.stats.refreshes.Add(1)
 	go p.fly(f, r.Upstream, 0)
 }
@@ -278,7 +352,7 @@ func (p *Pipeline) fly(f *flight, up Exchanger, budget time.Duration) {
 		failRcode = dns.RcodeRefused
 	}
 	p.mu.Lock()
-	delete(p.flights, f.key)
+	p.endLocked(f)
 	ws := f.waiters
 	f.waiters = nil
 	p.mu.Unlock()
@@ -330,10 +404,11 @@ func (p *Pipeline) release(w *waiter) {
 	p.mu.Lock()
 	p.waiting--
 	p.waitingBytes -= waiterCost(w)
-	if n := p.perClient[w.client] - 1; n > 0 {
-		p.perClient[w.client] = n
+	ck := clientKey{w.client, !w.udp}
+	if n := p.perClient[ck] - 1; n > 0 {
+		p.perClient[ck] = n
 	} else {
-		delete(p.perClient, w.client)
+		delete(p.perClient, ck)
 	}
 	p.mu.Unlock()
 }

@@ -12,9 +12,9 @@ var (
 	descTCPAccepted = prometheus.NewDesc("dnsstandby_tcp_connections_accepted_total",
 		"TCP connections accepted.", nil, nil)
 	descTCPEvicted = prometheus.NewDesc("dnsstandby_tcp_connections_evicted_total",
-		"Idle TCP connections closed to admit a new one at the connection cap.", nil, nil)
+		"TCP connections closed to admit a new one, by reason: idle (the longest idle, at the connection cap), busy (at the cap with none idle, the oldest of the address holding the most; its waiting queries dropped), address (at the new one's address's own cap, one of that address's).", []string{"reason"}, nil)
 	descTCPRejected = prometheus.NewDesc("dnsstandby_tcp_connections_rejected_total",
-		"TCP connections closed at once because every connection at the cap was busy.", nil, nil)
+		"TCP connections closed at once because the server was draining.", nil, nil)
 	descTCPOversized = prometheus.NewDesc("dnsstandby_tcp_oversized_queries_total",
 		"TCP connections closed because a query's length was over 512 bytes, longer than any DNS query.", nil, nil)
 	descTCPWriteOverflows = prometheus.NewDesc("dnsstandby_tcp_write_overflows_total",
@@ -40,7 +40,9 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	counter(descUDPSendFailures, st.udpSendFailures.Load())
 	counter(descUDPReadErrors, st.udpReadErrors.Load())
 	counter(descTCPAccepted, st.tcpAccepted.Load())
-	counter(descTCPEvicted, st.tcpEvicted.Load())
+	for i := range st.tcpEvicted {
+		ch <- prometheus.MustNewConstMetric(descTCPEvicted, prometheus.CounterValue, float64(st.tcpEvicted[i].Load()), evictionNames[i])
+	}
 	counter(descTCPRejected, st.tcpRejected.Load())
 	counter(descTCPOversized, st.tcpOversized.Load())
 	counter(descTCPWriteOverflows, st.tcpWriteOverflows.Load())

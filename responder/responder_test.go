@@ -64,6 +64,13 @@ func (u *tableUpstream) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, e
 
 func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod func(*Config)) (*Server, *pipeline.Pipeline) {
 	t.Helper()
+	return startServerWith(t, ap, up, mod, nil)
+}
+
+// startServerWith is startServer with the pipeline's Config changed by
+// pmod too.
+func startServerWith(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod func(*Config), pmod func(*pipeline.Config)) (*Server, *pipeline.Pipeline) {
+	t.Helper()
 	c, err := cache.New(cache.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +78,9 @@ func startServer(t testing.TB, ap netip.AddrPort, up pipeline.Exchanger, mod fun
 	pcfg := pipeline.DefaultConfig()
 	pcfg.Routes = []pipeline.Route{{Zone: ".", Upstream: up, Cache: c}}
 	pcfg.Logger = testkit.Logger(t)
+	if pmod != nil {
+		pmod(&pcfg)
+	}
 	p, err := pipeline.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -367,10 +377,147 @@ func TestTCPTimeoutsAndCap(t *testing.T) {
 		if len(r.Answer) != 1 {
 			t.Fatalf("query past the cap: %v", r)
 		}
-		if s.stats.tcpEvicted.Load() == 0 {
-			t.Fatal("no idle connection was evicted")
+		if n := s.stats.tcpEvicted[evictIdle].Load() + s.stats.tcpEvicted[evictBusy].Load(); n == 0 {
+			t.Fatal("no connection was evicted")
 		}
 	})
+}
+
+// heldUpstream answers nothing until the test ends: every miss it gets
+// stays in flight.
+type heldUpstream struct{ released chan struct{} }
+
+func (u heldUpstream) Exchange(ctx context.Context, _ *dns.Msg) (*dns.Msg, error) {
+	select {
+	case <-u.released:
+	case <-ctx.Done():
+	}
+	return nil, errors.New("held")
+}
+
+// TestTCPEviction: at a cap, which connection makes room for a new one.
+// Clients are loopback addresses (127.0.0.N); a busy connection has a
+// query waiting on an upstream that does not answer, an idle one has
+// asked and been answered (REFUSED, from the hot path), a new one has not
+// asked yet. The new connection gets in and is answered; exactly the one
+// chosen is closed.
+func TestTCPEviction(t *testing.T) {
+	type conn struct {
+		from  byte   // 127.0.0.from
+		state string // busy, idle or new
+	}
+	tests := []struct {
+		name      string
+		perAddr   int
+		max       int
+		graceless bool // idle at once, not after idleGraceDefault
+		open      []conn
+		newFrom   byte
+		evicted   int // index into open
+		reason    int
+	}{
+		{"address cap: that address's oldest, though others are idle", 3, 100, true,
+			[]conn{{2, "busy"}, {3, "idle"}, {2, "busy"}, {2, "busy"}}, 2, 0, evictAddress},
+		{"address cap: that address's idle before its busy", 3, 100, true,
+			[]conn{{2, "busy"}, {2, "idle"}, {2, "busy"}}, 2, 1, evictAddress},
+		{"server cap: the idle one, though its address holds the fewest", 100, 4, true,
+			[]conn{{2, "busy"}, {2, "busy"}, {3, "idle"}, {2, "busy"}}, 4, 2, evictIdle},
+		{"server cap, none idle: the oldest of the address holding the most", 100, 5, true,
+			[]conn{{3, "busy"}, {2, "busy"}, {2, "busy"}, {2, "busy"}, {4, "busy"}}, 5, 1, evictBusy},
+		{"server cap: a connection quiet under the grace is not idle", 100, 4, false,
+			[]conn{{2, "busy"}, {2, "busy"}, {3, "new"}, {2, "busy"}}, 4, 0, evictBusy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ap := nstest.FreeLoopbackAddr(t)
+			up := heldUpstream{released: make(chan struct{})}
+			s, p := startServerWith(t, ap, up, func(c *Config) {
+				c.MaxTCPConnsPerAddr, c.MaxTCPConns = tt.perAddr, tt.max
+			}, func(c *pipeline.Config) { c.UpstreamTimeout = time.Minute })
+			// Registered after the server's cleanup, so run before it:
+			// its Shutdown waits for the flights.
+			t.Cleanup(func() { close(up.released) })
+			ts := s.tcp[0]
+			if tt.graceless {
+				ts.mu.Lock()
+				ts.idleGrace = 0
+				ts.mu.Unlock()
+			}
+			var conns []net.Conn
+			busy := 0
+			for i, c := range tt.open {
+				conn := dialFrom(t, c.from, ap)
+				conns = append(conns, conn)
+				switch c.state {
+				case "busy":
+					writeFramed(t, conn, fmt.Sprintf("busy%d.example.", i), uint16(i))
+					busy++
+					testkit.Eventually(t, 2*time.Second, "the query in flight", func() bool { return p.Inflight() == busy })
+				case "idle":
+					askRefused(t, conn)
+				}
+			}
+			testkit.Eventually(t, 2*time.Second, "every connection registered", func() bool { return s.stats.tcpOpen.Load() == int64(len(tt.open)) })
+
+			askRefused(t, dialFrom(t, tt.newFrom, ap))
+			open := openClients(ts)
+			for i, c := range conns {
+				client := netip.MustParseAddrPort(c.LocalAddr().String())
+				if _, ok := open[client]; ok == (i == tt.evicted) {
+					t.Errorf("connection %d (%s, %s): open %v, want %v", i, client, tt.open[i].state, ok, i != tt.evicted)
+				}
+			}
+			for r := range s.stats.tcpEvicted {
+				want := uint64(0)
+				if r == tt.reason {
+					want = 1
+				}
+				if got := s.stats.tcpEvicted[r].Load(); got != want {
+					t.Errorf("evicted for %s: %d, want %d", evictionNames[r], got, want)
+				}
+			}
+		})
+	}
+}
+
+// dialFrom connects to ap from 127.0.0.from.
+func dialFrom(t *testing.T, from byte, ap netip.AddrPort) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, from)}}
+	c, err := d.Dial("tcp", ap.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// askRefused asks for a zone transfer on c, which the hot path refuses at
+// once, and reads the answer.
+func askRefused(t *testing.T, c net.Conn) {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion("example.", dns.TypeAXFR)
+	b, _ := m.Pack()
+	if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(b))), b...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	r, err := readFramed(c)
+	if err != nil || r.Rcode != dns.RcodeRefused {
+		t.Fatalf("zone transfer from %s: %v %v", c.LocalAddr(), r, err)
+	}
+}
+
+// openClients is the client address of every connection ts holds.
+func openClients(ts *tcpServer) map[netip.AddrPort]struct{} {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := make(map[netip.AddrPort]struct{}, len(ts.conns))
+	for c := range ts.conns {
+		out[c.client] = struct{}{}
+	}
+	return out
 }
 
 // TestTCPQueryLength: a query of wire.MaxQueryLen bytes is answered; a

@@ -47,9 +47,17 @@ type Config struct {
 	// kernel's default.
 	RcvBuf int
 
-	// MaxTCPConns caps open TCP connections; at the cap the idlest is
-	// closed. Must be positive.
+	// MaxTCPConns caps open TCP connections. At the cap a new connection
+	// takes the place of the longest idle one (no query waiting on an
+	// upstream), or, when every one has a query waiting, of the oldest
+	// connection of the address holding the most: a few addresses
+	// holding slow queries on every connection lock no one else out.
+	// Must be positive.
 	MaxTCPConns int
+	// MaxTCPConnsPerAddr caps the open TCP connections of one source
+	// address; a new one past it takes the place of that address's
+	// longest idle connection, else its oldest. Must be positive.
+	MaxTCPConnsPerAddr int
 	// TCPIdle closes a connection waiting this long for a query; TCPRead
 	// is how long a started query has to arrive whole; TCPWrite is how
 	// long an answer has to be written. All must be positive.
@@ -81,6 +89,11 @@ func DefaultConfig() Config {
 		// traffic, arriving while a crashed LocalDNS's share moves to us.
 		RcvBuf:      8 << 20,
 		MaxTCPConns: 1000,
+		// A tenth of MaxTCPConns, as the pipeline's MaxPerClient is of
+		// its MaxInflight: ten addresses to fill the cap. A pod's stub
+		// opens one connection per truncated answer and closes it; the
+		// node's address, shared by host-network pods, stays far below.
+		MaxTCPConnsPerAddr: 100,
 		// CoreDNS closes idle TCP connections after 10 s too; RFC 7766
 		// §6.2.3 lets a server close idle ones earlier under pressure.
 		TCPIdle:     10 * time.Second,
@@ -126,6 +139,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("RcvBuf must not be negative, got %d", c.RcvBuf)
 	case c.MaxTCPConns <= 0:
 		return fmt.Errorf("MaxTCPConns must be positive, got %d", c.MaxTCPConns)
+	case c.MaxTCPConnsPerAddr <= 0:
+		return fmt.Errorf("MaxTCPConnsPerAddr must be positive, got %d", c.MaxTCPConnsPerAddr)
 	case c.TCPIdle <= 0:
 		return fmt.Errorf("TCPIdle must be positive, got %s", c.TCPIdle)
 	case c.TCPRead <= 0:
@@ -323,7 +338,7 @@ type serverStats struct {
 	udpSendFailures     atomic.Uint64
 	udpReadErrors       atomic.Uint64
 	tcpAccepted         atomic.Uint64
-	tcpEvicted          atomic.Uint64
+	tcpEvicted          [numEvictions]atomic.Uint64
 	tcpRejected         atomic.Uint64
 	tcpOversized        atomic.Uint64
 	tcpWriteOverflows   atomic.Uint64

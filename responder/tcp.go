@@ -29,9 +29,12 @@ type tcpServer struct {
 	workers chan *pipeline.Worker
 	bufs    sync.Pool // *[]byte of 2+MaxMsgLen: framed answers
 
-	mu     sync.Mutex // guards following
-	conns  map[*tcpConn]struct{}
-	closed bool
+	mu      sync.Mutex // guards following
+	conns   map[*tcpConn]struct{}
+	perAddr map[netip.Addr]int // open connections by client address
+	closed  bool
+	// idleGrace is idleGraceDefault; tests shorten it.
+	idleGrace time.Duration
 
 	handlers sync.WaitGroup
 }
@@ -39,6 +42,7 @@ type tcpServer struct {
 type tcpConn struct {
 	c          *net.TCPConn
 	client     netip.AddrPort
+	opened     int64         // unix ns of the accept
 	inflight   atomic.Int32  // queries handed to the pipeline, not yet answered
 	lastActive atomic.Int64  // unix ns of the last query or answer
 	slots      chan struct{} // one token per query not yet answered on the wire: the pipeline cap
@@ -62,11 +66,13 @@ type tcpConn struct {
 
 func newTCPServer(s *Server, ln *net.TCPListener, pipe *pipeline.Pipeline) *tcpServer {
 	t := &tcpServer{
-		s:       s,
-		ln:      ln,
-		pipe:    pipe,
-		workers: make(chan *pipeline.Worker, s.cfg.ReadersPerSocket),
-		conns:   make(map[*tcpConn]struct{}),
+		s:         s,
+		ln:        ln,
+		pipe:      pipe,
+		workers:   make(chan *pipeline.Worker, s.cfg.ReadersPerSocket),
+		conns:     make(map[*tcpConn]struct{}),
+		perAddr:   make(map[netip.Addr]int),
+		idleGrace: idleGraceDefault,
 	}
 	for range cap(t.workers) {
 		t.workers <- pipe.NewWorker()
@@ -94,7 +100,8 @@ func (t *tcpServer) acceptLoop() {
 		if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
 			tc.client = ap
 		}
-		tc.lastActive.Store(time.Now().UnixNano())
+		tc.opened = time.Now().UnixNano()
+		tc.lastActive.Store(tc.opened)
 		if !t.admit(tc) {
 			t.s.stats.tcpRejected.Add(1)
 			_ = c.Close()
@@ -108,36 +115,133 @@ func (t *tcpServer) acceptLoop() {
 	}
 }
 
-// admit registers tc, closing the longest-idle connection with nothing in
-// flight if the cap is reached. It fails if every connection is busy.
+// admit registers tc, making room for it when its address or the server
+// is at its cap; it fails only once the server stops accepting.
+//
+// Room is made by closing a connection, and the one closed is chosen so
+// that no address can keep others out. At the address's own cap, it is
+// one of that address's: its longest idle, else its oldest. At the
+// server's cap, the longest idle one, which costs its client only a new
+// connection (RFC 7766 §6.2.3 lets a server close idle connections under
+// pressure); a connection quiet for less than idleGraceDefault is not idle but
+// a client about to ask, which a stream of new connections must not
+// close before it can. With none idle, the oldest connection of the
+// address holding the most goes. A busy connection closed takes its
+// waiting queries with it: their answers are dropped when they come, and
+// the client asks again, as after any closed connection.
 func (t *tcpServer) admit(tc *tcpConn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return false
 	}
-	if len(t.conns) >= t.s.cfg.MaxTCPConns {
-		var idlest *tcpConn
-		for c := range t.conns {
-			if c.inflight.Load() == 0 && (idlest == nil || c.lastActive.Load() < idlest.lastActive.Load()) {
-				idlest = c
-			}
+	cfg := &t.s.cfg
+	addr := tc.client.Addr()
+	switch {
+	case t.perAddr[addr] >= cfg.MaxTCPConnsPerAddr:
+		same := func(c *tcpConn) bool { return c.client.Addr() == addr }
+		victim := t.idlestLocked(same, tc.opened)
+		if victim == nil {
+			victim = t.oldestLocked(same)
 		}
-		if idlest == nil {
-			return false
+		t.evictLocked(victim, evictAddress)
+	case len(t.conns) >= cfg.MaxTCPConns:
+		if victim := t.idlestLocked(nil, tc.opened-int64(t.idleGrace)); victim != nil {
+			t.evictLocked(victim, evictIdle)
+			break
 		}
-		delete(t.conns, idlest)
-		idlest.shut() // its handler sees the error and exits
-		t.s.stats.tcpEvicted.Add(1)
+		top := t.topAddrLocked()
+		t.evictLocked(t.oldestLocked(func(c *tcpConn) bool { return c.client.Addr() == top }), evictBusy)
 	}
 	t.conns[tc] = struct{}{}
+	t.perAddr[addr]++
 	t.s.stats.tcpOpen.Add(1)
 	return true
 }
 
+// Why a connection was closed to admit another: the reason label of
+// dnsstandby_tcp_connections_evicted_total.
+const (
+	evictIdle    = iota // the longest idle, at the server's cap
+	evictBusy           // none idle: the oldest of the address holding the most
+	evictAddress        // at its address's cap: one of the same address's
+	numEvictions
+)
+
+var evictionNames = [numEvictions]string{"idle", "busy", "address"}
+
+// idleGraceDefault is how long a connection with nothing in flight must have
+// been quiet to count as idle at the server's cap: a client asks within a
+// round trip of connecting, and asks its next question within one of an
+// answer.
+const idleGraceDefault = time.Second
+
+// idlestLocked returns the connection with nothing in flight that has
+// been quiet longest, quiet since before quietBefore (unix ns), among
+// those match accepts (nil: all); or nil if there is none.
+func (t *tcpServer) idlestLocked(match func(*tcpConn) bool, quietBefore int64) *tcpConn {
+	var idlest *tcpConn
+	for c := range t.conns {
+		last := c.lastActive.Load()
+		if (match == nil || match(c)) && c.inflight.Load() == 0 && last < quietBefore && (idlest == nil || last < idlest.lastActive.Load()) {
+			idlest = c
+		}
+	}
+	return idlest
+}
+
+// oldestLocked returns the connection accepted first among those match
+// accepts, or nil if there is none.
+func (t *tcpServer) oldestLocked(match func(*tcpConn) bool) *tcpConn {
+	var oldest *tcpConn
+	for c := range t.conns {
+		if match(c) && (oldest == nil || c.opened < oldest.opened) {
+			oldest = c
+		}
+	}
+	return oldest
+}
+
+// topAddrLocked returns the address with the most open connections.
+func (t *tcpServer) topAddrLocked() netip.Addr {
+	var top netip.Addr
+	most := 0
+	for a, n := range t.perAddr {
+		if n > most {
+			top, most = a, n
+		}
+	}
+	return top
+}
+
+// evictLocked closes c to make room for another connection; its handler
+// sees the error and exits.
+func (t *tcpServer) evictLocked(c *tcpConn, why int) {
+	if c == nil {
+		return
+	}
+	t.removeLocked(c)
+	c.shut()
+	t.s.stats.tcpEvicted[why].Add(1)
+}
+
+// removeLocked unregisters c, if it still is.
+func (t *tcpServer) removeLocked(c *tcpConn) {
+	if _, ok := t.conns[c]; !ok {
+		return
+	}
+	delete(t.conns, c)
+	addr := c.client.Addr()
+	if n := t.perAddr[addr] - 1; n > 0 {
+		t.perAddr[addr] = n
+	} else {
+		delete(t.perAddr, addr)
+	}
+}
+
 func (t *tcpServer) forget(tc *tcpConn) {
 	t.mu.Lock()
-	delete(t.conns, tc)
+	t.removeLocked(tc)
 	t.mu.Unlock()
 	t.s.stats.tcpOpen.Add(-1)
 }

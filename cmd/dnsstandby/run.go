@@ -199,15 +199,17 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&p.StaleBudget), "stale-budget", "in verify mode, how long a query with a stale answer waits for upstreams")
 
 	fs.Var(positive(&p.UpstreamTimeout), "upstream-timeout", "time to resolve a miss upstream before SERVFAIL (or stale)")
-	fs.Var(positive(&p.MaxInflight), "max-inflight", "cap on concurrent upstream resolutions")
-	fs.Var(positive(&p.MaxPerClient), "max-per-client", "cap on one client address's queries waiting on upstreams")
+	fs.Var(positive(&p.MaxInflight), "max-inflight", "cap on concurrent upstream resolutions (names the cache does not know: three quarters of it)")
+	fs.Var(positive(&p.MaxPerZone), "max-per-zone", "cap on concurrent upstream resolutions of the names under one registrable domain (or one routed zone)")
+	fs.Var(positive(&p.MaxPerClient), "max-per-client", "cap on one client address's queries waiting on upstreams, over UDP and over TCP apart; over it UDP gets TC (ask again over TCP)")
 	fs.Var(notNegative(&p.RefreshRate), "refresh-rate", "background refreshes per second of entries hit in the last tenth of their life (0: none)")
 	fs.StringVar(&p.NSID, "nsid", p.NSID, "NSID sent to clients that ask (empty: none)")
 
 	fs.Var(positive(&r.ReadersPerSocket), "udp-readers", "read loops per UDP socket")
 	fs.Var(positive(&r.Batch), "udp-batch", "datagrams per recvmmsg/sendmmsg call")
 	fs.Var(positive(&r.SocketsPerAddr), "sockets-per-addr", "UDP sockets per listen address (each takes a share of the reuseport hash from LocalDNS)")
-	fs.Var(positive(&r.MaxTCPConns), "max-tcp-conns", "open TCP connections; at the cap the idlest is closed")
+	fs.Var(positive(&r.MaxTCPConns), "max-tcp-conns", "open TCP connections; at the cap the idlest is closed, or with none idle the oldest of the address holding the most")
+	fs.Var(positive(&r.MaxTCPConnsPerAddr), "max-tcp-conns-per-addr", "open TCP connections of one client address; past it that address's idlest, else oldest, is closed")
 	fs.Var(positive(&r.TCPIdle), "tcp-idle-timeout", "close a TCP connection idle this long")
 
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "control socket for dnsstandby status, hold and release (empty: off)")
