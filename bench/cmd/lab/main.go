@@ -44,7 +44,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.outDir, "out", "bench/out", "output directory")
 	flag.StringVar(&o.setups, "setups", strings.Join(defaultSetups, ","), "setups to run side by side, comma-separated: "+strings.Join(knownSetups, ", "))
 	flag.IntVar(&o.qps, "qps", 2000, "queries per second the pods of each node send to 169.254.10.11")
-	flag.IntVar(&o.nodeQPS, "node-qps", 1000, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
+	flag.IntVar(&o.nodeQPS, "node-qps", 500, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.bins.dnsstandby, "dnsstandby", "bench/out/bin/dnsstandby", "dnsstandby binary")
@@ -166,8 +166,10 @@ func printRun(r lab.LabRun) {
 	if a := r.AfterFault; a != nil {
 		after = fmt.Sprintf("  after fault: unanswered %d, glibc fail %d", a.Unanswered, a.GlibcFail)
 	}
-	fmt.Printf("  %-18s %-20s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms  glibc ok %3d fail %3d%s\n",
-		r.Setup, r.ListenerName(), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry, r.Unanswered, r.MaxGapMs, r.GlibcOK, r.GlibcFail, after)
+	// The sender's lag tells a starved machine: the load itself could not
+	// keep its schedule.
+	fmt.Printf("  %-18s %-20s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms  glibc ok %3d fail %3d  sender lag %4.0f ms%s\n",
+		r.Setup, r.ListenerName(), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry, r.Unanswered, r.MaxGapMs, r.GlibcOK, r.GlibcFail, r.MaxLagMs, after)
 }
 
 // runScenario builds a node per setup, runs its clients' loads and the
