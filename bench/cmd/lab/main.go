@@ -218,7 +218,34 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	for _, r := range perNode {
 		runs = append(runs, r...)
 	}
+	for _, t := range tops {
+		// Evidence for whoever reads a failed check; the runs stand
+		// without it.
+		if err := saveJournal(o.outDir, sc.name, t); err != nil {
+			fmt.Fprintf(os.Stderr, "lab: %s %s: %v\n", sc.name, t.setup, err)
+		}
+	}
 	return runs, ctx.Err()
+}
+
+// saveJournal writes the journal of a node that runs dnsstandby (all its
+// units: localdns, dnsstandby, systemd) to dir/journal-SCENARIO-SETUP.log,
+// before the node is torn down.
+func saveJournal(dir, scenario string, t *topology) error {
+	if !isStandby(t.setup) || dir == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	journal, err := t.guest.Journal(ctx, "")
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	path := filepath.Join(dir, "journal-"+scenario+"-"+t.setup+".log")
+	if err := os.WriteFile(path, []byte(journal), 0o644); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
 }
 
 // liveNode is what runs on one node during a scenario: its clients, the
