@@ -669,7 +669,7 @@ func TestLocalDNSHosts(t *testing.T) {
 }
 
 // TestVnetDNSCorefile: the VNet DNS serves every zone of the lab but the
-// cluster's, on its own address.
+// cluster's, on its own address, and answers every other name NXDOMAIN.
 func TestVnetDNSCorefile(t *testing.T) {
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 3})
 	got, err := lab.VnetDNSCorefile(zones)
@@ -677,8 +677,8 @@ func TestVnetDNSCorefile(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := localdnsTestBlocks(got)
-	if len(blocks) != len(zones.Origins)-1 {
-		t.Fatalf("%d blocks for %d zones, want all but cluster.local:\n%s", len(blocks), len(zones.Origins), got)
+	if len(blocks) != len(zones.Origins) {
+		t.Fatalf("%d blocks for %d zones, want all but cluster.local, and the root:\n%s", len(blocks), len(zones.Origins), got)
 	}
 	for _, o := range zones.Origins {
 		has := strings.Contains(got, o+":53 {")
@@ -688,6 +688,10 @@ func TestVnetDNSCorefile(t *testing.T) {
 	}
 	if n := strings.Count(got, "bind "+lab.LocalDNSVnetDNS+"\n"); n != len(blocks) {
 		t.Errorf("%d of %d blocks bound to %s:\n%s", n, len(blocks), lab.LocalDNSVnetDNS, got)
+	}
+	root := blocks[len(blocks)-1]
+	if !strings.HasPrefix(root, ".:53 {") || !strings.Contains(root, "rcode NXDOMAIN") {
+		t.Errorf("root block does not answer NXDOMAIN:\n%s", root)
 	}
 }
 

@@ -43,8 +43,8 @@ type Upstream struct {
 // (LocalDNSKubeDNS: the pods' root block and the node's cluster.local
 // block forward there) serving every zone of the lab, and the VNet's DNS
 // (LocalDNSVnetDNS: the node's root block forwards there) serving the
-// zones outside the cluster, as a VNet's DNS knows nothing of
-// cluster.local.
+// zones outside the cluster and NXDOMAIN for every other name, cluster.local
+// included, as a VNet's resolver knows nothing of the cluster.
 type Upstreams struct {
 	Kube, Vnet *Upstream
 }
@@ -141,8 +141,10 @@ func (u *Upstream) Close() error {
 
 // VnetDNSCorefile is the VNet DNS's Corefile: the zones' blocks
 // (zones.Corefile, one per zone) bound to LocalDNSVnetDNS, but for
-// cluster.local, which only kube-dns serves. A cluster name that reaches
-// the VNet DNS is refused, as a misrouted one would be on a node.
+// cluster.local, which only kube-dns serves, and a root block that answers
+// every other name NXDOMAIN, as a VNet's resolver answers a name that does
+// not exist. A cluster name that reaches the VNet DNS gets NXDOMAIN, as a
+// misrouted one would on a node.
 func VnetDNSCorefile(zones *nstest.Zones) (string, error) {
 	var b strings.Builder
 	dropped := false
@@ -156,5 +158,6 @@ func VnetDNSCorefile(zones *nstest.Zones) (string, error) {
 	if !dropped {
 		return "", errors.New("VNet DNS Corefile: the zones' Corefile has no cluster.local block to leave out")
 	}
+	fmt.Fprintf(&b, ".:53 {\n    bind %s\n    errors\n    template ANY ANY {\n        rcode NXDOMAIN\n    }\n}\n", LocalDNSVnetDNS)
 	return b.String(), nil
 }
