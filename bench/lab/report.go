@@ -83,6 +83,7 @@ type Timeline struct {
 	FirstTry   []int
 	AfterRetry []int
 	Lost       []int // never answered
+	BadReply   []int // got a reply that failed a try (SERVFAIL, REFUSED, ...), however they ended
 	GlibcOK    []int
 	GlibcFail  []int
 }
@@ -315,12 +316,16 @@ func BuildTimeline(load LoadResult, probe ProbeResult, step time.Duration) Timel
 		FirstTry:   make([]int, bins),
 		AfterRetry: make([]int, bins),
 		Lost:       make([]int, bins),
+		BadReply:   make([]int, bins),
 		GlibcOK:    make([]int, bins),
 		GlibcFail:  make([]int, bins),
 	}
 	for _, r := range load.Records {
 		b := min(int(r.Sent/step), bins-1)
 		t.Sent[b]++
+		if r.BadReplies > 0 {
+			t.BadReply[b]++
+		}
 		switch r.Outcome {
 		case LoadFirstTry:
 			t.FirstTry[b]++
@@ -419,6 +424,7 @@ type reportTimelineJSON struct {
 	FirstTry   []int   `json:"first_try"`
 	AfterRetry []int   `json:"after_retry"`
 	Lost       []int   `json:"lost"`
+	BadReply   []int   `json:"bad_reply"`
 	GlibcOK    []int   `json:"glibc_ok"`
 	GlibcFail  []int   `json:"glibc_fail"`
 }
@@ -432,7 +438,7 @@ func (t Timeline) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(reportTimelineJSON{
 		StepMs: reportMs(t.Step), Sent: orEmpty(t.Sent), FirstTry: orEmpty(t.FirstTry),
-		AfterRetry: orEmpty(t.AfterRetry), Lost: orEmpty(t.Lost),
+		AfterRetry: orEmpty(t.AfterRetry), Lost: orEmpty(t.Lost), BadReply: orEmpty(t.BadReply),
 		GlibcOK: orEmpty(t.GlibcOK), GlibcFail: orEmpty(t.GlibcFail),
 	})
 }
@@ -444,7 +450,7 @@ func (t *Timeline) UnmarshalJSON(b []byte) error {
 	}
 	*t = Timeline{
 		Step: reportDuration(v.StepMs), Sent: v.Sent, FirstTry: v.FirstTry,
-		AfterRetry: v.AfterRetry, Lost: v.Lost, GlibcOK: v.GlibcOK, GlibcFail: v.GlibcFail,
+		AfterRetry: v.AfterRetry, Lost: v.Lost, BadReply: v.BadReply, GlibcOK: v.GlibcOK, GlibcFail: v.GlibcFail,
 	}
 	return nil
 }

@@ -223,6 +223,13 @@ func TestBuildTimeline(t *testing.T) {
 	pattern := strings.Repeat("F", 200) + strings.Repeat("U", 200) + strings.Repeat("R", 200) + strings.Repeat("F", 100)
 	load := reportTestLoad(pattern)
 	load.Start = time.Unix(1000, 0)
+	// SERVFAILs: 50 lost queries got one, and 10 answered by their retry.
+	for i := 200; i < 250; i++ {
+		load.Records[i].BadReplies = 2
+	}
+	for i := 400; i < 410; i++ {
+		load.Records[i].BadReplies = 1
+	}
 	probe := ProbeResult{Start: load.Start.Add(50 * time.Millisecond), Records: []ProbeRecord{
 		{Start: 0, OK: true, Finished: true},                       // at 50 ms: bin 0
 		{Start: 100 * time.Millisecond, Finished: true},            // at 150 ms: bin 1, failed
@@ -237,6 +244,7 @@ func TestBuildTimeline(t *testing.T) {
 		FirstTry:   []int{200, 0, 0, 100},
 		AfterRetry: []int{0, 0, 200, 0},
 		Lost:       []int{0, 200, 0, 0},
+		BadReply:   []int{0, 50, 10, 0},
 		GlibcOK:    []int{1, 0, 0, 1},
 		GlibcFail:  []int{0, 1, 0, 0},
 	}
