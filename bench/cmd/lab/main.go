@@ -183,8 +183,9 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * o.scale) }
 	nodes := make([]*liveNode, len(tops))
-	// Whatever was started is stopped on the way out, also on error; on
-	// success stopAll below has already stopped everything.
+	// Whatever was started is stopped on the way out, also on error (and
+	// before the nodes are torn down); on success results has already
+	// stopped everything, and stop is a no-op.
 	defer func() {
 		for _, n := range nodes {
 			if n != nil {
