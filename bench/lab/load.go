@@ -28,10 +28,13 @@ const (
 	// them over every socket of the group at 169.254.10.11:53.
 	LoadDefaultSockets = 64
 
-	// LoadNSIDLocalDNS and LoadNSIDStandby are the NSIDs the two responders
-	// answer with (the Corefile's `nsid localdns-pod`).
-	LoadNSIDLocalDNS = "localdns-pod"
-	LoadNSIDStandby  = "dnsstandby"
+	// LoadNSIDLocalDNS, LoadNSIDLocalDNSNode and LoadNSIDStandby are the
+	// NSIDs the responders answer with: LocalDNS on the pods' listener
+	// (the Corefile's `nsid localdns-pod`), LocalDNS on the node's
+	// (`nsid localdns`), and dnsstandby on either.
+	LoadNSIDLocalDNS     = "localdns-pod"
+	LoadNSIDLocalDNSNode = "localdns"
+	LoadNSIDStandby      = "dnsstandby"
 
 	// loadTick is the load's clock: each tick reads the replies that have
 	// come, sends every query that is due (2 at 2,000 qps) and expires the
@@ -63,8 +66,8 @@ type LoadName struct {
 
 // LoadConfig is a load to run. Zero fields take the defaults.
 type LoadConfig struct {
-	NS      *nstest.Namespace // the pod's namespace, always non-nil: the sockets are created inside it
-	Server  netip.AddrPort    // where queries go, 169.254.10.11:53 in the lab
+	NS      *nstest.Namespace // the client's namespace (a pod's, the node's), always non-nil: the sockets are created inside it
+	Server  netip.AddrPort    // where queries go: 169.254.10.11:53 from a pod, 169.254.10.10:53 from the node
 	QPS     int               // queries per second; LoadDefaultQPS if 0
 	Names   []LoadName        // the name mix; at least one
 	Timeout time.Duration     // per try; LoadDefaultTimeout if 0
@@ -124,7 +127,7 @@ func (o LoadOutcome) String() string {
 type LoadRecord struct {
 	Sent       time.Duration // first try's send time, since LoadResult.Start
 	Latency    time.Duration // from Sent to the answer that counted (so a retried answer includes the failed try); 0 if unanswered
-	By         string        // NSID of the answer that counted: LoadNSIDLocalDNS, LoadNSIDStandby, "" if unanswered or none sent
+	By         string        // NSID of the answer that counted: LoadNSIDLocalDNS, LoadNSIDLocalDNSNode, LoadNSIDStandby, "" if unanswered or none sent
 	Name       int32         // index into LoadResult.Names
 	Rcode      int16         // rcode of the answer that counted, else of the last reply seen; -1 if no reply
 	BadReplies uint8         // replies that failed a try (unexpected rcode)
@@ -634,6 +637,8 @@ func (l *Load) intern(nsid []byte) string {
 		return ""
 	case LoadNSIDLocalDNS:
 		return LoadNSIDLocalDNS
+	case LoadNSIDLocalDNSNode:
+		return LoadNSIDLocalDNSNode
 	case LoadNSIDStandby:
 		return LoadNSIDStandby
 	}

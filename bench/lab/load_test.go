@@ -307,8 +307,8 @@ func testLoadDrop(t *testing.T, bed *loadTestBed) {
 	}
 
 	out := loadTestOut(t)
-	loadTestMust(t, WriteLabJSON(filepath.Join(out, "lab.json"), "test", []LabRun{run}))
-	loadTestMust(t, WriteLabMarkdown(filepath.Join(out, "lab.md"), []LabRun{run}))
+	loadTestMust(t, WriteLabJSON(filepath.Join(out, "lab.json"), LabFile{CoreDNSVersion: "test", Runs: []LabRun{run}}))
+	loadTestMust(t, WriteLabMarkdown(filepath.Join(out, "lab.md"), LabFile{Runs: []LabRun{run}}))
 	loadTestMust(t, PlotTimeline(filepath.Join(out, "timeline-drop-test.svg"), "drop-test", []LabRun{run}))
 }
 

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"encoding/hex"
+	"fmt"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -145,5 +146,29 @@ func TestLoadSameQuestion(t *testing.T) {
 		if got := loadSameQuestion(tc.x, tc.y); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestLoadIntern: the responders' NSIDs, on either listener, come back as
+// the package's constants; others are kept up to loadMaxNSIDs, then
+// lumped together.
+func TestLoadIntern(t *testing.T) {
+	l := &Load{nsids: map[string]string{}}
+	for _, tc := range []struct{ nsid, want string }{
+		{"", ""},
+		{"localdns-pod", LoadNSIDLocalDNS},
+		{"localdns", LoadNSIDLocalDNSNode},
+		{"dnsstandby", LoadNSIDStandby},
+		{"other-server", "other-server"},
+	} {
+		if got := l.intern([]byte(tc.nsid)); got != tc.want {
+			t.Errorf("intern(%q) = %q, want %q", tc.nsid, got, tc.want)
+		}
+	}
+	for i := range loadMaxNSIDs {
+		l.intern(fmt.Appendf(nil, "server-%d", i))
+	}
+	if got := l.intern([]byte("one-too-many")); got != LoadNSIDOther {
+		t.Errorf("NSID past the cap: %q, want %q", got, LoadNSIDOther)
 	}
 }

@@ -3,6 +3,7 @@ package lab
 import (
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/dnsstandby/dnsstandby/deploy"
@@ -35,8 +36,14 @@ const (
 	// LocalDNSNodeIP and LocalDNSPodIP are the node and pod listeners.
 	LocalDNSNodeIP = "169.254.10.10"
 	LocalDNSPodIP  = "169.254.10.11"
-	// LocalDNSKubeDNS is the kube-dns ClusterIP both blocks forward to.
+	// LocalDNSKubeDNS is the kube-dns ClusterIP: the pods' root block and
+	// the node's cluster.local block forward to it.
 	LocalDNSKubeDNS = "10.0.0.10"
+	// LocalDNSVnetDNS stands for the VNet's DNS server, where the node's
+	// root block forwards (168.63.129.16 on a node, or the VNet's custom
+	// servers): an address inside the lab, as a custom VNet DNS server
+	// would be (10.224.0.0/16 is AKS's default node subnet).
+	LocalDNSVnetDNS = "10.224.0.4"
 	// LocalDNSLinkKind is the kind of the localdns link in the lab: this
 	// project's machines have no dummy driver (nodes create a dummy).
 	LocalDNSLinkKind = "bridge"
@@ -55,30 +62,51 @@ const (
 //go:embed units/localdns.sh
 var localdnsScript string
 
-// LocalDNSCorefile is a LocalDNS Corefile shaped like the one AgentBaker
-// generates with the default LocalDNS profile (pkg/agent/baker.go
-// GenerateLocalDNSCoreFile; expected output in pkg/agent/baker_test.go at
-// commit 06836ee2301e): the whoami health-check block on both listeners,
-// the node listener's (169.254.10.10) root block, and the pods' listener's
-// (169.254.10.11) root block. Both forward to the kube-dns ClusterIP:
-// on a node the .10 block forwards to Azure DNS (168.63.129.16), which the
-// lab does not have. Left out: the hosts plugin (/etc/localdns/hosts, which
-// the lab has no use for) and the per-zone override blocks; the .10 block
-// logs errors only (AKS's default logs every query there).
+// LocalDNSCorefile is the Corefile LocalDNS runs in the lab: the one
+// AgentBaker's aks-node-controller renders with the hosts plugin
+// (aks-node-controller/parser/templates/localdns.toml.gtpl, expected output
+// expectedlocalDNSCorefile in aks-node-controller/parser/helper_test.go at
+// commit 06836ee2301e), as localdns.sh leaves it in
+// updated.localdns.corefile on a node whose VNet has a custom DNS server:
+// 168.63.129.16 replaced by that server (replace_azurednsip_in_corefile),
+// here LocalDNSVnetDNS, a CoreDNS inside the lab. Both listeners' blocks:
+//   - 169.254.10.10 (kubelet, hostNetwork and dnsPolicy:Default pods): the
+//     root block (hosts, forward to the VNet DNS, serve_stale 3600s
+//     immediate, the templates) and cluster.local (force_tcp to kube-dns,
+//     no serve_stale);
+//   - 169.254.10.11 (dnsPolicy:ClusterFirst pods): the root block (hosts,
+//     forward to kube-dns with max_concurrent 2000, serve_stale 72000s
+//     verify, the templates).
+//
+// Two differences from the rendering: the node root block logs errors only
+// (`errors` for `log`: at the lab's rates, a journal line per query would
+// cost the two-core machine more than LocalDNS itself), and the test's
+// override zone testdomain456.com, which nothing in the lab asks, is left
+// out.
 func LocalDNSCorefile() string {
-	return `# LocalDNS Corefile for the dnsstandby lab, shaped like AgentBaker's
-# (pkg/agent/baker.go, default LocalDNS profile).
+	return strings.NewReplacer("@VNETDNS@", LocalDNSVnetDNS, "@KUBEDNS@", LocalDNSKubeDNS,
+		"@HOSTS@", LocalDNSHostsPath).Replace(localdnsCorefileTemplate)
+}
+
+const localdnsCorefileTemplate = `# LocalDNS Corefile for the dnsstandby lab: AgentBaker's aks-node-controller
+# rendering (hosts plugin included), VNet DNS @VNETDNS@ written in by
+# localdns.sh; the node root block logs errors only; no testdomain456.com.
 # whoami (used for health check of DNS)
 health-check.localdns.local:53 {
     bind 169.254.10.10 169.254.10.11
     whoami
 }
-# VnetDNS: node listener (kubelet, dnsPolicy:Default pods). AKS forwards to
-# 168.63.129.16 here.
+# VnetDNS overrides apply to DNS traffic from pods with dnsPolicy:default or kubelet (referred to as VnetDNS traffic).
 .:53 {
     errors
     bind 169.254.10.10
-    forward . 10.0.0.10 {
+    # Check /etc/localdns/hosts first for critical AKS FQDNs (mcr.microsoft.com, packages.aks.azure.com, etc.)
+    hosts @HOSTS@ {
+        ttl 5
+        reload 5s
+        fallthrough
+    }
+    forward . @VNETDNS@ {
         prefer_udp
         policy sequential
         max_concurrent 1000
@@ -93,12 +121,44 @@ health-check.localdns.local:53 {
     loop
     nsid localdns
     prometheus :9253
+    template ANY ANY internal.cloudapp.net {
+        match "^(?:[^.]+\.){4,}internal\.cloudapp\.net\.$"
+        rcode NXDOMAIN
+        fallthrough
+    }
+    template ANY ANY reddog.microsoft.com {
+        rcode NXDOMAIN
+    }
 }
-# KubeDNS: pod listener (dnsPolicy:ClusterFirst pods, kubelet --cluster-dns).
+cluster.local:53 {
+    errors
+    bind 169.254.10.10
+    forward . @KUBEDNS@ {
+        force_tcp
+        policy sequential
+        max_concurrent 1000
+    }
+    ready 169.254.10.10:8181
+    cache 3600 {
+        success 9984
+        denial 9984
+        servfail 0
+    }
+    loop
+    nsid localdns
+    prometheus :9253
+}
+# KubeDNS overrides apply to DNS traffic from pods with dnsPolicy:ClusterFirst (referred to as KubeDNS traffic).
 .:53 {
     errors
     bind 169.254.10.11
-    forward . 10.0.0.10 {
+    # Check /etc/localdns/hosts first for critical AKS FQDNs (mcr.microsoft.com, packages.aks.azure.com, etc.)
+    hosts @HOSTS@ {
+        ttl 5
+        reload 5s
+        fallthrough
+    }
+    forward . @KUBEDNS@ {
         prefer_udp
         policy sequential
         max_concurrent 2000
@@ -123,6 +183,44 @@ health-check.localdns.local:53 {
     }
 }
 `
+
+// LocalDNSHostsPath is the hosts file the Corefile's hosts plugin reads,
+// which AKS fills with the addresses of the names nodes cannot do without
+// (image pulls, AAD tokens, packages) while VNet DNS works, so that they
+// keep resolving when it does not.
+const LocalDNSHostsPath = "/etc/localdns/hosts"
+
+// LocalDNSHosts is the lab's hosts file: AKS's critical names with
+// documentation addresses (RFC 5737, RFC 3849), in the format AKS writes.
+func LocalDNSHosts() string {
+	var b strings.Builder
+	b.WriteString("# AKS critical FQDN addresses (dnsstandby lab: documentation addresses)\n")
+	for _, h := range localdnsHostEntries() {
+		fmt.Fprintf(&b, "%s %s\n", h.addr, h.name)
+	}
+	return b.String()
+}
+
+// LocalDNSHostNames are the names LocalDNSHosts holds, as FQDNs, each once.
+func LocalDNSHostNames() []string {
+	var names []string
+	for _, h := range localdnsHostEntries() {
+		if fqdn := h.name + "."; !slices.Contains(names, fqdn) {
+			names = append(names, fqdn)
+		}
+	}
+	return names
+}
+
+// localdnsHostEntries are the hosts file's lines, address and name.
+func localdnsHostEntries() []struct{ addr, name string } {
+	return []struct{ addr, name string }{
+		{"203.0.113.71", "mcr.microsoft.com"},
+		{"2001:db8:71::1", "mcr.microsoft.com"},
+		{"203.0.113.72", "login.microsoftonline.com"},
+		{"203.0.113.73", "packages.aks.azure.com"},
+		{"203.0.113.74", "management.azure.com"},
+	}
 }
 
 // localdnsSlice is localdns.slice as cse_config.sh (enableLocalDNS) writes
@@ -139,8 +237,8 @@ CPUQuota=200%
 `
 
 // LocalDNSFiles are the files LocalDNS needs in a guest, for
-// GuestConfig.Files: the supervisor script, the Corefile, localdns.slice and
-// the environment file, which points the script at coredns (a path in the
+// GuestConfig.Files: the supervisor script, the Corefile, the hosts file it
+// reads, localdns.slice and the environment file, which points the script at coredns (a path in the
 // guest; "" means LocalDNSCoreDNSPath) and sets the link kind to
 // LocalDNSLinkKind. The guest's / is an overlay of the host's root file
 // system, so a binary there (bin/coredns) is seen at its host path; one
@@ -157,6 +255,7 @@ func LocalDNSFiles(coredns string) map[string]GuestFile {
 		LocalDNSCorefilePath:    {Data: LocalDNSCorefile(), Mode: 0o644},
 		LocalDNSEnvironmentPath: {Data: env, Mode: 0o644},
 		LocalDNSSlicePath:       {Data: localdnsSlice, Mode: 0o644},
+		LocalDNSHostsPath:       {Data: LocalDNSHosts(), Mode: 0o644},
 	}
 }
 

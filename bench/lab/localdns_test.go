@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,18 +25,16 @@ import (
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
-// The lab's kube-dns: a CoreDNS at the ClusterIP serving nstest's zones,
-// reached from the node over a veth.
+// What the tests ask: the lab's upstreams (kube-dns and the VNet DNS,
+// lab.StartUpstreams) both serve it.
 const (
-	localdnsTestNodeVeth = "10.200.0.1"
-	localdnsTestKubeVeth = "10.200.0.2"
 	// localdnsTestName is a name the zones answer with an A record.
 	localdnsTestName = "www.example.com."
 	localdnsTestAddr = "192.0.2.10"
 )
 
-// localdnsTestNode is a node for the tests: a guest running LocalDNS and a
-// kube-dns it forwards to.
+// localdnsTestNode is a node for the tests: a guest running LocalDNS and
+// the upstreams it forwards to.
 type localdnsTestNode struct {
 	guest    *lab.Guest
 	node     *nstest.Namespace // the guest's network namespace
@@ -55,7 +55,7 @@ func localdnsTestRequire(t *testing.T) string {
 }
 
 // localdnsTestBoot boots a guest with LocalDNS (unit variant) enabled and
-// wires a kube-dns to it; everything goes when the test ends.
+// wires its upstreams to it; everything goes when the test ends.
 func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
 	t.Helper()
 	coredns := localdnsTestRequire(t)
@@ -86,18 +86,14 @@ func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
 	})
 	t.Logf("%s: booted with localdns.service up in %v", cfg.Name, n.bootTime.Round(time.Millisecond))
 
-	kube := nstest.New(t, "kubedns")
-	localdnsTestMust(t, kube.AddLink("kubedns", "", lab.LocalDNSKubeDNS+"/32"))
-	localdnsTestMust(t, nstest.AddVeth(
-		nstest.End{NS: n.node, Name: "to-kubedns", Addrs: []string{localdnsTestNodeVeth + "/30"}},
-		nstest.End{NS: kube, Name: "to-node", Addrs: []string{localdnsTestKubeVeth + "/30"}}))
-	localdnsTestMust(t, n.node.AddRoute(nstest.Route{Dst: lab.LocalDNSKubeDNS + "/32", Via: localdnsTestKubeVeth}))
-	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 10})
-	nstest.StartCoreDNS(t, kube, nstest.CoreDNSConfig{
-		Binary:   coredns,
-		Corefile: zones.Corefile(lab.LocalDNSKubeDNS),
-		Files:    zones.Files,
-		Probe:    lab.LocalDNSKubeDNS + ":53",
+	up, err := lab.StartUpstreams(n.node, coredns, nstest.KubeDNSZones(nstest.ZoneOptions{Services: 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := up.Close(); err != nil {
+			t.Error(err)
+		}
 	})
 	return n
 }
@@ -197,6 +193,7 @@ func TestLocalDNSShipped(t *testing.T) {
 	// The first query may come before the veth to kube-dns existed in
 	// CoreDNS's eyes; SERVFAIL is not cached (servfail 0), so poll.
 	n.waitAnswering(t, lab.LocalDNSPodIP, 10*time.Second)
+	n.waitAnswering(t, lab.LocalDNSNodeIP, 10*time.Second)
 	for ip, nsid := range map[string]string{lab.LocalDNSPodIP: "localdns-pod", lab.LocalDNSNodeIP: "localdns"} {
 		out := nstest.Run(t, n.node, "dig", "+nsid", "+tries=1", "+time=5", "@"+ip, localdnsTestName, "A")
 		rcode, answer, err := nstest.ParseDig(localdnsTestDigAnswer(out))
@@ -567,37 +564,134 @@ func TestLocalDNSFiles(t *testing.T) {
 	}
 }
 
-// TestLocalDNSCorefile holds the lab's Corefile to testkit's AgentBaker
-// fixture: its health-check block and its pods' root block (AKS's
-// max_concurrent 2000 and serve_stale 72000s verify, forwarding to the
-// kube-dns ClusterIP) are the fixture's. The node root block in between is
-// the lab's own: it forwards to kube-dns too, with the default profile's
-// max_concurrent 1000 and serve_stale 3600s immediate and no templates,
-// which the fixture (one MaxConcurrent and ServeStale for both blocks)
-// does not render.
+// TestLocalDNSCorefile holds the lab's Corefile to the AgentBaker rendering
+// it is made from (corefile/testdata/agentbaker-node-controller.corefile):
+// block for block the same, but for the documented differences — the VNet
+// DNS address localdns.sh writes in, errors for log in the node's root
+// block, no testdomain456.com.
 func TestLocalDNSCorefile(t *testing.T) {
+	root, err := nstest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "corefile", "testdata", "agentbaker-node-controller.corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, block := range localdnsTestBlocks(strings.ReplaceAll(string(b), "168.63.129.16", lab.LocalDNSVnetDNS)) {
+		switch {
+		case strings.HasPrefix(block, "testdomain456.com:53 {"):
+			continue
+		case strings.HasPrefix(block, ".:53 {\n    log\n    bind "+lab.LocalDNSNodeIP+"\n"):
+			block = strings.Replace(block, "    log\n", "    errors\n", 1)
+		}
+		want = append(want, block)
+	}
 	got := localdnsTestBlocks(lab.LocalDNSCorefile())
-	fixture := localdnsTestBlocks(testkit.Corefile{KubeDNS: lab.LocalDNSKubeDNS, MaxConcurrent: 2000,
-		ServeStale: "72000s verify"}.String())
-	if len(got) != 3 || len(fixture) != 2 {
-		t.Fatalf("%d blocks in the lab's Corefile, %d in the fixture's; want 3 and 2:\n%s", len(got), len(fixture), lab.LocalDNSCorefile())
+	if len(got) != 4 || len(got) != len(want) {
+		t.Fatalf("%d blocks in the lab's Corefile, %d in the rendering's; want 4:\n%s", len(got), len(want), lab.LocalDNSCorefile())
 	}
-	for _, tc := range []struct {
-		name      string
-		got, want string
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("block %d differs from the rendering's:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+}
+
+// TestLocalDNSCorefileListeners: each listener has its blocks, and every
+// forward goes to an upstream inside the lab (never to Azure's
+// 168.63.129.16): the node's root block to the VNet DNS, its cluster.local
+// block and the pods' root block to kube-dns.
+func TestLocalDNSCorefileListeners(t *testing.T) {
+	tests := []struct {
+		key, bind, forward string // forward "" for none
 	}{
-		{"health-check", got[0], fixture[0]},
-		{"pods' root", got[2], fixture[1]},
-	} {
-		if tc.got != tc.want {
-			t.Errorf("%s block differs from the fixture's:\n got %s\nwant %s", tc.name, tc.got, tc.want)
+		{"health-check.localdns.local:53", lab.LocalDNSNodeIP + " " + lab.LocalDNSPodIP, ""},
+		{".:53", lab.LocalDNSNodeIP, lab.LocalDNSVnetDNS},
+		{"cluster.local:53", lab.LocalDNSNodeIP, lab.LocalDNSKubeDNS},
+		{".:53", lab.LocalDNSPodIP, lab.LocalDNSKubeDNS},
+	}
+	cf := lab.LocalDNSCorefile()
+	blocks := localdnsTestBlocks(cf)
+	if len(blocks) != len(tests) {
+		t.Fatalf("%d blocks, want %d:\n%s", len(blocks), len(tests), cf)
+	}
+	for i, tc := range tests {
+		t.Run(tc.key+" "+tc.bind, func(t *testing.T) {
+			b := blocks[i]
+			if !strings.HasPrefix(b, tc.key+" {\n") || !strings.Contains(b, "    bind "+tc.bind+"\n") {
+				t.Errorf("block %d is not %s bound to %s:\n%s", i, tc.key, tc.bind, b)
+			}
+			forwards := regexp.MustCompile(`(?m)^\s*forward \. (.*) \{$`).FindAllStringSubmatch(b, -1)
+			switch {
+			case tc.forward == "" && len(forwards) != 0:
+				t.Errorf("forwards %v, want none", forwards)
+			case tc.forward != "" && (len(forwards) != 1 || forwards[0][1] != tc.forward):
+				t.Errorf("forwards %v, want one to %s", forwards, tc.forward)
+			}
+		})
+	}
+	if strings.Contains(cf, "168.63.129.16") {
+		t.Errorf("the Corefile names Azure's DNS; the lab's traffic must stay inside the lab:\n%s", cf)
+	}
+}
+
+// TestLocalDNSHosts checks the hosts file against the names it offers:
+// every line is an address and a name, and every name is offered once.
+func TestLocalDNSHosts(t *testing.T) {
+	seen := map[string]bool{}
+	for line := range strings.Lines(lab.LocalDNSHosts()) {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			t.Fatalf("hosts line %q: want an address and a name", line)
+		}
+		if _, err := netip.ParseAddr(f[0]); err != nil {
+			t.Errorf("hosts line %q: %v", line, err)
+		}
+		seen[f[1]+"."] = true
+	}
+	names := lab.LocalDNSHostNames()
+	if len(names) != len(seen) {
+		t.Errorf("LocalDNSHostNames %v, hosts file has %v", names, seen)
+	}
+	for _, n := range names {
+		if !seen[n] || !dns.IsFqdn(n) {
+			t.Errorf("LocalDNSHostNames offers %q, not a name of the file or not absolute", n)
 		}
 	}
-	for _, want := range []string{"bind " + lab.LocalDNSNodeIP + "\n", "forward . " + lab.LocalDNSKubeDNS + " {", "max_concurrent 1000",
-		"serve_stale 3600s immediate", "nsid localdns\n"} {
-		if !strings.Contains(got[1], want) {
-			t.Errorf("node root block lacks %q:\n%s", want, got[1])
+	if !slices.Contains(names, "mcr.microsoft.com.") {
+		t.Errorf("no mcr.microsoft.com among %v: kubelet's image pulls ask it", names)
+	}
+}
+
+// TestVnetDNSCorefile: the VNet DNS serves every zone of the lab but the
+// cluster's, on its own address, and answers every other name NXDOMAIN.
+func TestVnetDNSCorefile(t *testing.T) {
+	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 3})
+	got, err := lab.VnetDNSCorefile(zones)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := localdnsTestBlocks(got)
+	if len(blocks) != len(zones.Origins) {
+		t.Fatalf("%d blocks for %d zones, want all but cluster.local, and the root:\n%s", len(blocks), len(zones.Origins), got)
+	}
+	for _, o := range zones.Origins {
+		has := strings.Contains(got, o+":53 {")
+		if has != (o != "cluster.local.") {
+			t.Errorf("zone %s served: %v", o, has)
 		}
+	}
+	if n := strings.Count(got, "bind "+lab.LocalDNSVnetDNS+"\n"); n != len(blocks) {
+		t.Errorf("%d of %d blocks bound to %s:\n%s", n, len(blocks), lab.LocalDNSVnetDNS, got)
+	}
+	root := blocks[len(blocks)-1]
+	if !strings.HasPrefix(root, ".:53 {") || !strings.Contains(root, "rcode NXDOMAIN") {
+		t.Errorf("root block does not answer NXDOMAIN:\n%s", root)
 	}
 }
 

@@ -36,7 +36,7 @@ var (
 )
 
 // PlotTimeline draws the runs of one scenario as an SVG, one panel per
-// setup in the order the runs come: queries per bin by send time, stacked
+// run (setup and listener) in the order the runs come: queries per bin by send time, stacked
 // (answered on the first try, answered after the retry, lost in red on
 // top), LocalDNS's down intervals shaded, events as vertical lines, and the
 // glibc lookups as marks along the top. Every panel has the same axes, so
@@ -130,6 +130,9 @@ func plotDraw(dc draw.Canvas, sel []LabRun) error {
 func plotPanel(r LabRun, xmax, ymax float64) (*plot.Plot, plot.Legend, error) {
 	p := plot.New()
 	p.Title.Text = r.Scenario + " — " + r.Setup
+	if l := r.ListenerName(); l != "" {
+		p.Title.Text += " — " + l
+	}
 	p.X.Label.Text = "seconds since start"
 	p.Y.Label.Text = fmt.Sprintf("queries per %v", r.Timeline.Step)
 	p.X.Min, p.X.Max = 0, xmax

@@ -43,7 +43,8 @@ func TestPlotTimeline(t *testing.T) {
 	}
 	svg := string(b)
 	for _, want := range []string{
-		"crash-storm — localdns-shipped", "crash-storm — dnsstandby", // one panel per setup
+		// One panel per run, named by setup and listener.
+		"crash-storm — localdns-shipped", "crash-storm — dnsstandby — pod → 169.254.10.11", "crash-storm — dnsstandby — node → 169.254.10.10",
 		"seconds since start", "lost (no answer)", "answered first try", "answered after retry",
 		"LocalDNS down", "kill ×8", "glibc lookup failed", "glibc lookup ok",
 	} {

@@ -27,13 +27,17 @@ type Event struct {
 }
 
 // AnsweredBy counts the answers that counted by who gave them (their NSID).
-// The two named fields are always written; the others only when non-zero.
+// The two first fields are always written; the others only when non-zero.
 type AnsweredBy struct {
-	LocalDNS int            `json:"localdns-pod"`
-	Standby  int            `json:"dnsstandby"`
-	NoNSID   int            `json:"no_nsid,omitempty"` // acceptable answers without an NSID option
-	Other    map[string]int `json:"other,omitempty"`   // any other NSID
+	LocalDNS     int            `json:"localdns-pod"`       // LocalDNS on the pods' listener
+	Standby      int            `json:"dnsstandby"`         // dnsstandby, on either listener
+	LocalDNSNode int            `json:"localdns,omitempty"` // LocalDNS on the node's listener
+	NoNSID       int            `json:"no_nsid,omitempty"`  // acceptable answers without an NSID option
+	Other        map[string]int `json:"other,omitempty"`    // any other NSID
 }
+
+// ByLocalDNS is what LocalDNS answered, on whichever listener.
+func (a AnsweredBy) ByLocalDNS() int { return a.LocalDNS + a.LocalDNSNode }
 
 // Summary is one run's numbers. The fields up to GlibcFail are the lab's
 // output format (issue 4), in its order; the rest are extras.
@@ -79,19 +83,101 @@ type Timeline struct {
 	FirstTry   []int
 	AfterRetry []int
 	Lost       []int // never answered
+	BadReply   []int // got a reply that failed a try (SERVFAIL, REFUSED, ...), however they ended
 	GlibcOK    []int
 	GlibcFail  []int
 }
 
-// LabRun is one scenario under one setup: the lab's unit of output.
+// LabRun is one scenario under one setup, as one client saw it through
+// one of LocalDNS's listeners: the lab's unit of output. A node has two
+// clients, so a scenario has two runs per setup: the pods through
+// 169.254.10.11 and the node itself (kubelet, hostNetwork pods) through
+// 169.254.10.10.
 type LabRun struct {
 	Scenario string `json:"scenario"`
 	Setup    string `json:"setup"`
 	Summary
-	Note     string     `json:"note,omitempty"`
-	Down     []Interval `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
-	Events   []Event    `json:"events,omitempty"` // marks on the timeline
-	Timeline Timeline   `json:"timeline"`
+	Listener   string      `json:"listener,omitempty"`    // the address the client asked: 169.254.10.11, 169.254.10.10
+	Client     string      `json:"client,omitempty"`      // who asked: "pod", "node"
+	AfterFault *AfterFault `json:"after_fault,omitempty"` // the queries and lookups begun from the fault on
+	Note       string      `json:"note,omitempty"`
+	Down       []Interval  `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
+	Events     []Event     `json:"events,omitempty"` // marks on the timeline
+	Timeline   Timeline    `json:"timeline"`
+}
+
+// ListenerName names the run's client and listener for a person, "pod →
+// 169.254.10.11", or "" for a run that does not say.
+func (r LabRun) ListenerName() string {
+	switch {
+	case r.Client != "" && r.Listener != "":
+		return r.Client + " → " + r.Listener
+	case r.Listener != "":
+		return r.Listener
+	}
+	return r.Client
+}
+
+// AfterFault is how the queries sent and the glibc lookups started from
+// the fault on fared: the part of a run a verdict is about, the time
+// before the fault being the baseline.
+type AfterFault struct {
+	AtMs       float64 `json:"at_ms"` // when the fault began, on the load's clock
+	Sent       int     `json:"sent"`
+	AfterRetry int     `json:"answered_after_retry"`
+	Unanswered int     `json:"unanswered"`
+	GlibcOK    int     `json:"glibc_ok"`   // finished lookups, by start time
+	GlibcFail  int     `json:"glibc_fail"` //
+}
+
+// CountAfterFault counts the queries sent at or after at (on the load's
+// clock) by outcome, and the probe's finished lookups started then or
+// later.
+func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) AfterFault {
+	a := AfterFault{AtMs: reportMs(at)}
+	for _, r := range load.Records {
+		if r.Sent < at {
+			continue
+		}
+		a.Sent++
+		switch r.Outcome {
+		case LoadAfterRetry:
+			a.AfterRetry++
+		case LoadUnanswered:
+			a.Unanswered++
+		}
+	}
+	offset := probe.Start.Sub(load.Start)
+	for _, p := range probe.Records {
+		if !p.Finished || offset+p.Start < at {
+			continue
+		}
+		if p.OK {
+			a.GlibcOK++
+		} else {
+			a.GlibcFail++
+		}
+	}
+	return a
+}
+
+// Check is one of the lab's pass/fail verdicts, on one run.
+type Check struct {
+	Scenario string `json:"scenario"`
+	Setup    string `json:"setup"`
+	Listener string `json:"listener"`
+	Client   string `json:"client"`
+	Require  string `json:"require"` // what the run must show
+	Pass     bool   `json:"pass"`
+	Found    string `json:"found"` // what it showed
+}
+
+func (c Check) String() string {
+	verdict := "FAIL"
+	if c.Pass {
+		verdict = "PASS"
+	}
+	return fmt.Sprintf("%s %s %s %s → %s: %s; found %s", verdict, c.Scenario, c.Setup, c.Client, c.Listener, c.Require, c.Found)
 }
 
 // NewLabRun summarizes a load and its glibc probe (the zero ProbeResult if
@@ -142,6 +228,8 @@ func Summarize(load LoadResult, probe ProbeResult) Summary {
 		switch r.By {
 		case LoadNSIDLocalDNS:
 			s.AnsweredBy.LocalDNS++
+		case LoadNSIDLocalDNSNode:
+			s.AnsweredBy.LocalDNSNode++
 		case LoadNSIDStandby:
 			s.AnsweredBy.Standby++
 		case "":
@@ -228,12 +316,16 @@ func BuildTimeline(load LoadResult, probe ProbeResult, step time.Duration) Timel
 		FirstTry:   make([]int, bins),
 		AfterRetry: make([]int, bins),
 		Lost:       make([]int, bins),
+		BadReply:   make([]int, bins),
 		GlibcOK:    make([]int, bins),
 		GlibcFail:  make([]int, bins),
 	}
 	for _, r := range load.Records {
 		b := min(int(r.Sent/step), bins-1)
 		t.Sent[b]++
+		if r.BadReplies > 0 {
+			t.BadReply[b]++
+		}
 		switch r.Outcome {
 		case LoadFirstTry:
 			t.FirstTry[b]++
@@ -332,6 +424,7 @@ type reportTimelineJSON struct {
 	FirstTry   []int   `json:"first_try"`
 	AfterRetry []int   `json:"after_retry"`
 	Lost       []int   `json:"lost"`
+	BadReply   []int   `json:"bad_reply"`
 	GlibcOK    []int   `json:"glibc_ok"`
 	GlibcFail  []int   `json:"glibc_fail"`
 }
@@ -345,7 +438,7 @@ func (t Timeline) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(reportTimelineJSON{
 		StepMs: reportMs(t.Step), Sent: orEmpty(t.Sent), FirstTry: orEmpty(t.FirstTry),
-		AfterRetry: orEmpty(t.AfterRetry), Lost: orEmpty(t.Lost),
+		AfterRetry: orEmpty(t.AfterRetry), Lost: orEmpty(t.Lost), BadReply: orEmpty(t.BadReply),
 		GlibcOK: orEmpty(t.GlibcOK), GlibcFail: orEmpty(t.GlibcFail),
 	})
 }
@@ -357,7 +450,7 @@ func (t *Timeline) UnmarshalJSON(b []byte) error {
 	}
 	*t = Timeline{
 		Step: reportDuration(v.StepMs), Sent: v.Sent, FirstTry: v.FirstTry,
-		AfterRetry: v.AfterRetry, Lost: v.Lost, GlibcOK: v.GlibcOK, GlibcFail: v.GlibcFail,
+		AfterRetry: v.AfterRetry, Lost: v.Lost, BadReply: v.BadReply, GlibcOK: v.GlibcOK, GlibcFail: v.GlibcFail,
 	}
 	return nil
 }

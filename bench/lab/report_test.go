@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,12 +153,83 @@ func TestSummarizeAnsweredBy(t *testing.T) {
 	}
 }
 
+func TestSummarizeNodeListener(t *testing.T) {
+	load := reportTestLoad("FFFF")
+	load.Records[0].By = LoadNSIDLocalDNSNode
+	got := Summarize(load, ProbeResult{}).AnsweredBy
+	want := AnsweredBy{LocalDNS: 1, Standby: 2, LocalDNSNode: 1}
+	if !reflect.DeepEqual(got, want) || got.ByLocalDNS() != 2 {
+		t.Errorf("got %+v (LocalDNS in all %d), want %+v and 2", got, got.ByLocalDNS(), want)
+	}
+}
+
+func TestCountAfterFault(t *testing.T) {
+	ms := time.Millisecond
+	start := time.Unix(1000, 0)
+	// Lookups started 100 ms after the load: at 100, 200, 300 ms on its
+	// clock (one unfinished).
+	probe := ProbeResult{Start: start.Add(100 * ms), Records: []ProbeRecord{
+		{Start: 0, Finished: true},
+		{Start: 100 * ms, OK: true, Finished: true},
+		{Start: 200 * ms, Finished: true},
+		{Start: 250 * ms},
+	}}
+	tests := []struct {
+		name    string
+		pattern string // one query every 0.5 ms
+		at      time.Duration
+		want    AfterFault
+	}{
+		{name: "nothing sent", at: 0, want: AfterFault{GlibcOK: 1, GlibcFail: 2}},
+		{name: "fault at the start counts everything", pattern: "FRUF", at: 0,
+			want: AfterFault{Sent: 4, AfterRetry: 1, Unanswered: 1, GlibcOK: 1, GlibcFail: 2}},
+		{name: "losses before the fault do not count", pattern: "UUFFRF", at: ms,
+			want: AfterFault{AtMs: 1, Sent: 4, AfterRetry: 1, GlibcOK: 1, GlibcFail: 2}},
+		{name: "the query sent at the fault counts", pattern: "FFUF", at: ms,
+			want: AfterFault{AtMs: 1, Sent: 2, Unanswered: 1, GlibcOK: 1, GlibcFail: 2}},
+		{name: "lookups before the fault do not count", pattern: "FF", at: 150 * ms,
+			want: AfterFault{AtMs: 150, GlibcOK: 1, GlibcFail: 1}},
+		{name: "fault after everything", pattern: "UU", at: time.Second, want: AfterFault{AtMs: 1000}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			load := reportTestLoad(tc.pattern)
+			load.Start = start
+			if got := CountAfterFault(load, probe, tc.at); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestListenerName(t *testing.T) {
+	for _, tc := range []struct {
+		listener, client, want string
+	}{
+		{"169.254.10.11", "pod", "pod → 169.254.10.11"},
+		{"169.254.10.10", "", "169.254.10.10"},
+		{"", "node", "node"},
+		{"", "", ""},
+	} {
+		if got := (LabRun{Listener: tc.listener, Client: tc.client}).ListenerName(); got != tc.want {
+			t.Errorf("listener %q client %q: %q, want %q", tc.listener, tc.client, got, tc.want)
+		}
+	}
+}
+
 func TestBuildTimeline(t *testing.T) {
 	// 2,000 qps for 0.35 s: bins of 200, 200, 200 and 100 queries; the
 	// second bin lost, the third answered after the retry.
 	pattern := strings.Repeat("F", 200) + strings.Repeat("U", 200) + strings.Repeat("R", 200) + strings.Repeat("F", 100)
 	load := reportTestLoad(pattern)
 	load.Start = time.Unix(1000, 0)
+	// SERVFAILs: 50 lost queries got one, and 10 answered by their retry.
+	for i := 200; i < 250; i++ {
+		load.Records[i].BadReplies = 2
+	}
+	for i := 400; i < 410; i++ {
+		load.Records[i].BadReplies = 1
+	}
 	probe := ProbeResult{Start: load.Start.Add(50 * time.Millisecond), Records: []ProbeRecord{
 		{Start: 0, OK: true, Finished: true},                       // at 50 ms: bin 0
 		{Start: 100 * time.Millisecond, Finished: true},            // at 150 ms: bin 1, failed
@@ -172,6 +244,7 @@ func TestBuildTimeline(t *testing.T) {
 		FirstTry:   []int{200, 0, 0, 100},
 		AfterRetry: []int{0, 0, 200, 0},
 		Lost:       []int{0, 200, 0, 0},
+		BadReply:   []int{0, 50, 10, 0},
 		GlibcOK:    []int{1, 0, 0, 1},
 		GlibcFail:  []int{0, 1, 0, 0},
 	}
@@ -195,14 +268,37 @@ func reportTestRuns() []LabRun {
 	storm.Note = "unit failed | start limit"
 	standby := NewLabRun("crash-storm", "dnsstandby", reportTestLoad(strings.Repeat("F", 3000)+strings.Repeat("R", 5)+strings.Repeat("F", 995)), ProbeResult{})
 	standby.Events = storm.Events
-	return []LabRun{healthy, storm, standby}
+	standby.Listener, standby.Client = "169.254.10.11", "pod"
+	standby.AfterFault = &AfterFault{AtMs: 500, Sent: 3000, AfterRetry: 5}
+	// The node's client through the other listener: LocalDNS answers it
+	// with its own NSID there.
+	nodeLoad := reportTestLoad(strings.Repeat("F", 1000) + strings.Repeat("U", 2) + strings.Repeat("F", 998))
+	for i := range nodeLoad.Records {
+		if nodeLoad.Records[i].By == LoadNSIDLocalDNS {
+			nodeLoad.Records[i].By = LoadNSIDLocalDNSNode
+		}
+	}
+	node := NewLabRun("crash-storm", "dnsstandby", nodeLoad, ProbeResult{})
+	node.Events = storm.Events
+	node.Listener, node.Client = "169.254.10.10", "node"
+	node.AfterFault = &AfterFault{AtMs: 500, Sent: 1000, Unanswered: 2, GlibcFail: 1}
+	return []LabRun{healthy, storm, standby, node}
+}
+
+// reportTestChecks are checks on reportTestRuns' dnsstandby runs.
+func reportTestChecks() []Check {
+	return []Check{
+		{Scenario: "crash-storm", Setup: "dnsstandby", Listener: "169.254.10.11", Client: "pod", Require: "0 unanswered after the fault", Pass: true, Found: "0 of 3000"},
+		{Scenario: "crash-storm", Setup: "dnsstandby", Listener: "169.254.10.10", Client: "node", Require: "0 unanswered after the fault", Found: "2 of 1000"},
+	}
 }
 
 func TestWriteLabJSON(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "out", "lab.json")
 	runs := reportTestRuns()
 	skipped := []Skipped{{Scenario: "hang", Setup: "dnsstandby", Why: "needs takeover"}}
-	if err := WriteLabJSON(path, "1.13.1", runs, skipped...); err != nil {
+	file := LabFile{CoreDNSVersion: "1.13.1", Runs: runs, Checks: reportTestChecks(), Skipped: skipped}
+	if err := WriteLabJSON(path, file); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -215,7 +311,7 @@ func TestWriteLabJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &top); err != nil {
 		t.Fatal(err)
 	}
-	if got := reportTestKeys(t, b); !reflect.DeepEqual(got, []string{"coredns_version", "runs", "skipped"}) {
+	if got := reportTestKeys(t, b); !reflect.DeepEqual(got, []string{"coredns_version", "runs", "checks", "skipped"}) {
 		t.Errorf("top-level keys %v", got)
 	}
 	var rawRuns []json.RawMessage
@@ -231,8 +327,13 @@ func TestWriteLabJSON(t *testing.T) {
 		}
 		var run map[string]json.RawMessage
 		json.Unmarshal(raw, &run)
-		if got := reportTestKeys(t, run["answered_by"]); !reflect.DeepEqual(got, []string{"localdns-pod", "dnsstandby"}) {
-			t.Errorf("run %d answered_by keys %v", i, got)
+		// The node's listener adds LocalDNS's answers there.
+		wantBy := []string{"localdns-pod", "dnsstandby"}
+		if runs[i].Client == "node" {
+			wantBy = append(wantBy, "localdns")
+		}
+		if got := reportTestKeys(t, run["answered_by"]); !reflect.DeepEqual(got, wantBy) {
+			t.Errorf("run %d answered_by keys %v, want %v", i, got, wantBy)
 		}
 		for _, k := range []string{"qps", "sent", "max_gap_ms", "p50_ms", "glibc_ok"} {
 			var f float64
@@ -267,16 +368,31 @@ func TestWriteLabJSON(t *testing.T) {
 		t.Errorf("layout:\n%.1500s", b)
 	}
 
+	// Listener, client and the after-fault counts follow the summary.
+	var node map[string]json.RawMessage
+	json.Unmarshal(rawRuns[3], &node)
+	if string(node["listener"]) != `"169.254.10.10"` || string(node["client"]) != `"node"` ||
+		!bytes.Contains(node["after_fault"], []byte(`"unanswered": 2`)) {
+		t.Errorf("node run: listener %s, client %s, after_fault %s", node["listener"], node["client"], node["after_fault"])
+	}
+	keys := reportTestKeys(t, rawRuns[3])
+	if i := slices.Index(keys, "listener"); i <= slices.Index(keys, "glibc_fail") || !slices.Equal(keys[i:i+3], []string{"listener", "client", "after_fault"}) {
+		t.Errorf("node run keys %v, want listener, client and after_fault after the summary's", keys)
+	}
+
 	back, err := ReadLabJSON(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (LabFile{CoreDNSVersion: "1.13.1", Runs: runs, Skipped: skipped}); !reflect.DeepEqual(back, want) {
-		t.Errorf("read back %+v\nwant %+v", back, want)
+	if !reflect.DeepEqual(back, file) {
+		t.Errorf("read back %+v\nwant %+v", back, file)
+	}
+	if failed := back.Failed(); len(failed) != 1 || failed[0].Client != "node" {
+		t.Errorf("failed checks read back: %+v", failed)
 	}
 
-	// Without skipped runs, exactly the two keys of the format.
-	if err := WriteLabJSON(path, "1.13.1", runs); err != nil {
+	// Without checks and skipped runs, exactly the two keys of the format.
+	if err := WriteLabJSON(path, LabFile{CoreDNSVersion: "1.13.1", Runs: runs}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(path)
@@ -313,7 +429,7 @@ func TestWriteLabMarkdown(t *testing.T) {
 		{Scenario: "crash-storm", Setup: "localdns-pr9439", Why: "guest failed to boot"},
 		{Scenario: "hang", Setup: "dnsstandby", Why: "needs takeover"},
 	}
-	if err := WriteLabMarkdown(path, reportTestRuns(), skipped...); err != nil {
+	if err := WriteLabMarkdown(path, LabFile{Runs: reportTestRuns(), Checks: reportTestChecks(), Skipped: skipped}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -323,13 +439,17 @@ func TestWriteLabMarkdown(t *testing.T) {
 	md := string(b)
 	healthy, storm := strings.Index(md, "\n## healthy\n"), strings.Index(md, "\n## crash-storm\n")
 	hang := strings.Index(md, "\n## hang\n")
-	if healthy < 0 || storm < healthy || hang < storm || strings.Count(md, "\n## ") != 3 {
+	checks := strings.Index(md, "\n## Checks: ")
+	if checks < 0 || healthy < checks || storm < healthy || hang < storm || strings.Count(md, "\n## ") != 4 {
 		t.Fatalf("sections out of order:\n%s", md)
 	}
 	for _, want := range []string{
-		"| setup | qps | sent | answered first try | after retry | unanswered | max gap ms | localdns-pod | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | servfail | note |",
-		"| localdns-shipped | 2000 | 4000 | 1000 | 200 | 2800 | 1500 | 600 | 600 | 1.0 | 1001.0 | 0 | 0 | 0 | unit failed \\| start limit |",
-		"| dnsstandby | 2000 | 4000 | 3995 | 5 | 0 | 2 | 2000 | 2000 | 1.0 | 1.0 | 0 | 0 | 0 |  |",
+		"\n## Checks: 1 of 2 passed\n\n- PASS crash-storm dnsstandby pod → 169.254.10.11: 0 unanswered after the fault; found 0 of 3000\n" +
+			"- FAIL crash-storm dnsstandby node → 169.254.10.10: 0 unanswered after the fault; found 2 of 1000\n",
+		"| setup | client → listener | qps | sent | answered first try | after retry | unanswered | unanswered after fault | max gap ms | localdns | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | glibc fail after fault | servfail | note |",
+		"| localdns-shipped |  | 2000 | 4000 | 1000 | 200 | 2800 | — | 1500 | 600 | 600 | 1.0 | 1001.0 | 0 | 0 | — | 0 | unit failed \\| start limit |",
+		"| dnsstandby | pod → 169.254.10.11 | 2000 | 4000 | 3995 | 5 | 0 | 0 | 2 | 2000 | 2000 | 1.0 | 1.0 | 0 | 0 | 0 | 0 |  |",
+		"| dnsstandby | node → 169.254.10.10 | 2000 | 2000 | 1998 | 0 | 2 | 2 | 1 | 999 | 999 | 1.0 | 1.0 | 0 | 0 | 1 | 0 |  |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("missing %q in\n%s", want, md)
@@ -344,15 +464,15 @@ func TestWriteLabMarkdown(t *testing.T) {
 		}
 	}
 	// The storm's rows come under its heading, in run order.
-	if i, j := strings.Index(md, "| localdns-shipped | 2000 | 4000 | 1000"), strings.Index(md, "\n| dnsstandby |"); i < storm || j < i {
+	if i, j := strings.Index(md, "| localdns-shipped |  | 2000 | 4000 | 1000"), strings.Index(md, "\n| dnsstandby |"); i < storm || j < i {
 		t.Errorf("rows misplaced:\n%s", md)
 	}
 
 	empty := filepath.Join(t.TempDir(), "empty.md")
-	if err := WriteLabMarkdown(empty, []LabRun{NewLabRun("x", "y", LoadResult{}, ProbeResult{})}); err != nil {
+	if err := WriteLabMarkdown(empty, LabFile{Runs: []LabRun{NewLabRun("x", "y", LoadResult{}, ProbeResult{})}}); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(empty); !strings.Contains(string(b), "| y | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | — | — |") {
+	if b, _ := os.ReadFile(empty); !strings.Contains(string(b), "| y |  | 0 | 0 | 0 | 0 | 0 | — | 0 | 0 | 0 | — | — |") || strings.Contains(string(b), "Checks") {
 		t.Errorf("no answers should show no percentiles:\n%s", b)
 	}
 }

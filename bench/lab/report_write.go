@@ -12,11 +12,12 @@ import (
 	"strings"
 )
 
-// LabFile is bench/out/lab.json (issue 4's output format, plus the
-// scenarios that were not run).
+// LabFile is bench/out/lab.json (issue 4's output format, plus the lab's
+// checks and the scenarios that were not run).
 type LabFile struct {
 	CoreDNSVersion string    `json:"coredns_version"`
 	Runs           []LabRun  `json:"runs"`
+	Checks         []Check   `json:"checks,omitempty"`
 	Skipped        []Skipped `json:"skipped,omitempty"`
 }
 
@@ -28,6 +29,17 @@ type Skipped struct {
 	Why      string `json:"why"`
 }
 
+// Failed lists the checks that failed.
+func (f LabFile) Failed() []Check {
+	var out []Check
+	for _, c := range f.Checks {
+		if !c.Pass {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // reportNumberArray matches a JSON array of numbers as json.MarshalIndent
 // writes it, one number a line.
 // (MarshalIndent escapes newlines inside strings, so only its own layout
@@ -35,14 +47,14 @@ type Skipped struct {
 var reportNumberArray = regexp.MustCompile(`\[\n\s*-?[0-9][-0-9.eE+]*(?:,\n\s*-?[0-9][-0-9.eE+]*)*\n\s*\]`)
 
 // WriteLabJSON writes lab.json: {"coredns_version", "runs": [...],
-// "skipped": [...]}, one run per LabRun with the summary's fields first.
-// It is indented, but arrays of numbers (the timeline) stay on one line
-// each.
-func WriteLabJSON(path, corednsVersion string, runs []LabRun, skipped ...Skipped) error {
-	if runs == nil {
-		runs = []LabRun{}
+// "checks": [...], "skipped": [...]}, one run per LabRun with the
+// summary's fields first. It is indented, but arrays of numbers (the
+// timeline) stay on one line each.
+func WriteLabJSON(path string, f LabFile) error {
+	if f.Runs == nil {
+		f.Runs = []LabRun{}
 	}
-	b, err := json.MarshalIndent(LabFile{CoreDNSVersion: corednsVersion, Runs: runs, Skipped: skipped}, "", "  ")
+	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -65,25 +77,26 @@ func ReadLabJSON(path string) (LabFile, error) {
 	return v, nil
 }
 
-// WriteLabMarkdown writes the runs as Markdown tables, one per scenario in
-// the order scenarios first appear, each followed by the setups of the
-// scenario that were skipped.
-func WriteLabMarkdown(path string, runs []LabRun, skipped ...Skipped) error {
+// WriteLabMarkdown writes the checks, then the runs as Markdown tables, one
+// per scenario in the order scenarios first appear, each followed by the
+// setups of the scenario that were skipped.
+func WriteLabMarkdown(path string, f LabFile) error {
 	var b strings.Builder
 	b.WriteString("# Lab results\n")
-	scenarios := reportScenarios(runs)
-	for _, s := range skipped {
+	reportChecks(&b, f.Checks)
+	scenarios := reportScenarios(f.Runs)
+	for _, s := range f.Skipped {
 		if !slices.Contains(scenarios, s.Scenario) {
 			scenarios = append(scenarios, s.Scenario)
 		}
 	}
 	for _, scenario := range scenarios {
 		fmt.Fprintf(&b, "\n## %s\n", scenario)
-		if slices.ContainsFunc(runs, func(r LabRun) bool { return r.Scenario == scenario }) {
-			reportTable(&b, scenario, runs)
+		if slices.ContainsFunc(f.Runs, func(r LabRun) bool { return r.Scenario == scenario }) {
+			reportTable(&b, scenario, f.Runs)
 		}
 		first := true
-		for _, s := range skipped {
+		for _, s := range f.Skipped {
 			if s.Scenario != scenario {
 				continue
 			}
@@ -97,10 +110,28 @@ func WriteLabMarkdown(path string, runs []LabRun, skipped ...Skipped) error {
 	return reportWriteFile(path, []byte(b.String()))
 }
 
-// reportTable writes the scenario's runs as a table.
+// reportChecks writes the checks' verdicts, failures first counted.
+func reportChecks(b *strings.Builder, checks []Check) {
+	if len(checks) == 0 {
+		return
+	}
+	failed := 0
+	for _, c := range checks {
+		if !c.Pass {
+			failed++
+		}
+	}
+	fmt.Fprintf(b, "\n## Checks: %d of %d passed\n\n", len(checks)-failed, len(checks))
+	for _, c := range checks {
+		fmt.Fprintf(b, "- %s\n", reportCell(c.String()))
+	}
+}
+
+// reportTable writes the scenario's runs as a table, a row per setup and
+// listener.
 func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
-	b.WriteString("\n| setup | qps | sent | answered first try | after retry | unanswered | max gap ms | localdns-pod | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | servfail | note |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	b.WriteString("\n| setup | client → listener | qps | sent | answered first try | after retry | unanswered | unanswered after fault | max gap ms | localdns | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | glibc fail after fault | servfail | note |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range runs {
 		if r.Scenario != scenario {
 			continue
@@ -109,10 +140,14 @@ func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
 		if r.AnsweredFirstTry+r.AnsweredAfterRetry > 0 {
 			p50, p99 = reportFloat(r.P50Ms, 1), reportFloat(r.P99Ms, 1)
 		}
-		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %s | %s | %d | %d | %d | %s |\n",
-			reportCell(r.Setup), reportFloat(r.QPS, 0), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry,
-			r.Unanswered, reportFloat(r.MaxGapMs, 0), r.AnsweredBy.LocalDNS, r.AnsweredBy.Standby,
-			p50, p99, r.GlibcOK, r.GlibcFail, r.ServFail, reportCell(r.Note))
+		lostAfter, glibcAfter := "—", "—"
+		if a := r.AfterFault; a != nil {
+			lostAfter, glibcAfter = strconv.Itoa(a.Unanswered), strconv.Itoa(a.GlibcFail)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %d | %d | %s | %s | %d | %d | %s | %d | %s |\n",
+			reportCell(r.Setup), reportCell(r.ListenerName()), reportFloat(r.QPS, 0), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry,
+			r.Unanswered, lostAfter, reportFloat(r.MaxGapMs, 0), r.AnsweredBy.ByLocalDNS(), r.AnsweredBy.Standby,
+			p50, p99, r.GlibcOK, r.GlibcFail, glibcAfter, r.ServFail, reportCell(r.Note))
 	}
 }
 

@@ -32,7 +32,8 @@ type options struct {
 	scenarios string  // comma-separated names, or "all"
 	setups    string  // comma-separated setups
 	outDir    string  // where lab.json, lab.md and the pictures go
-	qps       int     // load per node
+	qps       int     // the pods' load per node, through 169.254.10.11
+	nodeQPS   int     // the node's own load, through 169.254.10.10; 0: none
 	scale     float64 // multiplies baseline and observation times
 	bins      binaries
 }
@@ -42,7 +43,8 @@ func parseFlags() *options {
 	flag.StringVar(&o.scenarios, "scenario", "all", "scenarios to run, comma-separated, or all")
 	flag.StringVar(&o.outDir, "out", "bench/out", "output directory")
 	flag.StringVar(&o.setups, "setups", strings.Join(defaultSetups, ","), "setups to run side by side, comma-separated: "+strings.Join(knownSetups, ", "))
-	flag.IntVar(&o.qps, "qps", 2000, "queries per second each pod sends")
+	flag.IntVar(&o.qps, "qps", 2000, "queries per second the pods of each node send to 169.254.10.11")
+	flag.IntVar(&o.nodeQPS, "node-qps", 500, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.bins.dnsstandby, "dnsstandby", "bench/out/bin/dnsstandby", "dnsstandby binary")
@@ -104,7 +106,7 @@ func run(ctx context.Context, o *options) error {
 	// it only if it was filled (the mirror issue's double-fault asks for
 	// 5,000 distinct names); the load goes round the mix in order.
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 5000, Namespaces: []string{"default", "kube-system", "shop"}})
-	mix := nameMix(zones)
+	mixes := nameMixes{pod: nameMix(zones), node: nodeNameMix(zones)}
 
 	var chosen []string
 	for _, s := range strings.Split(o.setups, ",") {
@@ -115,7 +117,7 @@ func run(ctx context.Context, o *options) error {
 		chosen = append(chosen, s)
 	}
 
-	var runs []lab.LabRun
+	file := lab.LabFile{CoreDNSVersion: version}
 	for _, sc := range list {
 		setups := chosen
 		if sc.standbyOnly {
@@ -125,15 +127,19 @@ func run(ctx context.Context, o *options) error {
 			continue
 		}
 		fmt.Printf("%s: %s ...\n", sc.name, sc.note)
-		got, err := runScenario(ctx, sc, setups, o, zones, mix)
+		got, err := runScenario(ctx, sc, setups, o, zones, mixes)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
-		runs = append(runs, got...)
+		file.Runs = append(file.Runs, got...)
 		for _, r := range got {
-			fmt.Printf("  %-18s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms\n",
-				r.Setup, r.Summary.Sent, r.Summary.AnsweredFirstTry, r.Summary.AnsweredAfterRetry, r.Summary.Unanswered, r.Summary.MaxGapMs)
+			printRun(r)
 		}
+		checks := checkRuns(sc.name, setups, clientNames(o), got)
+		for _, c := range checks {
+			fmt.Printf("  %s\n", c)
+		}
+		file.Checks = append(file.Checks, checks...)
 		if err := lab.PlotTimeline(filepath.Join(o.outDir, "timeline-"+sc.name+".svg"), sc.name, got); err != nil {
 			return err
 		}
@@ -141,19 +147,34 @@ func run(ctx context.Context, o *options) error {
 			return ctx.Err()
 		}
 	}
-	if err := lab.WriteLabJSON(filepath.Join(o.outDir, "lab.json"), version, runs); err != nil {
+	if err := lab.WriteLabJSON(filepath.Join(o.outDir, "lab.json"), file); err != nil {
 		return err
 	}
-	if err := lab.WriteLabMarkdown(filepath.Join(o.outDir, "lab.md"), runs); err != nil {
+	if err := lab.WriteLabMarkdown(filepath.Join(o.outDir, "lab.md"), file); err != nil {
 		return err
 	}
 	fmt.Printf("written to %s/lab.json, lab.md and timeline-*.svg\n", o.outDir)
+	if failed := file.Failed(); len(failed) > 0 {
+		return fmt.Errorf("%d of %d checks failed", len(failed), len(file.Checks))
+	}
 	return nil
 }
 
-// runScenario builds a node per setup, runs load and fault on all of them
-// at once, and tears everything down.
-func runScenario(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mix []lab.LoadName) (runs []lab.LabRun, err error) {
+// printRun prints a run's numbers on one line.
+func printRun(r lab.LabRun) {
+	after := ""
+	if a := r.AfterFault; a != nil {
+		after = fmt.Sprintf("  after fault: unanswered %d, glibc fail %d", a.Unanswered, a.GlibcFail)
+	}
+	// The sender's lag tells a starved machine: the load itself could not
+	// keep its schedule.
+	fmt.Printf("  %-18s %-20s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms  glibc ok %3d fail %3d  sender lag %4.0f ms%s\n",
+		r.Setup, r.ListenerName(), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry, r.Unanswered, r.MaxGapMs, r.GlibcOK, r.GlibcFail, r.MaxLagMs, after)
+}
+
+// runScenario builds a node per setup, runs its clients' loads and the
+// fault on all of them at once, and tears everything down.
+func runScenario(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mixes nameMixes) (runs []lab.LabRun, err error) {
 	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones)
 	if err != nil {
 		return nil, err
@@ -161,60 +182,169 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	defer func() { err = errors.Join(err, closeAll(tops)) }()
 
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * o.scale) }
-	type live struct {
-		load  *lab.Load
-		probe *lab.GlibcProbe
-		ev    *events
-		down  *downTracker
-	}
-	lives := make([]live, len(tops))
+	nodes := make([]*liveNode, len(tops))
+	// Whatever was started is stopped on the way out, also on error (and
+	// before the nodes are torn down); on success results has already
+	// stopped everything, and stop is a no-op.
+	defer func() {
+		for _, n := range nodes {
+			if n != nil {
+				n.stop()
+			}
+		}
+	}()
 	for i, t := range tops {
-		load, err := lab.StartLoad(ctx, lab.LoadConfig{NS: t.pod, Server: netip.MustParseAddrPort(localDNS + ":53"), QPS: o.qps, Names: mix})
-		if err != nil {
-			return nil, fmt.Errorf("%s: load: %w", t.setup, err)
+		if nodes[i], err = startNode(ctx, t, t.clients(o, mixes)); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.setup, err)
 		}
-		probe, err := lab.StartGlibcProbe(ctx, t.pod, zones.Services[1].FQDN, 200*time.Millisecond)
-		if err != nil {
-			load.Stop()
-			return nil, fmt.Errorf("%s: glibc probe: %w", t.setup, err)
-		}
-		lives[i] = live{load: load, probe: probe, ev: &events{start: load.Start()}, down: startDownTracker(ctx, t, load.Start())}
 	}
 	sleep(ctx, scale(sc.baseline))
 
+	faultAt := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(tops))
 	for i, t := range tops {
-		wg.Go(func() { errs[i] = sc.fault(ctx, t, lives[i].ev) })
+		wg.Go(func() { errs[i] = sc.fault(ctx, t, nodes[i].ev) })
 	}
 	wg.Wait()
 	sleep(ctx, scale(sc.observe))
 
 	// Stop all at once: a glibc lookup still running in an outage takes up
 	// to its resolver timeout to finish.
-	runs = make([]lab.LabRun, len(tops))
+	perNode := make([][]lab.LabRun, len(tops))
 	for i, t := range tops {
-		wg.Go(func() {
-			down := lives[i].down.stop() // first: the shading ends with the load
-			res := lives[i].load.Stop()
-			pr := lives[i].probe.Stop()
-			run := lab.NewLabRun(sc.name, t.setup, res, pr)
-			run.Down = down
-			run.Events = lives[i].ev.list()
-			run.Note = sc.note
-			if errs[i] != nil {
-				run.Note += "; fault error: " + errs[i].Error()
-			}
-			for _, note := range []string{warmNote(res, run.Events, down), restartNote(res, run.Events, t)} {
-				if note != "" {
-					run.Note += "; " + note
-				}
-			}
-			runs[i] = run
-		})
+		wg.Go(func() { perNode[i] = nodes[i].results(sc, t, faultAt, errs[i]) })
 	}
 	wg.Wait()
+	for _, r := range perNode {
+		runs = append(runs, r...)
+	}
+	for _, t := range tops {
+		// Evidence for whoever reads a failed check; the runs stand
+		// without it.
+		if err := saveJournal(o.outDir, sc.name, t); err != nil {
+			fmt.Fprintf(os.Stderr, "lab: %s %s: %v\n", sc.name, t.setup, err)
+		}
+	}
 	return runs, ctx.Err()
+}
+
+// saveJournal writes the journal of a node that runs dnsstandby (all its
+// units: localdns, dnsstandby, systemd) to dir/journal-SCENARIO-SETUP.log,
+// before the node is torn down.
+func saveJournal(dir, scenario string, t *topology) error {
+	if !isStandby(t.setup) || dir == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	journal, err := t.guest.Journal(ctx, "")
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	path := filepath.Join(dir, "journal-"+scenario+"-"+t.setup+".log")
+	if err := os.WriteFile(path, []byte(journal), 0o644); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
+}
+
+// liveNode is what runs on one node during a scenario: its clients, the
+// fault's marks and the tracker of LocalDNS's state.
+type liveNode struct {
+	clients []*liveClient
+	ev      *events
+	down    *downTracker
+
+	stopOnce sync.Once
+	spans    []span // LocalDNS's down spans, once stopped
+}
+
+// liveClient is one client's load and glibc probe.
+type liveClient struct {
+	client
+	load  *lab.Load
+	probe *lab.GlibcProbe
+}
+
+// startNode starts the node's down tracker and its clients' loads and
+// probes; on error it stops what it started.
+func startNode(ctx context.Context, t *topology, clients []client) (n *liveNode, err error) {
+	n = &liveNode{ev: &events{}, down: startDownTracker(ctx, t)}
+	defer func() {
+		if err != nil {
+			n.stop()
+			n = nil
+		}
+	}()
+	for _, c := range clients {
+		lc, err := startClient(ctx, c)
+		if err != nil {
+			return n, err
+		}
+		n.clients = append(n.clients, lc)
+	}
+	return n, nil
+}
+
+// startClient starts a client's load and glibc probe; on error it stops
+// what it started.
+func startClient(ctx context.Context, c client) (*liveClient, error) {
+	load, err := lab.StartLoad(ctx, lab.LoadConfig{NS: c.ns, Server: netip.AddrPortFrom(netip.MustParseAddr(c.listener), 53), QPS: c.qps, Names: c.names})
+	if err != nil {
+		return nil, fmt.Errorf("%s load: %w", c.name, err)
+	}
+	probe, err := lab.StartGlibcProbe(ctx, c.ns, c.probeName, lab.ProbeDefaultEvery)
+	if err != nil {
+		load.Stop()
+		return nil, fmt.Errorf("%s glibc probe: %w", c.name, err)
+	}
+	return &liveClient{client: c, load: load, probe: probe}, nil
+}
+
+// stop stops the down tracker first (the shading ends with the load), then
+// every client, all at once. Safe to call more than once; Load.Stop and
+// GlibcProbe.Stop keep their results for results to read.
+func (n *liveNode) stop() {
+	n.stopOnce.Do(func() {
+		n.spans = n.down.stop()
+		var wg sync.WaitGroup
+		for _, c := range n.clients {
+			wg.Go(func() {
+				c.load.Stop()
+				c.probe.Stop()
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// results stops the node and makes a run of each client, on the client's
+// own clock, with the scenario's note, the fault's error and the notes that
+// apply.
+func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, faultErr error) []lab.LabRun {
+	n.stop()
+	var runs []lab.LabRun
+	for _, c := range n.clients {
+		res, pr := c.load.Stop(), c.probe.Stop()
+		run := lab.NewLabRun(sc.name, t.setup, res, pr)
+		run.Listener, run.Client = c.listener, c.name
+		after := lab.CountAfterFault(res, pr, faultAt.Sub(res.Start))
+		run.AfterFault = &after
+		run.Down = intervals(n.spans, res.Start)
+		run.Events = n.ev.list(res.Start)
+		run.Note = sc.note
+		if faultErr != nil {
+			run.Note += "; fault error: " + faultErr.Error()
+		}
+		for _, note := range []string{warmNote(res, run.Events, run.Down), restartNote(res, run.Events, t)} {
+			if note != "" {
+				run.Note += "; " + note
+			}
+		}
+		runs = append(runs, run)
+	}
+	return runs
 }
 
 // nameMix is what the pods ask: every cluster service, the external names
@@ -256,62 +386,86 @@ func corednsVersion(bin string) (string, error) {
 	return "", fmt.Errorf("%s -version: no version in %q", bin, out)
 }
 
-// events records the fault's marks, relative to the run's start.
+// events records the fault's marks.
 type events struct {
-	start time.Time
 	mu    sync.Mutex
-	marks []lab.Event
+	marks []mark
+}
+
+type mark struct {
+	at    time.Time
+	label string
 }
 
 func (e *events) mark(label string) {
 	e.mu.Lock()
-	e.marks = append(e.marks, lab.Event{At: time.Since(e.start), Label: label})
+	e.marks = append(e.marks, mark{time.Now(), label})
 	e.mu.Unlock()
 }
 
-func (e *events) list() []lab.Event {
+// list returns the marks on the clock that starts at origin (a load's).
+func (e *events) list(origin time.Time) []lab.Event {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]lab.Event(nil), e.marks...)
+	out := make([]lab.Event, 0, len(e.marks))
+	for _, m := range e.marks {
+		out = append(out, lab.Event{At: m.at.Sub(origin), Label: m.label})
+	}
+	return out
+}
+
+// span is a stretch of wall-clock time when LocalDNS was not active.
+type span struct {
+	from, to time.Time
+	label    string
+}
+
+// intervals returns the spans on the clock that starts at origin.
+func intervals(spans []span, origin time.Time) []lab.Interval {
+	var out []lab.Interval
+	for _, s := range spans {
+		out = append(out, lab.Interval{From: s.from.Sub(origin), To: s.to.Sub(origin), Label: s.label})
+	}
+	return out
 }
 
 // downTracker polls LocalDNS's unit state and records when it was not
 // active, for the timelines' shading.
 type downTracker struct {
 	cancel context.CancelFunc
-	done   chan []lab.Interval
+	done   chan []span
 }
 
-func startDownTracker(ctx context.Context, t *topology, start time.Time) *downTracker {
+func startDownTracker(ctx context.Context, t *topology) *downTracker {
 	ctx, cancel := context.WithCancel(ctx)
-	d := &downTracker{cancel: cancel, done: make(chan []lab.Interval, 1)}
+	d := &downTracker{cancel: cancel, done: make(chan []span, 1)}
 	go func() {
-		var out []lab.Interval
-		var downSince time.Duration = -1
+		var out []span
+		var downSince time.Time
 		var state string
 		for ctx.Err() == nil {
 			st, err := t.guest.Show(ctx, localDNSUnit, "ActiveState")
-			now := time.Since(start)
+			now := time.Now()
 			if err == nil {
 				state = st["ActiveState"]
-				if state != "active" && downSince < 0 {
+				if state != "active" && downSince.IsZero() {
 					downSince = now
-				} else if state == "active" && downSince >= 0 {
-					out = append(out, lab.Interval{From: downSince, To: now, Label: "LocalDNS not active"})
-					downSince = -1
+				} else if state == "active" && !downSince.IsZero() {
+					out = append(out, span{from: downSince, to: now, label: "LocalDNS not active"})
+					downSince = time.Time{}
 				}
 			}
 			sleep(ctx, 200*time.Millisecond)
 		}
-		if downSince >= 0 {
-			out = append(out, lab.Interval{From: downSince, To: time.Since(start), Label: "LocalDNS " + state})
+		if !downSince.IsZero() {
+			out = append(out, span{from: downSince, to: time.Now(), label: "LocalDNS " + state})
 		}
 		d.done <- out
 	}()
 	return d
 }
 
-func (d *downTracker) stop() []lab.Interval {
+func (d *downTracker) stop() []span {
 	d.cancel()
 	return <-d.done
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
 
 // scenario is one fault, applied the same way to every setup's node.
@@ -216,7 +218,7 @@ func standbyRestart(ctx context.Context, t *topology, ev *events) error {
 // cutKubeDNS takes the node's link to kube-dns down: the ClusterIP stops
 // answering, as in a cluster-wide CoreDNS outage.
 func (t *topology) cutKubeDNS(ctx context.Context, ev *events) error {
-	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "down"); err != nil {
+	if _, err := t.node.Run(ctx, "ip", "link", "set", lab.KubeDNSLink, "down"); err != nil {
 		return err
 	}
 	ev.mark("kube-dns unreachable")
@@ -227,10 +229,10 @@ func (t *topology) cutKubeDNS(ctx context.Context, ev *events) error {
 // LocalDNS. It runs even after ctx ended, so the node is whole again.
 func (t *topology) bothBack(ev *events) error {
 	ctx := context.Background()
-	if _, err := t.node.Run(ctx, "ip", "link", "set", "to-kubedns", "up"); err != nil {
+	if _, err := t.node.Run(ctx, "ip", "link", "set", lab.KubeDNSLink, "up"); err != nil {
 		return err
 	}
-	if _, err := t.node.Run(ctx, "ip", "route", "replace", clusterIP+"/32", "via", "10.200.0.2"); err != nil {
+	if _, err := t.node.Run(ctx, "ip", "route", "replace", clusterIP+"/32", "via", lab.KubeDNSGateway); err != nil {
 		return err
 	}
 	if _, err := t.guest.Systemctl(ctx, "start", localDNSUnit); err != nil {

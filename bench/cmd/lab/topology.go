@@ -16,10 +16,15 @@ import (
 // three setups of a scenario run side by side with the same addresses, as
 // three nodes would.
 const (
-	clusterIP = "10.0.0.10" // kube-dns's ClusterIP
+	clusterIP = lab.LocalDNSKubeDNS // kube-dns's ClusterIP
 	podIP     = "10.244.0.2"
-	nodePodIP = "10.244.0.1" // the node's end of the pod's veth
-	localDNS  = "169.254.10.11"
+	nodePodIP = "10.244.0.1"        // the node's end of the pod's veth
+	localDNS  = lab.LocalDNSPodIP   // the pods' listener
+	nodeDNS   = lab.LocalDNSNodeIP  // the node's listener (kubelet, hostNetwork pods)
+	vnetDNS   = lab.LocalDNSVnetDNS // where the node's root block forwards
+	// vnetSearch is the search domain a VNet's DHCP gives a node (Azure's
+	// <hash>.<region code>.internal.cloudapp.net).
+	vnetSearch = "x4ffd0a2bbrfuj2wh.bx.internal.cloudapp.net"
 )
 
 // standbyPath is where the guest sees the dnsstandby binary.
@@ -58,17 +63,27 @@ func steeringOf(setup string) string {
 	return "auto"
 }
 
-// topology is one node: a systemd guest running LocalDNS (and dnsstandby),
-// a pod namespace whose resolv.conf points at 169.254.10.11, and a kube-dns
-// namespace at 10.0.0.10.
+// standbyOptions are dnsstandby's options in a setup: both of LocalDNS's
+// listeners, each served from LocalDNS's own blocks for it (the same
+// Corefile file LocalDNS runs, as deploy/systemd's defaults read it), no
+// --upstream; the anchor is a bridge, as this machine has no dummy driver.
+func standbyOptions(setup string) []string {
+	return []string{"--listen", nodeDNS + ":53", "--listen", localDNS + ":53",
+		"--localdns-corefile", lab.LocalDNSCorefilePath,
+		"--metrics-addr", "127.0.0.1:9355", "--anchor-kind", "bridge", "--steering", steeringOf(setup)}
+}
+
+// topology is one node: a systemd guest running LocalDNS (and dnsstandby)
+// whose own resolv.conf points at 169.254.10.10, a pod namespace whose
+// resolv.conf points at 169.254.10.11, and the upstreams: kube-dns at
+// 10.0.0.10 and the VNet's DNS.
 type topology struct {
-	setup   string
-	guest   *lab.Guest
-	node    *nstest.Namespace // the guest's network namespace
-	pod     *nstest.Namespace
-	kube    *nstest.Namespace
-	kubeDNS *nstest.CoreDNS
-	zones   *nstest.Zones
+	setup string
+	guest *lab.Guest
+	node  *nstest.Namespace // the guest's network namespace
+	pod   *nstest.Namespace
+	up    *lab.Upstreams
+	zones *nstest.Zones
 
 	closers []func() error // run in reverse by close
 }
@@ -104,12 +119,9 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		Binds: map[string]string{lab.LocalDNSCoreDNSPath: bins.coredns},
 	}
 	if isStandby(setup) {
-		// The unit from deploy/systemd, with the lab's options; the anchor
-		// is a bridge: this machine has no dummy driver.
 		cfg.Binds[standbyPath] = bins.dnsstandby
 		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit()
-		opts, err := lab.DnsstandbyDefaults("--listen", localDNS+":53", "--upstream", clusterIP+":53",
-			"--metrics-addr", "127.0.0.1:9355", "--anchor-kind", "bridge", "--steering", steeringOf(setup))
+		opts, err := lab.DnsstandbyDefaults(standbyOptions(setup)...)
 		if err != nil {
 			return t, err
 		}
@@ -122,24 +134,17 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 	t.closers = append(t.closers, t.guest.Close)
 	t.node = t.guest.NetNS()
 
-	var closePod, closeKube func() error
+	var closePod func() error
 	if t.pod, closePod, err = nstest.Create(nstest.UniqueName("pod")); err != nil {
 		return t, err
 	}
 	t.closers = append(t.closers, closePod)
-	if t.kube, closeKube, err = nstest.Create(nstest.UniqueName("kubedns")); err != nil {
+	if t.up, err = lab.StartUpstreams(t.node, bins.coredns, zones); err != nil {
 		return t, err
 	}
-	t.closers = append(t.closers, closeKube)
+	t.closers = append(t.closers, t.up.Close)
 
 	steps := []func() error{
-		func() error { return t.kube.AddLink("kubedns", "", clusterIP+"/32") },
-		func() error {
-			return nstest.AddVeth(
-				nstest.End{NS: t.node, Name: "to-kubedns", Addrs: []string{"10.200.0.1/30"}},
-				nstest.End{NS: t.kube, Name: "to-node", Addrs: []string{"10.200.0.2/30"}})
-		},
-		func() error { return t.node.AddRoute(nstest.Route{Dst: clusterIP + "/32", Via: "10.200.0.2"}) },
 		func() error {
 			return nstest.AddVeth(
 				nstest.End{NS: t.node, Name: "to-pod", Addrs: []string{nodePodIP + "/24"}},
@@ -150,22 +155,16 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		func() error {
 			return t.pod.SetResolvConf("nameserver " + localDNS + "\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n")
 		},
+		// The node's own resolver (kubelet, hostNetwork and
+		// dnsPolicy:Default pods): LocalDNS's node listener, as AKS's
+		// networkd drop-in makes it, with the VNet's search domain.
+		func() error { return t.node.SetResolvConf("nameserver " + nodeDNS + "\nsearch " + vnetSearch + "\n") },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return t, err
 		}
 	}
-	t.kubeDNS, err = nstest.LaunchCoreDNS(t.kube, nstest.CoreDNSConfig{
-		Binary:   bins.coredns,
-		Corefile: zones.Corefile(clusterIP),
-		Files:    zones.Files,
-		Probe:    clusterIP + ":53",
-	})
-	if err != nil {
-		return t, fmt.Errorf("kube-dns: %w", err)
-	}
-	t.closers = append(t.closers, t.kubeDNS.Close)
 
 	units := []string{"localdns.service"}
 	if isStandby(setup) {
@@ -180,22 +179,29 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 	return t, t.waitAnswering(ctx, 10*time.Second)
 }
 
-// waitAnswering waits until a query from the pod to 169.254.10.11 is
-// answered, whoever answers it.
+// waitAnswering waits until both listeners answer, whoever answers: a
+// query from the pod to 169.254.10.11 and one from the node to
+// 169.254.10.10.
 func (t *topology) waitAnswering(ctx context.Context, limit time.Duration) error {
-	svc := t.zones.Services[0].FQDN
 	deadline := time.Now().Add(limit)
-	for {
-		q := lab.LoadName{FQDN: svc, Type: 1}.Query()
-		if r, err := t.pod.Exchange("udp", "", localDNS+":53", q, 500*time.Millisecond); err == nil && r.Rcode == 0 {
-			return nil
+	for _, c := range []struct {
+		ns     *nstest.Namespace
+		server string
+	}{{t.pod, localDNS}, {t.node, nodeDNS}} {
+		q := lab.LoadName{FQDN: t.zones.Services[0].FQDN, Type: 1}.Query()
+		for {
+			r, err := c.ns.Exchange("udp", "", c.server+":53", q, 500*time.Millisecond)
+			if err == nil && r.Rcode == 0 {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				journal, _ := t.guest.Journal(context.Background(), "localdns.service")
+				return fmt.Errorf("%s not answering after %s (last: %v); localdns journal:\n%s", c.server, limit, err, tail(journal, 30))
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			journal, _ := t.guest.Journal(context.Background(), "localdns.service")
-			return fmt.Errorf("169.254.10.11 not answering after %s; localdns journal:\n%s", limit, tail(journal, 30))
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	return nil
 }
 
 // close tears the topology down in reverse order of building.

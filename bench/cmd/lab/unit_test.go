@@ -106,22 +106,29 @@ func TestUnitReadyRestartWatchdog(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
-		if st.Steering.Level != "adopt" || st.AnchorReady == nil || !*st.AnchorReady || st.Peer.Adopted[localDNS+":53/udp"] == 0 {
-			t.Errorf("right after READY: steering %q, anchor ready %v, adopted %v, want adopt, true, LocalDNS's UDP socket",
-				st.Steering.Level, st.AnchorReady, st.Peer.Adopted)
+		if st.Steering.Level != "adopt" || st.AnchorReady == nil || !*st.AnchorReady {
+			t.Errorf("right after READY: steering %q, anchor ready %v, want adopt, true", st.Steering.Level, st.AnchorReady)
 		}
-		// LocalDNS's TCP listener is handled either way: adopted, or (a
-		// CoreDNS built with Go ≥ 1.24 where the kernel enables MPTCP)
-		// reported as not adoptable rather than as adopted.
-		tcp := localDNS + ":53/tcp"
-		if st.Peer.Adopted[tcp]+st.Peer.Unadoptable[tcp] != 1 {
-			t.Errorf("LocalDNS's TCP listener: adopted %d, unadoptable %d, want one of them 1", st.Peer.Adopted[tcp], st.Peer.Unadoptable[tcp])
-		}
-		if mptcp, _ := g.Exec(ctx, "cat", "/proc/sys/net/mptcp/enabled"); strings.TrimSpace(mptcp) == "1" && st.Peer.Unadoptable[tcp] != 1 {
-			t.Errorf("MPTCP is on, yet LocalDNS's TCP listener is not reported unadoptable: %+v", st.Peer)
-		}
-		if addrs, err := g.Exec(ctx, "ip", "-o", "addr", "show", "dev", "dnsstandby"); err != nil || !strings.Contains(addrs, localDNS+"/32") {
-			t.Errorf("anchor link: %q %v", addrs, err)
+		mptcp, _ := g.Exec(ctx, "cat", "/proc/sys/net/mptcp/enabled")
+		addrs, err := g.Exec(ctx, "ip", "-o", "addr", "show", "dev", "dnsstandby")
+		// Both of LocalDNS's listeners: adopted, and kept local by the anchor.
+		for _, ip := range []string{nodeDNS, localDNS} {
+			if st.Peer.Adopted[ip+":53/udp"] == 0 {
+				t.Errorf("right after READY: adopted %v, want LocalDNS's UDP socket on %s", st.Peer.Adopted, ip)
+			}
+			// LocalDNS's TCP listener is handled either way: adopted, or
+			// (a CoreDNS built with Go ≥ 1.24 where the kernel enables
+			// MPTCP) reported as not adoptable rather than as adopted.
+			tcp := ip + ":53/tcp"
+			if st.Peer.Adopted[tcp]+st.Peer.Unadoptable[tcp] != 1 {
+				t.Errorf("LocalDNS's TCP listener on %s: adopted %d, unadoptable %d, want one of them 1", ip, st.Peer.Adopted[tcp], st.Peer.Unadoptable[tcp])
+			}
+			if strings.TrimSpace(mptcp) == "1" && st.Peer.Unadoptable[tcp] != 1 {
+				t.Errorf("MPTCP is on, yet LocalDNS's TCP listener on %s is not reported unadoptable: %+v", ip, st.Peer)
+			}
+			if err != nil || !strings.Contains(addrs, ip+"/32") {
+				t.Errorf("anchor link lacks %s: %q %v", ip, addrs, err)
+			}
 		}
 		show, err := g.Show(ctx, "dnsstandby.service", "ActiveState", "SubState", "StatusText")
 		if err != nil {

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dnsstandby/dnsstandby/bench/lab"
+)
+
+func TestCheckRuns(t *testing.T) {
+	run := func(scenario, setup, client string, a *lab.AfterFault) lab.LabRun {
+		return lab.LabRun{Scenario: scenario, Setup: setup, Client: client, Listener: listenerOf(client), AfterFault: a}
+	}
+	clean := func() *lab.AfterFault { return &lab.AfterFault{AtMs: 11000, Sent: 120000, AfterRetry: 3, GlibcOK: 300} }
+	lost := func(queries, lookups int) *lab.AfterFault {
+		a := clean()
+		a.Unanswered, a.GlibcFail = queries, lookups
+		return a
+	}
+	both := []string{clientPod, clientNode}
+	all := []string{setupShipped, setupPR9439, setupStandby}
+	tests := []struct {
+		name     string
+		scenario string
+		setups   []string
+		clients  []string
+		runs     []lab.LabRun
+		want     []string // "PASS|FAIL client require-prefix", in order
+	}{
+		{
+			name: "a scenario without rules", scenario: "hang", setups: all, clients: both,
+			runs: []lab.LabRun{run("hang", setupStandby, clientPod, lost(2000, 5))},
+		},
+		{
+			name: "dnsstandby not among the setups", scenario: "crash-storm", setups: []string{setupShipped}, clients: both,
+			runs: []lab.LabRun{run("crash-storm", setupShipped, clientPod, lost(100000, 300))},
+		},
+		{
+			name: "both clients lossless; other setups' losses are not checked", scenario: "crash-storm", setups: all, clients: both,
+			runs: []lab.LabRun{
+				run("crash-storm", setupShipped, clientPod, lost(100000, 300)),
+				run("crash-storm", setupStandby, clientPod, clean()),
+				run("crash-storm", setupStandby, clientNode, clean()),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS node 0 queries", "PASS node 0 glibc"},
+		},
+		{
+			name: "the node's listener loses queries", scenario: "permanent-failure", setups: all, clients: both,
+			runs: []lab.LabRun{
+				run("permanent-failure", setupStandby, clientPod, clean()),
+				run("permanent-failure", setupStandby, clientNode, lost(2, 0)),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "FAIL node 0 queries", "PASS node 0 glibc"},
+		},
+		{
+			name: "a glibc lookup fails", scenario: "interface-teardown", setups: all, clients: both,
+			runs: []lab.LabRun{
+				run("interface-teardown", setupStandby, clientPod, lost(0, 1)),
+				run("interface-teardown", setupStandby, clientNode, clean()),
+			},
+			want: []string{"PASS pod 0 queries", "FAIL pod 0 glibc", "PASS node 0 queries", "PASS node 0 glibc"},
+		},
+		{
+			name: "nothing sent or looked up proves nothing", scenario: "crash-storm", setups: all, clients: []string{clientPod},
+			runs: []lab.LabRun{run("crash-storm", setupStandby, clientPod, &lab.AfterFault{})},
+			want: []string{"FAIL pod 0 queries", "FAIL pod 0 glibc"},
+		},
+		{
+			name: "a missing run fails", scenario: "crash-storm", setups: all, clients: both,
+			runs: []lab.LabRun{
+				run("crash-storm", setupStandby, clientPod, clean()),
+				run("crash-storm", setupStandby, clientNode, nil),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "FAIL node a run"},
+		},
+		{
+			name: "without the node's client only the pods are checked", scenario: "crash-storm", setups: all, clients: []string{clientPod},
+			runs: []lab.LabRun{run("crash-storm", setupStandby, clientPod, clean())},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := checkRuns(tc.scenario, tc.setups, tc.clients, tc.runs)
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d checks, want %d: %v", len(got), len(tc.want), got)
+			}
+			for i, c := range got {
+				verdict := "FAIL"
+				if c.Pass {
+					verdict = "PASS"
+				}
+				f := strings.SplitN(tc.want[i], " ", 3)
+				if verdict != f[0] || c.Client != f[1] || !strings.HasPrefix(c.Require, f[2]) || c.Listener != listenerOf(c.Client) ||
+					c.Scenario != tc.scenario || c.Setup != setupStandby {
+					t.Errorf("check %d: %s, want %s", i, c, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestLosslessChecksFound: the verdict says what the run showed.
+func TestLosslessChecksFound(t *testing.T) {
+	r := lab.LabRun{Scenario: "crash-storm", Setup: setupStandby, Client: clientNode, Listener: nodeDNS, Summary: lab.Summary{MaxLagMs: 12.3},
+		AfterFault: &lab.AfterFault{AtMs: 11000.4, Sent: 60000, AfterRetry: 7, Unanswered: 2, GlibcOK: 290, GlibcFail: 1}}
+	got := losslessChecks(r)
+	for i, want := range []string{
+		"FAIL crash-storm dnsstandby node → 169.254.10.10: 0 queries unanswered from the fault on; found 2 unanswered of 60000 sent from 11000 ms on (7 after the retry; sender lag up to 12 ms)",
+		"FAIL crash-storm dnsstandby node → 169.254.10.10: 0 glibc lookups failed from the fault on; found 1 failed, 290 ok",
+	} {
+		if got[i].String() != want {
+			t.Errorf("check %d:\n got %s\nwant %s", i, got[i], want)
+		}
+	}
+}
