@@ -52,7 +52,11 @@ func ApplyCorefile(cfg *Config, s corefile.Settings) {
 }
 
 // blockCache is the cache policy of a block's cache plugin, over the
-// daemon's defaults for what the plugin does not set (the stale TTL).
+// daemon's defaults for what the plugin does not set (the stale TTL). A
+// block without serve_stale keeps the default stale window in verify
+// mode: stale entries then go out only when the upstreams fail, where
+// LocalDNS would answer SERVFAIL — a standby's last resort (listed in
+// Ignored).
 func blockCache(defaults cache.Config, pc *corefile.Cache) *cache.Config {
 	c := defaults
 	c.MaxEntries = pc.SuccessCapacity + pc.DenialCapacity
@@ -63,6 +67,9 @@ func blockCache(defaults cache.Config, pc *corefile.Cache) *cache.Config {
 	c.StaleMode = cache.StaleImmediate
 	if pc.StaleVerify {
 		c.StaleMode = cache.StaleVerify
+	}
+	if pc.ServeStale == 0 {
+		c.MaxStale, c.StaleMode = defaults.MaxStale, cache.StaleVerify
 	}
 	return &c
 }
@@ -144,6 +151,9 @@ func ignored(z corefile.Zone) []string {
 	}
 	if c := z.Cache; c != nil {
 		add("cache capacity success %d denial %d: dnsstandby bounds the two together, at most %d entries, within its share of Cache.MaxEntries and Cache.MaxBytes", c.SuccessCapacity, c.DenialCapacity, c.SuccessCapacity+c.DenialCapacity)
+		if c.ServeStale == 0 {
+			add("cache without serve_stale: LocalDNS answers SERVFAIL when the upstreams fail; dnsstandby answers from its expired entries then (verify mode, up to Cache.MaxStale, --serve-stale 0 turns it off), as a standby's last resort")
+		}
 		if c.Prefetch > 0 {
 			add("cache prefetch %d: dnsstandby refreshes entries hit near expiry at Pipeline.RefreshRate instead", c.Prefetch)
 		}

@@ -36,7 +36,8 @@ func TestApplyCorefile(t *testing.T) {
 			pod,
 			[]string{
 				`nsid "localdns-pod"`,
-				"cache capacity success 9984 denial 9984: dnsstandby bounds the two together, at most 19968 entries"}},
+				"cache capacity success 9984 denial 9984: dnsstandby bounds the two together, at most 19968 entries",
+				"zone cluster.local.: cache without serve_stale: LocalDNS answers SERVFAIL when the upstreams fail"}},
 		{"169.254.10.10:53",
 			node,
 			[]string{`nsid "localdns"`}},
@@ -109,7 +110,9 @@ func TestApplyCorefile(t *testing.T) {
 				if c.MaxEntries != 2*9984 || c.MaxTTL != time.Hour || c.MaxNegTTL != time.Hour || c.ServfailTTL != 0 {
 					t.Errorf("%s %s: cache entries %d max ttl %s neg %s servfail %s; want 19968, 1h, 1h, 0", r.Listen, r.Zone, c.MaxEntries, c.MaxTTL, c.MaxNegTTL, c.ServfailTTL)
 				}
-				wantStale := time.Duration(0)
+				// cluster.local's block has no serve_stale: the daemon's
+				// stale window, in verify mode, as a last resort.
+				wantStale := DefaultConfig().Cache.MaxStale
 				switch r.Zone {
 				case ".":
 					wantStale = time.Hour
