@@ -403,8 +403,9 @@ func (s *shard) account(e *entry, sign int64) {
 // answer is worth more than the failure.
 //
 // An entry on probation that replaces one under the same key leaves
-// probation: its name was asked before. A new one makes room first among
-// the entries on probation, oldest first, down to their share; only then
+// probation: its name was asked before. A new one, when the shard is
+// full, makes room first among the entries on probation, oldest first,
+// down to their share; only then
 // are least recently used entries evicted, and at that point the used
 // ones hold more than their own share, so that entries on probation
 // never push used ones below it.
@@ -419,12 +420,18 @@ func (s *shard) add(h uint64, e entry, staleUntil func(entry) int64, now int64) 
 		s.account(&old, -1)
 		e.flags &^= entryProbation
 	}
+	// Only when the shard is full: while it has room, a name seen once
+	// costs no other entry anything, and evicting it would lose an answer
+	// a client may ask for once LocalDNS is gone. The queue itself (which
+	// keeps references to entries that left probation or the cache until
+	// they come up) is kept within the shard's entry bound.
 	if e.flags&entryProbation != 0 {
-		for s.probQ.len() > 0 && (s.probQ.len() >= s.maxProb || s.probBytes+e.cost() > s.maxProbB) {
+		for s.probQ.len() > 0 && (s.probQ.len() >= s.maxEntries ||
+			s.full(e) && (s.probQ.len() >= s.maxProb || s.probBytes+e.cost() > s.maxProbB)) {
 			s.evictProbation()
 		}
 	}
-	for s.lru.Len() > 0 && (s.lru.Len() >= s.maxEntries || s.bytes+e.cost() > s.maxBytes) {
+	for s.lru.Len() > 0 && s.full(e) {
 		_, old, _ := s.lru.RemoveOldest()
 		s.account(&old, -1)
 		s.evictions.Add(1)
@@ -436,6 +443,11 @@ func (s *shard) add(h uint64, e entry, staleUntil func(entry) int64, now int64) 
 		s.probQ.push(probRef{h: h, stored: e.stored})
 	}
 	return true
+}
+
+// full reports whether adding e would take the shard over a bound.
+func (s *shard) full(e entry) bool {
+	return s.lru.Len() >= s.maxEntries || s.bytes+e.cost() > s.maxBytes
 }
 
 // evictProbation takes the oldest reference off the probation queue and
