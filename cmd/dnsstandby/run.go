@@ -217,7 +217,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.StringVar(&cfg.Anchor.Link, "anchor-link", cfg.Anchor.Link, "link of our own that keeps the listen addresses local when LocalDNS deletes its link (empty: no anchor)")
 	fs.StringVar(&cfg.Anchor.Kind, "anchor-kind", cfg.Anchor.Kind, "kind of the anchor link (bridge where the dummy driver is missing)")
 	fs.BoolVar(&cfg.Anchor.Cleanup, "anchor-cleanup", cfg.Anchor.Cleanup, "delete the anchor link on exit (by default it stays, so the addresses stay local across restarts)")
-	fs.Var(parsed[string]{&t.Steering, parseSteering, identity}, "steering", "auto, adopt, own or off: how the reuseport groups are steered (see README)")
+	fs.Var(parsed[string]{&t.Steering, parseSteering, identity}, "steering", "auto, adopt, own or off: how the reuseport groups are steered (see docs/design.md, Steering levels)")
 	fs.Var(positive(&t.ProbeInterval), "probe-interval", "how often LocalDNS is probed while bound")
 	fs.Var(parsed[netip.AddrPort]{&t.ProbeAddr, parseAddrPort, netip.AddrPort.String}, "peer-probe-addr", "LocalDNS `ADDR:PORT` probed when steering cannot route probes to its socket on the listen address")
 	fs.Var(positive(&t.Machine.HungAfter), "hung-after", "failed probes in a row after which a bound LocalDNS counts as hung")
