@@ -28,31 +28,12 @@ func TestCorefileReload(t *testing.T) {
 	base := loopbackConfig(t, upA)
 	listen := base.Listen[0]
 	path := filepath.Join(t.TempDir(), "Corefile")
-	write := func(text string) {
-		t.Helper()
-		// As localdns.sh and editors do: a new file renamed over the old.
-		tmp := path + ".new"
-		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { t.Helper(); rewrite(t, path, text) }
 	forwardTo := func(up netip.AddrPort) string {
 		return fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), listen.Addr(), up)
 	}
 	write(forwardTo(upA))
-	layer := func() (Config, error) {
-		cfg := base
-		cfg.Routes = nil
-		s, err := corefile.Load(path, cfg.Listen)
-		if err != nil {
-			return Config{}, err
-		}
-		ApplyCorefile(&cfg, s)
-		return cfg, nil
-	}
+	layer := corefileLayer(base, path)
 	cfg, err := layer()
 	if err != nil {
 		t.Fatal(err)
@@ -149,27 +130,9 @@ func TestReloadCaches(t *testing.T) {
 		}
 		return text
 	}
-	write := func(text string) {
-		t.Helper()
-		tmp := path + ".new"
-		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(text string) { t.Helper(); rewrite(t, path, text) }
 	write(corefileText(upA, 3600, "cluster.local"))
-	layer := func() (Config, error) {
-		cfg := base
-		cfg.Routes = nil
-		s, err := corefile.Load(path, cfg.Listen)
-		if err != nil {
-			return Config{}, err
-		}
-		ApplyCorefile(&cfg, s)
-		return cfg, nil
-	}
+	layer := corefileLayer(base, path)
 	cfg, err := layer()
 	if err != nil {
 		t.Fatal(err)
@@ -249,4 +212,32 @@ func TestReloadCaches(t *testing.T) {
 		body = metrics()
 		return strings.Contains(body, `dnsstandby_cache_entries{listener="`+listen.String()+`",zone="."} 1`) && !strings.Contains(body, `zone="cluster.local."`)
 	})
+}
+
+// rewrite replaces the file at path by text as localdns.sh and editors
+// do: a new file renamed over the old.
+func rewrite(t *testing.T, path, text string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// corefileLayer returns what Config.Reload is given in these tests: base
+// with the routes of the Corefile at path, as the command line layers it.
+func corefileLayer(base Config, path string) func() (Config, error) {
+	return func() (Config, error) {
+		cfg := base
+		cfg.Routes = nil
+		s, err := corefile.Load(path, cfg.Listen)
+		if err != nil {
+			return Config{}, err
+		}
+		ApplyCorefile(&cfg, s)
+		return cfg, nil
+	}
 }
