@@ -359,6 +359,38 @@ func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 	return n, act
 }
 
+// Cached answers msg from the cache alone, fresh or stale: a hedge for a
+// query LocalDNS was sent and has left unanswered, so a stale answer beats
+// none whatever the route's stale mode. n is 0 when the cache cannot
+// answer (a miss, a route without a cache, a query the hot path refuses).
+// It counts the cache's hit or miss but not a request: the query was
+// LocalDNS's, and the hedge is counted by its sender. Like Answer, it
+// does not allocate; dst must hold at least 512 bytes.
+func (w *Worker) Cached(dst, msg []byte) (n int, stale bool) {
+	n, act, src, _ := w.answer(dst, msg, true)
+	switch {
+	case act == Reply && src == srcCache:
+		return n, false
+	case act == Reply && src == srcStale:
+		return n, true
+	case act != Resolve:
+		return 0, false
+	}
+	r := w.p.route(w.q.QName)
+	if r == nil || r.Cache == nil {
+		return 0, false
+	}
+	n, st := r.Cache.ServeAgain(dst, &w.q, limitFor(&w.q, true), true)
+	if n == 0 {
+		return 0, false
+	}
+	if st == cache.Stale {
+		w.p.refresh(&w.q, r)
+		return n, true
+	}
+	return n, false
+}
+
 // answer is Answer's decision: what to write, and for a reply, its source
 // and its rcode (-1: the one in dst's header).
 func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {

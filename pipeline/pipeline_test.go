@@ -1296,3 +1296,54 @@ func TestNew(t *testing.T) {
 		})
 	}
 }
+
+// TestCachedForHedge: Cached answers from the cache alone, fresh, or stale
+// whatever the stale mode (LocalDNS has left the query unanswered), and
+// never calls the upstreams itself except to refresh what it served stale.
+func TestCachedForHedge(t *testing.T) {
+	const name = "web.example."
+	tests := []struct {
+		name      string
+		fill      bool          // resolve the name once first
+		age       time.Duration // then advance the clock by this much
+		query     []byte
+		wantN     bool
+		wantStale bool
+	}{
+		{name: "fresh", fill: true, wantN: true},
+		{name: "stale, verify mode", fill: true, age: 2 * time.Minute, wantN: true, wantStale: true},
+		{name: "not cached", wantN: false},
+		{name: "not a query", fill: true, query: []byte{0x77, 0x77, 0x81, 0, 0, 1, 0, 0, 0, 0, 0, 0}, wantN: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := newFake()
+			up.set(name, name+" 60 IN A 192.0.2.1")
+			p, clk := newPipeline(t, up, nil)
+			w := p.NewWorker()
+			if tt.fill {
+				wait(t, ask(t, w, q(t, name, dns.TypeA, false), "10.1.0.1"))
+			}
+			clk.Advance(tt.age)
+			msg := tt.query
+			if msg == nil {
+				msg = q(t, name, dns.TypeA, true)
+			}
+			calls := up.count(name)
+			buf := make([]byte, MaxUDPAnswer)
+			n, stale := w.Cached(buf, msg)
+			if (n > 0) != tt.wantN || stale != tt.wantStale {
+				t.Fatalf("Cached = %d bytes, stale %v; want answer %v, stale %v", n, stale, tt.wantN, tt.wantStale)
+			}
+			if n > 0 {
+				var m dns.Msg
+				if err := m.Unpack(buf[:n]); err != nil || m.Id != 0x7777 || len(m.Answer) != 1 {
+					t.Fatalf("answer %v, %v", &m, err)
+				}
+			}
+			if !tt.wantStale && up.count(name) != calls {
+				t.Fatalf("Cached called the upstream (%d calls, had %d)", up.count(name), calls)
+			}
+		})
+	}
+}

@@ -322,6 +322,25 @@ func (s *Server) Sockets() ([]Socket, error) {
 	return out, nil
 }
 
+// SendTo sends b to client from a UDP socket bound to listen, so that it
+// leaves with the listen address and port as its source, as an answer to
+// a query sent there must (hedged answers to queries LocalDNS left
+// unanswered go out this way). It does not block for long: UDP sends only
+// wait for buffer space.
+func (s *Server) SendTo(listen, client netip.AddrPort, b []byte) error {
+	for _, c := range s.udp {
+		if c.LocalAddr().(*net.UDPAddr).AddrPort() != listen {
+			continue
+		}
+		if _, err := c.WriteToUDPAddrPort(b, client); err != nil {
+			s.stats.udpSendFailures.Add(1)
+			return fmt.Errorf("responder: send to %s from %s: %w", client, listen, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("responder: no UDP socket on %s", listen)
+}
+
 // Addrs returns the UDP sockets' local addresses, in Listen order.
 func (s *Server) Addrs() []netip.AddrPort {
 	out := make([]netip.AddrPort, 0, len(s.udp))

@@ -127,6 +127,7 @@ type Controller struct {
 	safe int8
 
 	ops       chan operatorCmd
+	silent    chan Silence    // LocalDNS seen answering nothing; buffered, never blocks the sender
 	ctx       context.Context // the goroutines': Start's ctx, ended early by Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -198,6 +199,7 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	c = &Controller{cfg: cfg, log: log.With("component", "takeover"), parts: p, ops: make(chan operatorCmd),
+		silent:  make(chan Silence, 1),
 		adopted: map[string][]uint64{}, mptcp: map[string]int{}, stats: newStats(), safe: -1}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	defer func() {
@@ -366,6 +368,9 @@ func (c *Controller) run(ctx context.Context) {
 	defer probe.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// One probe at a time: the timer is reset only once its result is in,
+	// so the buffer always has room for it.
+	probed := make(chan peer.ProbeResult, 1)
 	for {
 		select {
 		case <-ctx.Done():
@@ -385,14 +390,28 @@ func (c *Controller) run(ctx context.Context) {
 				probe.Reset(c.cfg.ProbeInterval)
 				continue
 			}
-			var res peer.ProbeResult
-			if c.ensureProber() {
-				pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeInterval)
-				res = c.prober.Probe(pctx)
-				cancel()
-			} else {
-				res.Err = errors.New("no probe socket: LocalDNS's probe address is unreachable")
+			if !c.ensureProber() {
+				probed <- peer.ProbeResult{Err: errors.New("no probe socket: LocalDNS's probe address is unreachable")}
+				continue
 			}
+			// The probe waits up to a second for a hung LocalDNS; the loop
+			// must meanwhile take the wire's word that it is silent.
+			c.wg.Add(1)
+			go func(p prober) {
+				defer c.wg.Done()
+				pctx, cancel := context.WithTimeout(ctx, c.cfg.ProbeInterval)
+				res := p.Probe(pctx)
+				cancel()
+				probed <- res
+			}(c.prober)
+		case s := <-c.silent:
+			tr := c.step(func(m *Machine, now time.Time) *Transition { return m.Silent(now) })
+			if tr != nil {
+				c.log.Warn("LocalDNS silent: it answered none of the queries seen reaching it", "listener", s.Listener.String(),
+					"unanswered", s.Unanswered, "since", s.Since.Format(time.RFC3339Nano))
+			}
+			c.carry(tr)
+		case res := <-probed:
 			if ctx.Err() != nil {
 				return
 			}
@@ -611,6 +630,26 @@ func (c *Controller) operator(op operatorCmd) error {
 		return errors.New("controller stopped")
 	case <-t.C:
 		return errors.New("controller busy")
+	}
+}
+
+// Silence is the wire's evidence that LocalDNS answers nothing: on
+// Listener, Unanswered queries it should have answered at once, none
+// answered since Since.
+type Silence struct {
+	Listener   netip.AddrPort
+	Unanswered int
+	Since      time.Time
+}
+
+// Silent tells the controller that LocalDNS, bound, answers none of the
+// queries seen reaching it (the hedger's fast detection): a trusted
+// LocalDNS is held at once. It never blocks; a report arriving while one
+// is pending is dropped, as it says the same.
+func (c *Controller) Silent(s Silence) {
+	select {
+	case c.silent <- s:
+	default:
 	}
 }
 

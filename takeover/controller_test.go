@@ -123,14 +123,21 @@ type fakeProber struct {
 	mu     sync.Mutex
 	ok     bool
 	self   bool // the probes reach dnsstandby's own socket
+	stuck  bool // a probe waits out its whole timeout, as on a hung LocalDNS
 	probes int
 	closed bool
 }
 
-func (p *fakeProber) Probe(context.Context) peer.ProbeResult {
+func (p *fakeProber) Probe(ctx context.Context) peer.ProbeResult {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.probes++
+	if p.stuck {
+		p.mu.Unlock()
+		<-ctx.Done()
+		p.mu.Lock()
+		return peer.ProbeResult{Rcode: -1, Err: ctx.Err()}
+	}
 	if p.self {
 		return peer.ProbeResult{RTT: 50 * time.Microsecond, NSID: peer.SelfNSID, Err: peer.ErrSelfReply}
 	}
@@ -261,6 +268,8 @@ func newRig(t *testing.T, bound bool, level steer.Level, change ...func(*Config)
 //	gone, bound       LocalDNS's sockets go, or come back (new inodes)
 //	hang, answer      LocalDNS stops answering probes, or answers again
 //	self              the probes reach dnsstandby's own socket
+//	silent            the wire shows LocalDNS answering nothing
+//	stuck             each probe waits out its whole timeout
 //	hold, hold:D      an operator hold, until released or for D
 //	release           an operator release
 //	wait:D            time passes
@@ -277,6 +286,12 @@ func (r *rig) do(input string) {
 		r.prober.set(false)
 	case "answer":
 		r.prober.set(true)
+	case "stuck":
+		r.prober.mu.Lock()
+		r.prober.stuck = true
+		r.prober.mu.Unlock()
+	case "silent":
+		r.c.Silent(Silence{Listener: netip.MustParseAddrPort("169.254.10.11:53"), Unanswered: 8, Since: time.Now()})
 	case "self":
 		r.prober.mu.Lock()
 		r.prober.self = true
@@ -380,6 +395,29 @@ func TestController(t *testing.T) {
 			inputs: []string{"hang", holdHang, "answer", trust},
 			mode:   "mirror/peer-healthy", steer: steer.ToPeer, safe: []bool{true, false, true},
 			events:  []string{"mirror/start", "hold/peer-hung", "mirror/peer-healthy"},
+			adopted: map[string]int{udpGroup: 1, tcpGroup: 1},
+		},
+		{
+			name: "silent on the wire: hold at once", bound: true, level: steer.Adopt,
+			inputs: []string{"silent"},
+			mode:   "hold/peer-silent", steer: steer.ToUs, safe: []bool{true, false},
+			events:  []string{"mirror/start", "hold/peer-silent"},
+			adopted: map[string]int{udpGroup: 1, tcpGroup: 1},
+		},
+		{
+			// A probe of a hung LocalDNS waits out its second; the wire's
+			// report must not wait for it.
+			name: "silent while a probe waits: hold at once", bound: true, level: steer.Adopt,
+			inputs: []string{"wait:1s", "stuck", "wait:1100ms", "silent"},
+			mode:   "hold/peer-silent", steer: steer.ToUs, safe: []bool{true, false},
+			events:  []string{"mirror/start", "hold/peer-silent"},
+			adopted: map[string]int{udpGroup: 1, tcpGroup: 1},
+		},
+		{
+			name: "silent, then the probes pass: mirror after the hold-down", bound: true, level: steer.Adopt,
+			inputs: []string{"silent", trust},
+			mode:   "mirror/peer-healthy", steer: steer.ToPeer, safe: []bool{true, false, true},
+			events:  []string{"mirror/start", "hold/peer-silent", "mirror/peer-healthy"},
 			adopted: map[string]int{udpGroup: 1, tcpGroup: 1},
 		},
 		{

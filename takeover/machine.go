@@ -37,6 +37,7 @@ const (
 	ReasonStart           Reason = "start"            // the mode dnsstandby started in
 	ReasonPeerExit        Reason = "peer-exit"        // LocalDNS's sockets are gone
 	ReasonPeerHung        Reason = "peer-hung"        // bound, but failed HungAfter probes in a row
+	ReasonPeerSilent      Reason = "peer-silent"      // bound, but answered none of the queries seen reaching it
 	ReasonPeerRestarted   Reason = "peer-restarted"   // bound again: held until it passes the hold-down
 	ReasonPeerHealthy     Reason = "peer-healthy"     // passed the hold-down
 	ReasonOperator        Reason = "operator"         // `dnsstandby hold`
@@ -174,6 +175,19 @@ func (m *Machine) ProbeResult(now time.Time, ok bool) *Transition {
 		return m.step(now, ReasonPeerHealthy)
 	}
 	return nil
+}
+
+// Silent records that a bound LocalDNS answered none of the queries seen
+// reaching it on the wire for a while: it is held at once, as after
+// HungAfter failed probes, well before the probes could tell. The probes
+// and the hold-down bring it back.
+func (m *Machine) Silent(now time.Time) *Transition {
+	if !m.bound || !m.trusted {
+		return nil
+	}
+	m.trusted = false
+	m.fails, m.oks = 0, 0
+	return m.step(now, ReasonPeerSilent)
 }
 
 // OperatorHold holds traffic away from LocalDNS for d (0: until released),

@@ -11,7 +11,7 @@ import (
 // step is one input to the machine at a time offset from the start.
 type step struct {
 	at    time.Duration
-	input string // "bound", "gone", "ok", "fail", "hold", "hold:D", "release", "tick"
+	input string // "bound", "gone", "ok", "fail", "silent", "hold", "hold:D", "release", "tick"
 }
 
 func (s step) apply(m *Machine, now time.Time) *Transition {
@@ -36,6 +36,8 @@ func (s step) apply(m *Machine, now time.Time) *Transition {
 		return m.OperatorRelease(now)
 	case s.input == "tick":
 		return m.Tick(now)
+	case s.input == "silent":
+		return m.Silent(now)
 	}
 	panic("unknown input " + s.input)
 }
@@ -118,6 +120,25 @@ func TestMachine(t *testing.T) {
 			steps: seq(probes(time.Second, 2, "ok"), probes(3*time.Second, 3, "fail"), probes(6*time.Second, 5, "ok")),
 			want:  []string{"mirror>hold:peer-hung@5", "hold>mirror:peer-healthy@10"},
 			final: "mirror:peer-healthy",
+		},
+		{
+			name: "silent on the wire: hold at once, back after the hold-down", boundStart: true,
+			steps: seq(probes(time.Second, 2, "ok"), []step{{2500 * time.Millisecond, "silent"}}, probes(3*time.Second, 5, "ok")),
+			want:  []string{"mirror>hold:peer-silent@2.5", "hold>mirror:peer-healthy@7"},
+			final: "mirror:peer-healthy",
+		},
+		{
+			// Held, LocalDNS gets no queries to be silent to: a late report
+			// says nothing new.
+			name: "silent again while held: the hold-down goes on", boundStart: true,
+			steps: seq(one(time.Second, "silent"), probes(2*time.Second, 4, "ok"), one(5500*time.Millisecond, "silent"), probes(6*time.Second, 5, "ok")),
+			want:  []string{"mirror>hold:peer-silent@1", "hold>mirror:peer-healthy@6"},
+			final: "mirror:peer-healthy",
+		},
+		{
+			name:  "silent while LocalDNS is gone: ignored",
+			steps: one(time.Second, "silent"),
+			final: "takeover:start",
 		},
 		{
 			name: "two failed probes are not a hang", boundStart: true,
