@@ -719,3 +719,30 @@ func everyAddr(cfg Config, p *pipeline.Pipeline) map[netip.AddrPort]*pipeline.Pi
 	}
 	return m
 }
+
+// TestSendTo: a hedged answer leaves from the listen address and port, as
+// the client's resolver requires of an answer; an address the server does
+// not listen on is an error.
+func TestSendTo(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, nil)
+	client, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	to := client.LocalAddr().(*net.UDPAddr).AddrPort()
+	if err := s.SendTo(ap, to, []byte("hedge")); err != nil {
+		t.Fatalf("SendTo: %v", err)
+	}
+	_ = client.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 16)
+	n, from, err := client.ReadFromUDPAddrPort(buf)
+	if err != nil || string(buf[:n]) != "hedge" || from != ap {
+		t.Fatalf("got %q from %v (%v), want \"hedge\" from %v", buf[:n], from, err, ap)
+	}
+	other := netip.AddrPortFrom(ap.Addr(), ap.Port()+1)
+	if err := s.SendTo(other, to, []byte("x")); err == nil || !strings.Contains(err.Error(), "no UDP socket on "+other.String()) {
+		t.Fatalf("SendTo from an address not served: %v", err)
+	}
+}
