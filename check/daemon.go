@@ -177,6 +177,9 @@ func mirrorResult(d daemonFacts) (Result, bool) {
 	case m.Feed == "dnstap" && m.Connections == 0:
 		return Result{Name: name, Status: Warn, Found: "dnstap: LocalDNS is not connected; " + counts,
 			Fix: "add `dnstap SOCKET full` to LocalDNS's .11 blocks and restart it after dnsstandby (deploy/corefile/README.md)"}, true
+	case m.Feed == "tap" && m.LocalOnly != nil && !*m.LocalOnly:
+		return Result{Name: name, Status: Warn, Found: "tap with the classic filter (the kernel refused the eBPF one): a pod behind a Linux bridge can forge replies into the cache; " + counts,
+			Fix: "grant CAP_BPF (the unit does), or use --mirror dnstap:PATH"}, true
 	case m.Feed == "tap" && !m.Enabled && d.Status.Mode == "mirror":
 		// The tap inserts only while LocalDNS gets every query (mirror at
 		// level adopt): here LocalDNS answers, and none of it is kept.

@@ -129,6 +129,8 @@ func TestMirrorResult(t *testing.T) {
 		{"tap feeding", daemonFacts{Status: daemon(), Later: later, Window: time.Second}, Pass, "tap feeding the cache; replies accepted 1200, rejected 30 since start (accepted 50 in the last 1s)", ""},
 		{"tap paused in takeover", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mode, s.Mirror.Enabled = "takeover", false })}, Pass, "paused while dnsstandby answers itself (mode takeover)", ""},
 		{"tap paused in mirror", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Enabled = false })}, Warn, "tap paused although LocalDNS answers", "steering row"},
+		{"tap with the classic filter", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.LocalOnly = new(false) })}, Warn, "classic filter", "CAP_BPF"},
+		{"tap with the eBPF filter", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.LocalOnly = new(true) })}, Pass, "tap feeding", ""},
 		{"tap not running", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Running, s.Mirror.Enabled = false, false })}, Warn, "not running", "CAP_NET_RAW"},
 		{"none", daemonFacts{Status: daemon(func(s *status.Daemon) { *s.Mirror = status.Mirror{Feed: "none"} })}, Warn, "--mirror none", "--mirror tap"},
 		{"dnstap connected", daemonFacts{Status: daemon(func(s *status.Daemon) { s.Mirror.Feed, s.Mirror.Connections = "dnstap", 1 })}, Pass, "dnstap feeding", ""},

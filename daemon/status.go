@@ -65,6 +65,8 @@ func (d *Daemon) Status() status.Daemon {
 			ts := v.tap.Stats()
 			m.Running = true
 			m.Enabled = m.Enabled || ts.Enabled
+			local := ts.LocalOnly && (m.LocalOnly == nil || *m.LocalOnly)
+			m.LocalOnly = &local
 			m.Accepted += ts.Accepted
 			m.Rejected += ts.RejectedTotal()
 		}

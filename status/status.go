@@ -51,9 +51,13 @@ type Mirror struct {
 	// dnsstandby answers itself; dnstap never does.
 	Enabled bool `json:"enabled"`
 	// Connections: dnstap streams open now (LocalDNS's CoreDNS).
-	Connections int    `json:"connections,omitempty"`
-	Accepted    uint64 `json:"accepted"` // replies inserted since the daemon started
-	Rejected    uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
+	Connections int `json:"connections,omitempty"`
+	// LocalOnly: the tap's kernel filter takes only what this node sent
+	// (eBPF); false with the classic fallback, which a pod behind a Linux
+	// bridge can forge into. Nil for other feeds and older builds.
+	LocalOnly *bool  `json:"local_only,omitempty"`
+	Accepted  uint64 `json:"accepted"` // replies inserted since the daemon started
+	Rejected  uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
 }
 
 // Cache is the cache's size and bounds.
