@@ -31,7 +31,8 @@ import (
 )
 
 // Answerer is what the daemon gives the Hedger: its cache pipeline and its
-// UDP socket on the listen address.
+// UDP socket on the listen address. Cached is called from Run's goroutine
+// and from the tap's (Reply), so it must be safe for concurrent use.
 type Answerer interface {
 	// Cached writes into dst (at least 4096 bytes) an answer to query from
 	// dnsstandby's cache, fresh or stale; 0 when the cache has none.
@@ -78,6 +79,10 @@ type Config struct {
 	// arrived, make a fast hold: OnSilent is called once.
 	MinQueries   int
 	SilentWindow time.Duration
+	// SilentMin is how long the silence must have lasted: longer than
+	// the stall of a CPU-throttled LocalDNS (a CFS period is 100 ms),
+	// which hedging covers without moving traffic.
+	SilentMin time.Duration
 	// OnSilent is called from Run's goroutine and must not block; nil
 	// only counts.
 	OnSilent func(unanswered int, since time.Time)
@@ -109,6 +114,7 @@ func DefaultConfig() Config {
 		// At fewer than MinQueries hits a second, the probes detect an
 		// outage; the fast hold is for busy nodes.
 		SilentWindow: time.Second,
+		SilentMin:    120 * time.Millisecond,
 		Tick:         5 * time.Millisecond,
 	}
 }
@@ -141,6 +147,7 @@ func (c *Config) Validate() error {
 		durRange("Window", c.Window, 100*time.Millisecond, time.Hour),
 		durRange("Linger", c.Linger, 10*time.Millisecond, time.Minute),
 		durRange("SilentWindow", c.SilentWindow, time.Millisecond, time.Minute),
+		durRange("SilentMin", c.SilentMin, 0, time.Minute),
 		durRange("Tick", c.Tick, 100*time.Microsecond, time.Second),
 	)
 	if !(c.Rate > 0 && c.Rate <= 1e7) {
@@ -178,9 +185,16 @@ type Hedger struct {
 	}
 	silent silence
 
+	// classifyAbove is CacheMin/CacheMult: slower replies are looked up
+	// to tell hits from misses (classify).
+	classifyAbove int64
+
 	// Run's goroutine only.
 	qbuf [wire.MaxQueryLen]byte
 	dst  [4096]byte
+	// The tap's goroutine only.
+	tapQ   [wire.MaxQueryLen]byte
+	tapDst [4096]byte
 
 	st   counters
 	hist prometheus.Histogram
@@ -210,6 +224,7 @@ func New(cfg Config, ans Answerer) (*Hedger, error) {
 			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 15), // 0.25 ms to 4 s
 		}),
 	}
+	h.classifyAbove = int64(float64(cfg.CacheMin) / cfg.CacheMult)
 	h.tab.init(cfg.Table)
 	h.hitW.init(cfg.Window)
 	h.allW.init(cfg.Window)
@@ -323,33 +338,47 @@ func (h *Hedger) Reply(at int64, client netip.AddrPort, msg []byte) (own bool) {
 	key := h.keyHash(client, id, msg[wire.HeaderLen:qend])
 
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	i := h.tab.find(key, client, id, msg[wire.HeaderLen:qend])
 	if i < 0 {
 		h.alive(at)
+		h.mu.Unlock()
 		h.st.replies[rUnknown].Add(1)
 		return false
 	}
 	e := &h.tab.e[i]
 	if e.state == stHedged && e.sent != 0 && !e.ownSeen && h.sum(msg) == e.sent {
 		e.ownSeen = true
-		h.st.replies[rOwn].Add(1)
 		if e.answered {
 			h.tab.remove(i)
 		}
+		h.mu.Unlock()
+		h.st.replies[rOwn].Add(1)
 		return true
 	}
 	h.alive(at)
 	if e.answered {
+		h.mu.Unlock()
 		h.st.replies[rRepeat].Add(1) // LocalDNS answered twice, or a copy
 		return false
 	}
 	h.st.replies[rMatched].Add(1)
-	h.latency(at, at-e.at, e.miss)
+	lat := at - e.at
 	if e.state != stHedged {
-		h.tab.remove(i) // in time: nothing to hedge
+		// In time: nothing to hedge. Whether it was a hit decides which
+		// deadline its latency sets; a fast reply is one either way.
+		if e.miss || lat <= h.classifyAbove {
+			h.latency(at, lat, e.miss)
+			h.tab.remove(i)
+			h.mu.Unlock()
+			return false
+		}
+		qn := copy(h.tapQ[:], h.tab.query(i, int(e.qlen)))
+		h.tab.remove(i)
+		h.mu.Unlock()
+		h.classify(at, lat, h.tapQ[:qn])
 		return false
 	}
+	h.latency(at, lat, e.miss)
 	e.answered = true
 	if e.sent != 0 {
 		h.st.outcomes[oLater].Add(1)
@@ -359,7 +388,22 @@ func (h *Hedger) Reply(at int64, client netip.AddrPort, msg []byte) (own bool) {
 	if e.ownSeen || (e.sent == 0 && !e.resolving) {
 		h.tab.remove(i)
 	}
+	h.mu.Unlock()
 	return false
+}
+
+// classify records a slow reply's latency as a hit's or a miss's by asking
+// the cache, which mirrors LocalDNS's: a fresh answer there means LocalDNS
+// had one too (the tap inserts this reply only after Reply returns). Only
+// the hits' latency sets the cache deadline; a few percent of misses,
+// which LocalDNS forwards, would otherwise make its p99 theirs. Replies
+// faster than classifyAbove cannot lift the cache deadline above CacheMin
+// and are not looked up, so this costs a lookup for the few slow replies.
+func (h *Hedger) classify(at, lat int64, query []byte) {
+	n, stale := h.ans.Cached(h.tapDst[:], query)
+	h.mu.Lock()
+	h.latency(at, lat, n <= 0 || stale)
+	h.mu.Unlock()
 }
 
 // latency records one of LocalDNS's reply latencies, d, seen at at.

@@ -538,14 +538,14 @@ func TestFastHold(t *testing.T) {
 }
 
 func TestAdaptiveDeadline(t *testing.T) {
-	x := newHarness(t, DefaultConfig(), newFakeAnswerer())
+	x := newHarness(t, DefaultConfig(), newFakeAnswerer("a.example."))
 	c, u := x.h.Deadlines()
 	if c != 25*time.Millisecond || u != 300*time.Millisecond {
 		t.Fatalf("with no samples: %v %v", c, u)
 	}
-	feed := func(lat time.Duration, n int) {
+	feedName := func(name string, lat time.Duration, n int) {
 		for i := range n {
-			q := query(uint16(i), "a.example.")
+			q := query(uint16(i), name)
 			x.h.Query(x.now, podA, q)
 			x.h.Reply(x.now+int64(lat), podA, answer(q, "10.0.0.1"))
 			if i%10 == 0 {
@@ -553,10 +553,21 @@ func TestAdaptiveDeadline(t *testing.T) {
 			}
 		}
 	}
+	feed := func(lat time.Duration, n int) { feedName("a.example.", lat, n) }
 	feed(time.Millisecond, 1000)
 	if c, _ := x.h.Deadlines(); c != 25*time.Millisecond {
 		t.Fatalf("1 ms latency: cache deadline %v, want the minimum", c)
 	}
+	// 5% slow misses (the cache has no answer: LocalDNS forwarded them)
+	// lift the upstream deadline only.
+	for range 20 {
+		feed(time.Millisecond, 95)
+		feedName("miss.example.", 60*time.Millisecond, 5)
+	}
+	if c, u := x.h.Deadlines(); c != 25*time.Millisecond || u < 480*time.Millisecond {
+		t.Fatalf("5%% slow misses: deadlines %v %v, want 25 ms and about 8×60 ms", c, u)
+	}
+	x.advance(11 * time.Second)
 	// LocalDNS slows to 20 ms: the deadline follows within a window.
 	feed(20*time.Millisecond, 1000)
 	x.advance(6 * time.Second)
@@ -572,15 +583,15 @@ func TestAdaptiveDeadline(t *testing.T) {
 	if c, u = x.h.Deadlines(); c != 150*time.Millisecond || u != time.Second {
 		t.Fatalf("1 s latency: %v %v, want the maximums", c, u)
 	}
-	// Back to fast: after the window passes, back to the minimum.
+	// Back to fast: once the window has passed, back to the minimum.
 	feed(time.Millisecond, 1000)
-	x.advance(6 * time.Second)
+	x.advance(11 * time.Second)
 	feed(time.Millisecond, 1000)
 	if c, _ = x.h.Deadlines(); c != 25*time.Millisecond {
 		t.Fatalf("fast again: %v", c)
 	}
 	// A few samples: the largest counts.
-	y := newHarness(t, DefaultConfig(), newFakeAnswerer())
+	y := newHarness(t, DefaultConfig(), newFakeAnswerer("a.example."))
 	q := query(1, "a.example.")
 	y.h.Query(y.now, podA, q)
 	y.h.Reply(y.now+int64(50*time.Millisecond), podA, answer(q, "10.0.0.1"))

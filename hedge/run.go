@@ -33,7 +33,7 @@ func (h *Hedger) tick(now int64) {
 	h.fireUpstream(now)
 
 	h.mu.Lock()
-	n, since, fire := h.silent.take()
+	n, since, fire := h.silent.check(now, h.cfg.SilentWindow, h.cfg.SilentMin)
 	h.mu.Unlock()
 	if fire {
 		h.st.silent.Add(1)
@@ -108,8 +108,9 @@ func (h *Hedger) fireCache(now int64) {
 		}
 		h.tok.take()
 		e.state, e.hit, e.sent, e.hedgedAt = stHedged, true, sum, now
+		e.miss = stale // LocalDNS likely forwards it too
 		h.tab.push(qlLinger, i)
-		h.silent.hit(at, h.cfg.SilentWindow)
+		h.silent.hit(at)
 		h.mu.Unlock()
 		if stale {
 			h.st.hedges[hStale].Add(1)
@@ -197,7 +198,8 @@ func (h *Hedger) alive(at int64) {
 
 // silence is the fast-hold detector. A run is the hits (queries the cache
 // answered at the cache deadline) that arrived after the last LocalDNS
-// reply; it trips when MinQueries of them arrived within SilentWindow.
+// reply. It trips when MinQueries of them arrived within SilentWindow of
+// each other and no reply has been seen for SilentMin since the earliest.
 // Only hits count: LocalDNS answers those from its cache, so their silence
 // is not a slow forward.
 type silence struct {
@@ -206,51 +208,43 @@ type silence struct {
 	n         int     // hits in the run
 	since     int64   // earliest arrival in the run
 	fired     bool    // signalled; re-armed by a reply or tracking on
-	pending   bool    // to signal at the end of the tick
 }
 
 func (s *silence) init(min int) { s.ring = make([]int64, min) }
 
-func (s *silence) hit(at int64, win time.Duration) {
+func (s *silence) hit(at int64) {
 	if at <= s.lastReply {
 		return // LocalDNS has replied since this one arrived
 	}
 	if s.n == 0 || at < s.since {
 		s.since = at
 	}
-	k := len(s.ring)
-	s.ring[s.n%k] = at
+	s.ring[s.n%len(s.ring)] = at
 	s.n++
-	if s.n < k || s.fired {
-		return
+}
+
+// check reports, once per silence, that the run trips at now.
+func (s *silence) check(now int64, win, minSilence time.Duration) (n int, since int64, fire bool) {
+	k := len(s.ring)
+	if s.fired || s.n < k || now-s.since < int64(minSilence) {
+		return 0, 0, false
 	}
 	// The last k hits: the newest and the oldest of them in the ring.
-	newest := s.ring[(s.n-1)%k]
-	oldest := s.ring[s.n%k]
-	if newest-oldest <= int64(win) {
-		s.fired, s.pending = true, true
+	newest, oldest := s.ring[(s.n-1)%k], s.ring[s.n%k]
+	if newest-oldest > int64(win) {
+		return 0, 0, false
 	}
+	s.fired = true
+	return s.n, s.since, true
 }
 
 func (s *silence) reply(at int64) {
 	if at > s.lastReply {
 		s.lastReply = at
 	}
-	if s.n > 0 && at >= s.since {
-		s.n = 0
-		s.fired = false
-	} else if s.fired && at >= s.since {
-		s.fired = false
+	if at >= s.since {
+		s.n, s.fired = 0, false
 	}
 }
 
-func (s *silence) rearm() { s.n, s.fired, s.pending = 0, false, false }
-
-// take returns a pending signal, once.
-func (s *silence) take() (n int, since int64, fire bool) {
-	if !s.pending {
-		return 0, 0, false
-	}
-	s.pending = false
-	return s.n, s.since, true
-}
+func (s *silence) rearm() { s.n, s.fired = 0, false }
