@@ -1,0 +1,250 @@
+package hedge
+
+import (
+	"context"
+	"net/netip"
+	"time"
+)
+
+// Run fires deadlines every Config.Tick until ctx is done. It is the
+// Hedger's one goroutine; the daemon starts one per Hedger.
+func (h *Hedger) Run(ctx context.Context) {
+	t := time.NewTicker(h.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.tick(h.now())
+		}
+	}
+}
+
+// tick does one round of Run's work at now.
+func (h *Hedger) tick(now int64) {
+	h.mu.Lock()
+	h.tok.refill(now)
+	h.updateDeadlines(now)
+	h.expire(now)
+	h.mu.Unlock()
+
+	h.fireCache(now)
+	h.fireUpstream(now)
+
+	h.mu.Lock()
+	n, since, fire := h.silent.check(now, h.cfg.SilentWindow, h.cfg.SilentMin)
+	h.mu.Unlock()
+	if fire {
+		h.st.silent.Add(1)
+		h.log.Warn("LocalDNS answered none of the hits it was sent", "unanswered", n, "since", time.Unix(0, since))
+		if h.cfg.OnSilent != nil {
+			h.cfg.OnSilent(n, time.Unix(0, since))
+		}
+	}
+}
+
+// expire ends the hedged entries whose Linger has passed.
+func (h *Hedger) expire(now int64) {
+	q := &h.tab.q[qlLinger]
+	for q.head >= 0 {
+		i := q.head
+		e := &h.tab.e[i]
+		if e.hedgedAt+int64(h.cfg.Linger) > now {
+			return
+		}
+		switch {
+		case e.resolving && !e.answered:
+			h.st.skipped[sNoAnswer].Add(1)
+		case e.sent != 0 && !e.answered:
+			h.st.outcomes[oNever].Add(1)
+		}
+		h.tab.remove(i)
+	}
+}
+
+// fireCache answers, from the cache, the queries past the cache deadline;
+// those the cache cannot answer wait for the upstream deadline. The
+// lookup and the send run unlocked, on a copy of the query, so the tap is
+// never held up behind them.
+func (h *Hedger) fireCache(now int64) {
+	for {
+		h.mu.Lock()
+		i := h.tab.q[qlCache].head
+		if i < 0 || h.tab.e[i].at+h.d1 > now {
+			h.mu.Unlock()
+			return
+		}
+		e := &h.tab.e[i]
+		h.tab.unlink(i)
+		if h.tok.tokens < 1 {
+			h.st.skipped[sRate].Add(1)
+			h.tab.remove(i)
+			h.mu.Unlock()
+			continue
+		}
+		e.state = stFiring
+		gen, client, at := e.gen, e.client, e.at
+		qn := copy(h.qbuf[:], h.tab.query(i, int(e.qlen)))
+		h.mu.Unlock()
+
+		n, stale := h.ans.Cached(h.dst[:], h.qbuf[:qn])
+		n = min(max(n, 0), len(h.dst))
+		var sum uint64
+		if n > 0 {
+			sum = h.sum(h.dst[:n])
+		}
+
+		h.mu.Lock()
+		if e.gen != gen || e.state != stFiring {
+			h.mu.Unlock() // LocalDNS answered while we looked
+			continue
+		}
+		if n == 0 {
+			e.state, e.miss = stUpstream, true
+			h.tab.push(qlUpstream, i)
+			h.mu.Unlock()
+			continue
+		}
+		h.tok.take()
+		e.state, e.hit, e.sent, e.hedgedAt = stHedged, true, sum, now
+		e.miss = stale // LocalDNS likely forwards it too
+		h.tab.push(qlLinger, i)
+		h.silent.hit(at)
+		h.mu.Unlock()
+		if stale {
+			h.st.hedges[hStale].Add(1)
+		} else {
+			h.st.hedges[hCache].Add(1)
+		}
+		if err := h.ans.Send(client, h.dst[:n]); err != nil {
+			h.sendFailed(i, gen)
+		}
+	}
+}
+
+// sendFailed counts a hedge that did not go out; its outcome is not counted.
+func (h *Hedger) sendFailed(i int32, gen uint32) {
+	h.st.skipped[sSendError].Add(1)
+	h.mu.Lock()
+	if e := &h.tab.e[i]; e.gen == gen {
+		e.sent = 0
+	}
+	h.mu.Unlock()
+}
+
+// fireUpstream hands the misses past the upstream deadline to Resolve.
+func (h *Hedger) fireUpstream(now int64) {
+	for {
+		h.mu.Lock()
+		i := h.tab.q[qlUpstream].head
+		if i < 0 || h.tab.e[i].at+h.d2 > now {
+			h.mu.Unlock()
+			return
+		}
+		e := &h.tab.e[i]
+		h.tab.unlink(i)
+		if !h.tok.take() {
+			h.st.skipped[sRate].Add(1)
+			h.tab.remove(i)
+			h.mu.Unlock()
+			continue
+		}
+		e.state, e.resolving, e.hedgedAt = stHedged, true, now
+		h.tab.push(qlLinger, i)
+		gen, client := e.gen, e.client
+		qn := copy(h.qbuf[:], h.tab.query(i, int(e.qlen)))
+		h.mu.Unlock()
+		// One closure per upstream hedge: these are rate-capped misses,
+		// off the per-query path.
+		h.ans.Resolve(client, h.qbuf[:qn], func(reply []byte) { h.resolved(i, gen, client, reply) })
+	}
+}
+
+// resolved sends an upstream answer, unless LocalDNS answered first or the
+// entry is gone (Linger passed, or retired).
+func (h *Hedger) resolved(i int32, gen uint32, client netip.AddrPort, reply []byte) {
+	if len(reply) == 0 {
+		return
+	}
+	sum := h.sum(reply)
+	h.mu.Lock()
+	e := &h.tab.e[i]
+	if e.gen != gen || !e.resolving {
+		h.mu.Unlock()
+		h.st.skipped[sLate].Add(1)
+		return
+	}
+	e.resolving = false
+	if e.answered {
+		h.tab.remove(i)
+		h.mu.Unlock()
+		h.st.skipped[sAnswered].Add(1)
+		return
+	}
+	e.sent = sum
+	h.mu.Unlock()
+	h.st.hedges[hUpstream].Add(1)
+	if err := h.ans.Send(client, reply); err != nil {
+		h.sendFailed(i, gen)
+	}
+}
+
+// alive records that LocalDNS sent a reply at at: it ends a silent run
+// that began before and re-arms the fast hold.
+func (h *Hedger) alive(at int64) {
+	h.silent.reply(at)
+}
+
+// silence is the fast-hold detector. A run is the hits (queries the cache
+// answered at the cache deadline) that arrived after the last LocalDNS
+// reply. It trips when MinQueries of them arrived within SilentWindow of
+// each other and no reply has been seen for SilentMin since the earliest.
+// Only hits count: LocalDNS answers those from its cache, so their silence
+// is not a slow forward.
+type silence struct {
+	lastReply int64
+	ring      []int64 // arrival times of the run's last len(ring) hits
+	n         int     // hits in the run
+	since     int64   // earliest arrival in the run
+	fired     bool    // signalled; re-armed by a reply or tracking on
+}
+
+func (s *silence) init(min int) { s.ring = make([]int64, min) }
+
+func (s *silence) hit(at int64) {
+	if at <= s.lastReply {
+		return // LocalDNS has replied since this one arrived
+	}
+	if s.n == 0 || at < s.since {
+		s.since = at
+	}
+	s.ring[s.n%len(s.ring)] = at
+	s.n++
+}
+
+// check reports, once per silence, that the run trips at now.
+func (s *silence) check(now int64, win, minSilence time.Duration) (n int, since int64, fire bool) {
+	k := len(s.ring)
+	if s.fired || s.n < k || now-s.since < int64(minSilence) {
+		return 0, 0, false
+	}
+	// The last k hits: the newest and the oldest of them in the ring.
+	newest, oldest := s.ring[(s.n-1)%k], s.ring[s.n%k]
+	if newest-oldest > int64(win) {
+		return 0, 0, false
+	}
+	s.fired = true
+	return s.n, s.since, true
+}
+
+func (s *silence) reply(at int64) {
+	if at > s.lastReply {
+		s.lastReply = at
+	}
+	if at >= s.since {
+		s.n, s.fired = 0, false
+	}
+}
+
+func (s *silence) rearm() { s.n, s.fired = 0, false }
