@@ -31,12 +31,15 @@ import (
 )
 
 // Answerer is what the daemon gives the Hedger: its cache pipeline and its
-// UDP socket on the listen address. Cached is called from Run's goroutine
-// and from the tap's (Reply), so it must be safe for concurrent use.
+// UDP socket on the listen address. Cached, Resolve and Send are called
+// from Run's goroutine, Fresh from the tap's (Reply).
 type Answerer interface {
 	// Cached writes into dst (at least 4096 bytes) an answer to query from
 	// dnsstandby's cache, fresh or stale; 0 when the cache has none.
 	Cached(dst, query []byte) (n int, stale bool)
+	// Fresh reports whether the cache holds a fresh answer to query,
+	// counting and refreshing nothing; dst is scratch space.
+	Fresh(dst, query []byte) bool
 	// Resolve answers query from the upstreams in the background and
 	// calls send with the reply once (never if there is none). It must not
 	// block, and must copy query: it is only valid during the call.
@@ -400,9 +403,9 @@ func (h *Hedger) Reply(at int64, client netip.AddrPort, msg []byte) (own bool) {
 // faster than classifyAbove cannot lift the cache deadline above CacheMin
 // and are not looked up, so this costs a lookup for the few slow replies.
 func (h *Hedger) classify(at, lat int64, query []byte) {
-	n, stale := h.ans.Cached(h.tapDst[:], query)
+	hit := h.ans.Fresh(h.tapDst[:], query)
 	h.mu.Lock()
-	h.latency(at, lat, n <= 0 || stale)
+	h.latency(at, lat, !hit)
 	h.mu.Unlock()
 }
 

@@ -64,6 +64,11 @@ func (a *fakeAnswerer) Cached(dst, query []byte) (int, bool) {
 	return copy(dst, b), a.stale
 }
 
+func (a *fakeAnswerer) Fresh(dst, query []byte) bool {
+	n, stale := a.Cached(dst, query)
+	return n > 0 && !stale
+}
+
 func (a *fakeAnswerer) Resolve(client netip.AddrPort, query []byte, send func([]byte)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

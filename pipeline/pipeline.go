@@ -391,6 +391,23 @@ func (w *Worker) Cached(dst, msg []byte) (n int, stale bool) {
 	return n, false
 }
 
+// Fresh reports whether the cache holds a fresh answer to msg, counting
+// nothing and refreshing nothing: the hedger asks it of a query LocalDNS
+// answered slowly, to tell its hits (LocalDNS had the answer too) from
+// its misses. dst is scratch space of at least 512 bytes. It does not
+// allocate.
+func (w *Worker) Fresh(dst, msg []byte) bool {
+	msg, ok := clip(msg, true)
+	if !ok || wire.CheckHeader(msg) != wire.Accept || wire.ParseQuery(msg, &w.q) != nil {
+		return false
+	}
+	r := w.p.route(w.q.QName)
+	if r == nil || r.Cache == nil {
+		return false
+	}
+	return r.Cache.WriteFresh(dst, &w.q, limitFor(&w.q, true)) > 0
+}
+
 // answer is Answer's decision: what to write, and for a reply, its source
 // and its rcode (-1: the one in dst's header).
 func (w *Worker) answer(dst, msg []byte, udp bool) (int, Action, int, int) {

@@ -1300,6 +1300,7 @@ func TestNew(t *testing.T) {
 // TestCachedForHedge: Cached answers from the cache alone, fresh, or stale
 // whatever the stale mode (LocalDNS has left the query unanswered), and
 // never calls the upstreams itself except to refresh what it served stale.
+// Fresh says only whether a fresh answer is there, counting nothing.
 func TestCachedForHedge(t *testing.T) {
 	const name = "web.example."
 	tests := []struct {
@@ -1331,6 +1332,13 @@ func TestCachedForHedge(t *testing.T) {
 			}
 			calls := up.count(name)
 			buf := make([]byte, MaxUDPAnswer)
+			before := (*p.routes.Load())[0].Cache.Stats()
+			if fresh := w.Fresh(buf, msg); fresh != (tt.wantN && !tt.wantStale) {
+				t.Fatalf("Fresh = %v, want %v", fresh, tt.wantN && !tt.wantStale)
+			}
+			if after := (*p.routes.Load())[0].Cache.Stats(); after.Hits != before.Hits || after.Misses != before.Misses || after.StaleHits != before.StaleHits {
+				t.Fatalf("Fresh counted: cache stats %+v, were %+v", after, before)
+			}
 			n, stale := w.Cached(buf, msg)
 			if (n > 0) != tt.wantN || stale != tt.wantStale {
 				t.Fatalf("Cached = %d bytes, stale %v; want answer %v, stale %v", n, stale, tt.wantN, tt.wantStale)
