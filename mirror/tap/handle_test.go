@@ -22,7 +22,7 @@ import (
 // socketless returns a Tap with no socket, for driving handle directly.
 func socketless(t testing.TB, sink Sink, addrs ...netip.Addr) *Tap {
 	t.Helper()
-	spec, err := newFilterSpec(addrs, 53, 0)
+	spec, err := newFilterSpec(addrs, 53, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestHandle(t *testing.T) {
 	for i, s := range steps {
 		tp.SetEnabled(!s.off)
 		sinkErr = s.err
-		tp.handle(s.pkt, s.trunc)
+		tp.handle(s.pkt, arrival{trunc: s.trunc})
 		want[s.want]++
 		st := tp.Stats()
 		got := maps.Clone(st.Rejected)
@@ -149,8 +149,8 @@ func TestHandleNoAllocs(t *testing.T) {
 	bad := reply(netip.AddrPortFrom(otherAddr, 53), dnsReply(t, "x.example"))
 	i := 0
 	allocs := testing.AllocsPerRun(1000, func() {
-		tp.handle(pkts[i%len(pkts)], false)
-		tp.handle(bad, false)
+		tp.handle(pkts[i%len(pkts)], arrival{})
+		tp.handle(bad, arrival{})
 		i++
 	})
 	if allocs != 0 {
@@ -158,7 +158,7 @@ func TestHandleNoAllocs(t *testing.T) {
 	}
 	rej := &cache.RejectError{Reason: cache.ReasonRcode}
 	rejecting := socketless(t, func([]byte) error { return rej }, localDNS)
-	if allocs := testing.AllocsPerRun(1000, func() { rejecting.handle(pkts[0], false); rejecting.recent = [dedupeWindow]uint64{} }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(1000, func() { rejecting.handle(pkts[0], arrival{}); rejecting.recent = [dedupeWindow]uint64{} }); allocs != 0 {
 		t.Errorf("a cache reject allocates %v times", allocs)
 	}
 }
@@ -168,8 +168,12 @@ func TestHandleNoAllocs(t *testing.T) {
 // records metric as mirror/dnstap does, and compares every series.
 func TestMetrics(t *testing.T) {
 	tp := socketless(t, func([]byte) error { return nil }, localDNS)
-	tp.handle(reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "a.example")), false)
-	tp.handle([]byte{0x45}, false)
+	tp.spec.queries = true
+	tp.handle(reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "a.example")), arrival{})
+	tp.handle([]byte{0x45}, arrival{})
+	q := query(netip.AddrPortFrom(localDNS, 53), dnsQuery(t, "a.example"))
+	tp.handle(q, arrival{query: true})
+	tp.handle(q, arrival{query: true})
 	tp.SetEnabled(false)
 	tp.stats.kernelDrops.Add(7)
 
@@ -200,6 +204,10 @@ dnsstandby_mirror_tap_enabled 0
 # HELP dnsstandby_mirror_tap_local_only 1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.
 # TYPE dnsstandby_mirror_tap_local_only gauge
 dnsstandby_mirror_tap_local_only 0
+# HELP dnsstandby_mirror_tap_queries_total Queries to LocalDNS the packet tap read, by result (observed, rejected) and reason.
+# TYPE dnsstandby_mirror_tap_queries_total counter
+dnsstandby_mirror_tap_queries_total{reason="",result="observed"} 1
+dnsstandby_mirror_tap_queries_total{reason="duplicate",result="rejected"} 1
 # HELP dnsstandby_mirror_tap_read_errors_total Failed reads of the packet tap's socket.
 # TYPE dnsstandby_mirror_tap_read_errors_total counter
 dnsstandby_mirror_tap_read_errors_total 0
@@ -215,6 +223,9 @@ func TestStats(t *testing.T) {
 	tp := socketless(t, func([]byte) error { return nil }, localDNS)
 	good := reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "a.example"))
 	other := reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "b.example"))
+	// The paused tap remembered other for the duplicate check (a paused
+	// tap still shows replies to the observer, once each).
+	third := reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "c.example"))
 	steps := []struct {
 		name               string
 		enable             bool
@@ -225,11 +236,11 @@ func TestStats(t *testing.T) {
 		{name: "a reply", enable: true, pkt: good, enabled: true, accepted: 1},
 		{name: "a short packet", enable: true, pkt: []byte{0x45}, enabled: true, accepted: 1, rejected: 1},
 		{name: "paused", enable: false, pkt: other, enabled: false, accepted: 1, rejected: 2},
-		{name: "resumed", enable: true, pkt: other, enabled: true, accepted: 2, rejected: 2},
+		{name: "resumed", enable: true, pkt: third, enabled: true, accepted: 2, rejected: 2},
 	}
 	for _, s := range steps {
 		tp.SetEnabled(s.enable)
-		tp.handle(s.pkt, false)
+		tp.handle(s.pkt, arrival{})
 		st := tp.Stats()
 		if st.Enabled != s.enabled || st.Accepted != s.accepted || st.RejectedTotal() != s.rejected || st.Seen != st.Accepted+st.RejectedTotal() {
 			t.Errorf("after %s: enabled %v accepted %d rejected %d seen %d; want %v %d %d", s.name,
@@ -297,7 +308,7 @@ func BenchmarkHandle(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		tp.handle(pkts[i%len(pkts)], false)
+		tp.handle(pkts[i%len(pkts)], arrival{})
 		i++
 	}
 }
@@ -314,7 +325,7 @@ func BenchmarkHandleCache(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		tp.handle(pkts[i%len(pkts)], false)
+		tp.handle(pkts[i%len(pkts)], arrival{})
 		i++
 	}
 }
