@@ -10,22 +10,22 @@ import (
 type reason uint8
 
 const (
-	reasonNone      reason = iota
-	reasonShort            // shorter than the headers it claims, or than an IP header
-	reasonNotIP            // neither IPv4 nor IPv6
-	reasonBadIP            // IPv4 IHL below 5, or a total/payload length that is impossible
-	reasonFragment         // an IPv4 fragment (MF or offset set)
-	reasonIPv6Ext          // an IPv6 extension header before UDP (fragment header included)
-	reasonNotUDP           // another transport protocol
-	reasonBadUDP           // UDP length below 8 or disagreeing with the IP length
-	reasonEmpty            // a UDP datagram without payload
-	reasonSource           // not from a configured address and port (the kernel filter should have dropped it)
-	reasonOversize         // larger than the read slot (MSG_TRUNC)
-	reasonDuplicate        // the same bytes just seen on another interface (a bridge and its port)
-	reasonDisabled         // a valid reply read while inserting is paused (SetEnabled(false))
-	reasonSinkError        // the sink failed with an error that is not a cache reject
-	reasonOwnHedge         // a reply the observer says dnsstandby sent itself (a hedge)
-	reasonDestination      // a query not to a configured address and port (the kernel filter should have dropped it)
+	reasonNone        reason = iota
+	reasonShort              // shorter than the headers it claims, or than an IP header
+	reasonNotIP              // neither IPv4 nor IPv6
+	reasonBadIP              // IPv4 IHL below 5, or a total/payload length that is impossible
+	reasonFragment           // an IPv4 fragment (MF or offset set)
+	reasonIPv6Ext            // an IPv6 extension header before UDP (fragment header included)
+	reasonNotUDP             // another transport protocol
+	reasonBadUDP             // UDP length below 8 or disagreeing with the IP length
+	reasonEmpty              // a UDP datagram without payload
+	reasonSource             // not from a configured address and port (the kernel filter should have dropped it)
+	reasonOversize           // larger than the read slot (MSG_TRUNC)
+	reasonDuplicate          // the same bytes just seen on another interface (a bridge and its port)
+	reasonDisabled           // a valid reply read while inserting is paused (SetEnabled(false))
+	reasonSinkError          // the sink failed with an error that is not a cache reject
+	reasonOwnHedge           // a reply the observer says dnsstandby sent itself (a hedge)
+	reasonDestination        // a query not to a configured address and port (the kernel filter should have dropped it)
 	numReasons
 )
 
