@@ -11,6 +11,10 @@
 // veths (each seen once, as PACKET_OUTGOING) and replies to node-local
 // clients cross lo (seen twice by the kernel; the filter keeps the
 // outgoing copy only).
+//
+// With Config.Queries it also sees the queries LocalDNS receives (the
+// PACKET_HOST copy), and an Observer is shown every query and reply with
+// its kernel receive time and both endpoints, for hedged answers.
 package tap
 
 import (
