@@ -22,7 +22,7 @@ import (
 // socketless returns a Tap with no socket, for driving handle directly.
 func socketless(t testing.TB, sink Sink, addrs ...netip.Addr) *Tap {
 	t.Helper()
-	spec, err := newFilterSpec(addrs, 53, 0)
+	spec, err := newFilterSpec(addrs, 53, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestHandle(t *testing.T) {
 	for i, s := range steps {
 		tp.SetEnabled(!s.off)
 		sinkErr = s.err
-		tp.handle(s.pkt, s.trunc)
+		tp.handle(s.pkt, arrival{trunc: s.trunc})
 		want[s.want]++
 		st := tp.Stats()
 		got := maps.Clone(st.Rejected)
@@ -149,8 +149,8 @@ func TestHandleNoAllocs(t *testing.T) {
 	bad := reply(netip.AddrPortFrom(otherAddr, 53), dnsReply(t, "x.example"))
 	i := 0
 	allocs := testing.AllocsPerRun(1000, func() {
-		tp.handle(pkts[i%len(pkts)], false)
-		tp.handle(bad, false)
+		tp.handle(pkts[i%len(pkts)], arrival{})
+		tp.handle(bad, arrival{})
 		i++
 	})
 	if allocs != 0 {
@@ -158,7 +158,7 @@ func TestHandleNoAllocs(t *testing.T) {
 	}
 	rej := &cache.RejectError{Reason: cache.ReasonRcode}
 	rejecting := socketless(t, func([]byte) error { return rej }, localDNS)
-	if allocs := testing.AllocsPerRun(1000, func() { rejecting.handle(pkts[0], false); rejecting.recent = [dedupeWindow]uint64{} }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(1000, func() { rejecting.handle(pkts[0], arrival{}); rejecting.recent = [dedupeWindow]uint64{} }); allocs != 0 {
 		t.Errorf("a cache reject allocates %v times", allocs)
 	}
 }
@@ -168,8 +168,12 @@ func TestHandleNoAllocs(t *testing.T) {
 // records metric as mirror/dnstap does, and compares every series.
 func TestMetrics(t *testing.T) {
 	tp := socketless(t, func([]byte) error { return nil }, localDNS)
-	tp.handle(reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "a.example")), false)
-	tp.handle([]byte{0x45}, false)
+	tp.spec.queries = true
+	tp.handle(reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "a.example")), arrival{})
+	tp.handle([]byte{0x45}, arrival{})
+	q := query(netip.AddrPortFrom(localDNS, 53), dnsQuery(t, "a.example"))
+	tp.handle(q, arrival{query: true})
+	tp.handle(q, arrival{query: true})
 	tp.SetEnabled(false)
 	tp.stats.kernelDrops.Add(7)
 
@@ -200,6 +204,10 @@ dnsstandby_mirror_tap_enabled 0
 # HELP dnsstandby_mirror_tap_local_only 1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.
 # TYPE dnsstandby_mirror_tap_local_only gauge
 dnsstandby_mirror_tap_local_only 0
+# HELP dnsstandby_mirror_tap_queries_total Queries to LocalDNS the packet tap read, by result (observed, rejected) and reason.
+# TYPE dnsstandby_mirror_tap_queries_total counter
+dnsstandby_mirror_tap_queries_total{reason="",result="observed"} 1
+dnsstandby_mirror_tap_queries_total{reason="duplicate",result="rejected"} 1
 # HELP dnsstandby_mirror_tap_read_errors_total Failed reads of the packet tap's socket.
 # TYPE dnsstandby_mirror_tap_read_errors_total counter
 dnsstandby_mirror_tap_read_errors_total 0
@@ -215,6 +223,9 @@ func TestStats(t *testing.T) {
 	tp := socketless(t, func([]byte) error { return nil }, localDNS)
 	good := reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "a.example"))
 	other := reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "b.example"))
+	// The paused tap remembered other for the duplicate check (a paused
+	// tap still shows replies to the observer, once each).
+	third := reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, "c.example"))
 	steps := []struct {
 		name               string
 		enable             bool
@@ -225,11 +236,11 @@ func TestStats(t *testing.T) {
 		{name: "a reply", enable: true, pkt: good, enabled: true, accepted: 1},
 		{name: "a short packet", enable: true, pkt: []byte{0x45}, enabled: true, accepted: 1, rejected: 1},
 		{name: "paused", enable: false, pkt: other, enabled: false, accepted: 1, rejected: 2},
-		{name: "resumed", enable: true, pkt: other, enabled: true, accepted: 2, rejected: 2},
+		{name: "resumed", enable: true, pkt: third, enabled: true, accepted: 2, rejected: 2},
 	}
 	for _, s := range steps {
 		tp.SetEnabled(s.enable)
-		tp.handle(s.pkt, false)
+		tp.handle(s.pkt, arrival{})
 		st := tp.Stats()
 		if st.Enabled != s.enabled || st.Accepted != s.accepted || st.RejectedTotal() != s.rejected || st.Seen != st.Accepted+st.RejectedTotal() {
 			t.Errorf("after %s: enabled %v accepted %d rejected %d seen %d; want %v %d %d", s.name,
@@ -297,7 +308,7 @@ func BenchmarkHandle(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		tp.handle(pkts[i%len(pkts)], false)
+		tp.handle(pkts[i%len(pkts)], arrival{})
 		i++
 	}
 }
@@ -314,7 +325,186 @@ func BenchmarkHandleCache(b *testing.B) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		tp.handle(pkts[i%len(pkts)], false)
+		tp.handle(pkts[i%len(pkts)], arrival{})
+		i++
+	}
+}
+
+// observed is one call the recording observer got.
+type observed struct {
+	kind           string // "query", "reply", or "sink"
+	at             int64
+	client, server netip.AddrPort
+	dns            string
+}
+
+// recordingObserver records every call, with the sink's calls in the same
+// log (to check the order), and says a reply is its own when own says so.
+type recordingObserver struct {
+	log []observed
+	own func(p *Packet) bool
+}
+
+func (o *recordingObserver) Query(p *Packet) {
+	o.log = append(o.log, observed{"query", p.At, p.Client, p.Server, string(p.DNS)})
+}
+
+func (o *recordingObserver) Reply(p *Packet) bool {
+	o.log = append(o.log, observed{"reply", p.At, p.Client, p.Server, string(p.DNS)})
+	return o.own != nil && o.own(p)
+}
+
+// TestHandleObserver drives queries and replies through handle with an
+// observer: what it is shown (time, endpoints, payload) and when, what the
+// sink gets, and how each is counted.
+func TestHandleObserver(t *testing.T) {
+	obs := &recordingObserver{}
+	tp := socketless(t, func(resp []byte) error {
+		obs.log = append(obs.log, observed{kind: "sink", dns: string(resp)})
+		return nil
+	}, localDNS, localDNS6)
+	tp.spec.queries = true
+	tp.obs = obs
+	obs.own = func(p *Packet) bool { return string(p.DNS) == "hedge" }
+
+	srv4, srv6 := netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)
+	pod4, pod6 := netip.AddrPortFrom(podAddr, 40000), netip.AddrPortFrom(podAddr6, 40000)
+	q4 := query(srv4, []byte("q4"))
+	steps := []struct {
+		name    string
+		pkt     []byte
+		a       arrival
+		off     bool       // SetEnabled(false) before
+		want    []observed // the calls it makes, in order
+		counted string     // the counter it lands in: "query", "accepted", or a reason ("q:" for a query's)
+	}{
+		{name: "v4 query", pkt: q4, a: arrival{at: 100, query: true},
+			want: []observed{{"query", 100, pod4, srv4, "q4"}}, counted: "query"},
+		{name: "the same query again (a bridge and its port)", pkt: q4, a: arrival{at: 101, query: true}, counted: "q:duplicate"},
+		{name: "v6 query", pkt: query(srv6, []byte("q6")), a: arrival{at: 102, query: true},
+			want: []observed{{"query", 102, pod6, srv6, "q6"}}, counted: "query"},
+		{name: "forged source", pkt: udpPacket(srv4, srv4, []byte("forged")), a: arrival{at: 103, query: true},
+			want: []observed{{"query", 103, srv4, srv4, "forged"}}, counted: "query"},
+		{name: "query to another address", pkt: query(netip.AddrPortFrom(otherAddr, 53), []byte("q")), a: arrival{query: true}, counted: "q:wrong_destination"},
+		{name: "query to another port", pkt: query(netip.AddrPortFrom(localDNS, 54), []byte("q")), a: arrival{query: true}, counted: "q:wrong_destination"},
+		{name: "query cut by the slot", pkt: query(srv4, []byte("cut")), a: arrival{query: true, trunc: true}, counted: "q:oversize"},
+		{name: "query fragment", pkt: mutate(query(srv4, []byte("f")), func(p []byte) []byte { p[6] = 0x20; return p }), a: arrival{query: true}, counted: "q:fragment"},
+		{name: "query without payload", pkt: query(srv4, nil), a: arrival{query: true}, counted: "q:empty"},
+		{name: "v4 reply", pkt: reply(srv4, []byte("r4")), a: arrival{at: 200},
+			want: []observed{{"reply", 200, pod4, srv4, "r4"}, {kind: "sink", dns: "r4"}}, counted: "accepted"},
+		{name: "v6 reply", pkt: reply(srv6, []byte("r6")), a: arrival{at: 201},
+			want: []observed{{"reply", 201, pod6, srv6, "r6"}, {kind: "sink", dns: "r6"}}, counted: "accepted"},
+		{name: "our own hedge", pkt: reply(srv4, []byte("hedge")), a: arrival{at: 202},
+			want: []observed{{"reply", 202, pod4, srv4, "hedge"}}, counted: "own_hedge"},
+		{name: "paused: observed, not sunk", pkt: reply(srv4, []byte("paused")), a: arrival{at: 203}, off: true,
+			want: []observed{{"reply", 203, pod4, srv4, "paused"}}, counted: "disabled"},
+		{name: "paused, our own hedge", pkt: reply(srv6, []byte("hedge")), a: arrival{at: 204}, off: true,
+			want: []observed{{"reply", 204, pod6, srv6, "hedge"}}, counted: "own_hedge"},
+		{name: "duplicate reply: not observed twice", pkt: reply(srv4, []byte("r4")), a: arrival{at: 205}, counted: "duplicate"},
+		{name: "reply from another address", pkt: reply(netip.AddrPortFrom(otherAddr, 53), []byte("r")), counted: "wrong_source"},
+		{name: "short reply", pkt: []byte{0x45}, counted: "short"},
+	}
+	wantReplies, wantQueries := map[string]uint64{}, map[string]uint64{}
+	var accepted, queries uint64
+	for i, s := range steps {
+		tp.SetEnabled(!s.off)
+		obs.log = obs.log[:0]
+		tp.handle(s.pkt, s.a)
+		if fmt.Sprint(obs.log) != fmt.Sprint(s.want) {
+			t.Errorf("%s: calls %v, want %v", s.name, obs.log, s.want)
+		}
+		switch r, isQuery := strings.CutPrefix(s.counted, "q:"); {
+		case s.counted == "query":
+			queries++
+		case s.counted == "accepted":
+			accepted++
+		case isQuery:
+			wantQueries[r]++
+		default:
+			wantReplies[r]++
+		}
+		st := tp.Stats()
+		if st.Accepted != accepted || st.Queries != queries || !maps.Equal(st.Rejected, wantReplies) || !maps.Equal(st.QueriesRejected, wantQueries) {
+			t.Fatalf("after %s: accepted %d queries %d rejected %v queries rejected %v; want %d %d %v %v", s.name,
+				st.Accepted, st.Queries, st.Rejected, st.QueriesRejected, accepted, queries, wantReplies, wantQueries)
+		}
+		if st.Seen != uint64(i+1) || st.Seen != st.Accepted+st.RejectedTotal()+st.Queries+st.QueriesRejectedTotal() {
+			t.Fatalf("after %s: seen %d, want %d = the sum of the others", s.name, st.Seen, i+1)
+		}
+		if tp.pkt.DNS != nil {
+			t.Fatalf("after %s: the tap still holds the packet's payload", s.name)
+		}
+	}
+
+	// Without Queries, a received packet is nothing the filter passes.
+	off := socketless(t, func([]byte) error { return nil }, localDNS)
+	off.obs = &recordingObserver{}
+	off.handle(q4, arrival{query: true})
+	if st := off.Stats(); st.Queries != 0 || st.QueriesRejected["wrong_destination"] != 1 || len(off.obs.(*recordingObserver).log) != 0 {
+		t.Errorf("query without Queries: %+v", st)
+	}
+}
+
+// nopObserver takes everything and owns nothing.
+type nopObserver struct{}
+
+func (nopObserver) Query(*Packet)      {}
+func (nopObserver) Reply(*Packet) bool { return false }
+
+// TestHandleObserverNoAllocs pins the per-packet path with an observer:
+// queries and replies, nothing allocated.
+func TestHandleObserverNoAllocs(t *testing.T) {
+	tp := socketless(t, func([]byte) error { return nil }, localDNS, localDNS6)
+	tp.spec.queries = true
+	tp.obs = nopObserver{}
+	var qs, rs [][]byte
+	for i := range 64 {
+		qs = append(qs, query(netip.AddrPortFrom(localDNS6, 53), dnsQuery(t, fmt.Sprintf("n%d.example", i))))
+		rs = append(rs, reply(netip.AddrPortFrom(localDNS, 53), dnsReply(t, fmt.Sprintf("n%d.example", i))))
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		tp.handle(qs[i%len(qs)], arrival{at: int64(i), query: true})
+		tp.handle(rs[i%len(rs)], arrival{at: int64(i)})
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("handle with an observer allocates %v times per query and reply", allocs)
+	}
+}
+
+// BenchmarkHandleQuery is the tap's user-space work per query, from the
+// read slot to the observer (here a no-op).
+func BenchmarkHandleQuery(b *testing.B) {
+	tp := socketless(b, func([]byte) error { return nil }, localDNS, localDNS6)
+	tp.spec.queries = true
+	tp.obs = nopObserver{}
+	pkts := make([][]byte, 64)
+	for i := range pkts {
+		pkts[i] = query(netip.AddrPortFrom(localDNS, 53), dnsQuery(b, fmt.Sprintf("svc-%d.default.svc.cluster.local", i)))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tp.handle(pkts[i%len(pkts)], arrival{at: int64(i), query: true})
+		i++
+	}
+}
+
+// BenchmarkHandleReplyObserved is BenchmarkHandle with an observer (a
+// no-op): the reply is shown to it, then to the no-op sink.
+func BenchmarkHandleReplyObserved(b *testing.B) {
+	tp := socketless(b, func([]byte) error { return nil }, localDNS, localDNS6)
+	tp.spec.queries = true
+	tp.obs = nopObserver{}
+	pkts := make([][]byte, 64)
+	for i := range pkts {
+		pkts[i] = reply(netip.AddrPortFrom(localDNS, 53), dnsReply(b, fmt.Sprintf("svc-%d.default.svc.cluster.local", i)))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		tp.handle(pkts[i%len(pkts)], arrival{at: int64(i)})
 		i++
 	}
 }

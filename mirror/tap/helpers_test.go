@@ -60,6 +60,15 @@ func reply(ap netip.AddrPort, payload []byte) []byte {
 	return udpPacket(ap, dst, payload)
 }
 
+// query is a pod's query to ap, of the family of ap.
+func query(ap netip.AddrPort, payload []byte) []byte {
+	src := netip.AddrPortFrom(podAddr, 40000)
+	if ap.Addr().Is6() {
+		src = netip.AddrPortFrom(podAddr6, 40000)
+	}
+	return udpPacket(src, ap, payload)
+}
+
 // dnsReply returns a cacheable wire-format answer for name.
 func dnsReply(t testing.TB, name string) []byte {
 	t.Helper()
@@ -73,6 +82,18 @@ func dnsReply(t testing.TB, name string) []byte {
 	}
 	m.Answer = append(m.Answer, rr)
 	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// dnsQuery returns a wire-format query for name, type A.
+func dnsQuery(t testing.TB, name string) []byte {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	b, err := q.Pack()
 	if err != nil {
 		t.Fatal(err)
 	}

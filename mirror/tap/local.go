@@ -56,8 +56,9 @@ const forwardedLabel = "forwarded"
 
 // localProgram translates the classic filter prog (as filterSpec.program
 // builds it with kernelLoads) into an eBPF socket filter that behaves the
-// same, except that a packet it would pass is dropped unless this host
-// sent it (ingress ifindex 0). It supports the instructions the tap's
+// same, except that a reply it would pass is dropped unless this host
+// sent it (ingress ifindex 0). A query it passes (returning snapQuery)
+// passes as it is. It supports the instructions the tap's
 // filter uses and fails on any other.
 func localProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 	label := func(i int) string { return fmt.Sprintf("c%d", i) }
@@ -120,7 +121,9 @@ func localProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 		case bpf.Jump:
 			ins = append(ins, asm.Ja.Label(label(i+1+int(in.Skip))))
 		case bpf.RetConstant:
-			if in.Val != 0 {
+			// A query's exit (snapQuery) passes received packets: every
+			// query is received, on a pod's veth or on lo.
+			if in.Val != 0 && in.Val != snapQuery {
 				ins = append(ins,
 					asm.LoadMem(regA, regCtx, skbIngressIfindex, asm.Word).WithSource(asm.Comment("A = ingress ifindex: 0 if this host sent it")),
 					asm.JNE.Imm32(regA, 0, forwardedLabel).WithSource(asm.Comment("received first: forwarded, not ours")),

@@ -65,7 +65,7 @@ func loadOrSkip(t *testing.T, prog []bpf.Instruction) *ebpf.Program {
 func TestLocalProgramKernel(t *testing.T) {
 	for _, tt := range filterCases() {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, err := newFilterSpec(tt.addrs, tt.port, tt.mark)
+			spec, err := newFilterSpec(tt.addrs, tt.port, tt.mark, tt.queries)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,9 +82,26 @@ func TestLocalProgramKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Without its first two instructions (load pkt_type; drop
-			// unless outgoing): jumps are relative, the rest stands alone.
-			withLoads := loadOrSkip(t, kprog[2:])
+			// Without its packet-type tests (load pkt_type; with queries,
+			// to the query path if PACKET_HOST; drop unless outgoing): jumps
+			// are relative, the reply path stands alone.
+			// With queries, the query path follows the reply path's exits
+			// and is cut off (the verifier refuses unreachable code).
+			replyPath := kprog[2:]
+			if tt.queries {
+				off := spec
+				off.queries = false
+				offProg, err := off.program(kernelLoads)
+				if err != nil {
+					t.Fatal(err)
+				}
+				replyPath = kprog[3 : len(offProg)+1]
+			}
+			withLoads := loadOrSkip(t, replyPath)
+			// The whole program: the test run makes its packet PACKET_HOST
+			// (eth_type_trans on lo, whose address the frame's zero
+			// destination is), so it takes the query path.
+			whole := loadOrSkip(t, kprog)
 			for _, p := range tt.pkts {
 				in := p.vmBytes()
 				want, err := vm.Run(in)
@@ -95,18 +112,29 @@ func TestLocalProgramKernel(t *testing.T) {
 				if got := runFilter(t, viaVM, experimental, in, 0, 0); got != uint32(want) {
 					t.Errorf("%s, sent by the host: eBPF returned %d, classic %d", p.name, got, want)
 				}
-				if got := runFilter(t, viaVM, experimental, in, 0, 7); got != 0 {
-					t.Errorf("%s, received on ifindex 7: eBPF returned %d, want 0", p.name, got)
+				// A reply received first was forwarded: dropped. A query is
+				// always received, and passes as the classic filter says.
+				wantRecv := uint32(0)
+				if p.query {
+					wantRecv = uint32(want)
 				}
-				switch {
-				case p.pktType != packetOutgoing:
-					continue // the test run cannot make a packet outgoing
-				case len(p.data) == 0, p.ethertype() == etherTypeIPv6 && len(p.data) < ipv6Header:
+				if got := runFilter(t, viaVM, experimental, in, 0, 7); got != wantRecv {
+					t.Errorf("%s, received on ifindex 7: eBPF returned %d, want %d", p.name, got, wantRecv)
+				}
+				if len(p.data) == 0 || p.ethertype() == etherTypeIPv6 && len(p.data) < ipv6Header {
 					continue // the test run refuses these (EINVAL)
 				}
-				got := runFilter(t, withLoads, uint16(p.ethertype()), p.data, p.mark, 0)
-				if pass := got > 0; pass != p.pass {
-					t.Errorf("%s, kernel loads: passed %v, want %v", p.name, pass, p.pass)
+				switch p.pktType {
+				case packetOutgoing:
+					got := runFilter(t, withLoads, uint16(p.ethertype()), p.data, p.mark, 0)
+					if pass := got > 0; pass != p.pass {
+						t.Errorf("%s, kernel loads: passed %v, want %v", p.name, pass, p.pass)
+					}
+				case packetHost:
+					got := runFilter(t, whole, uint16(p.ethertype()), p.data, p.mark, 7)
+					if pass := got > 0; pass != p.pass || pass && (got == snapQuery) != p.query {
+						t.Errorf("%s, kernel loads, received: returned %d, want pass %v (as a query %v)", p.name, got, p.pass, p.query)
+					}
 				}
 			}
 		})
@@ -117,16 +145,18 @@ func TestLocalProgramKernel(t *testing.T) {
 // builds translates, and an instruction it does not know is an error
 // rather than a filter that means something else.
 func TestLocalProgram(t *testing.T) {
-	spec, err := newFilterSpec(many(maxFilterAddrs), 53, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prog, err := spec.program(kernelLoads)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := localProgram(prog); err != nil {
-		t.Fatalf("longest filter: %v", err)
+	for _, queries := range []bool{false, true} {
+		spec, err := newFilterSpec(many(maxFilterAddrs), 53, 1, queries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := spec.program(kernelLoads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := localProgram(prog); err != nil {
+			t.Fatalf("longest filter, queries %v: %v", queries, err)
+		}
 	}
 	for _, tt := range []struct {
 		name string

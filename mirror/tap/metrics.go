@@ -14,6 +14,8 @@ import (
 type counters struct {
 	seen, accepted atomic.Uint64
 	tapRejects     [numReasons]atomic.Uint64
+	queries        atomic.Uint64 // queries taken (shown to the observer, if any)
+	queryRejects   [numReasons]atomic.Uint64
 	cacheRejects   [256]atomic.Uint64 // by cache.Reason
 	readErrors     atomic.Uint64
 	reads          atomic.Uint64 // recvmmsg calls that returned packets
@@ -24,6 +26,8 @@ type counters struct {
 }
 
 func (c *counters) reject(r reason) { c.tapRejects[r].Add(1) }
+
+func (c *counters) rejectQuery(r reason) { c.queryRejects[r].Add(1) }
 
 // sinkResult counts what the sink said about one response.
 func (c *counters) sinkResult(err error) {
@@ -51,11 +55,19 @@ func (c *counters) wrappedSinkError(err error) {
 
 // Stats is a snapshot of the tap's counters: what the daemon's status
 // shows (Enabled, Accepted, RejectedTotal) and more. Seen = Accepted +
-// RejectedTotal(). The records metric is Accepted and Rejected.
+// RejectedTotal() + Queries + QueriesRejectedTotal(). The records metric
+// is Accepted and Rejected; the queries metric Queries and
+// QueriesRejected.
 type Stats struct {
-	Seen     uint64            // packets read from the socket (the kernel filter passed them)
+	Seen     uint64            // packets read from the socket (the kernel filter passed them), replies and queries
 	Accepted uint64            // responses the sink took (returned nil): records into the cache
-	Rejected map[string]uint64 // the rest by reason, only those counted at least once: the tap's own, and the cache's passed through
+	Rejected map[string]uint64 // the other replies by reason, only those counted at least once: the tap's own, and the cache's passed through
+	// Queries counts the queries taken (Config.Queries): shown to the
+	// Observer if there is one.
+	Queries uint64
+	// QueriesRejected counts the other queries read, by reason
+	// ("duplicate", "short", ...), only those counted at least once.
+	QueriesRejected map[string]uint64
 	// Reads counts the recvmmsg calls that returned packets: Seen/Reads is
 	// the mean batch.
 	Reads uint64
@@ -84,6 +96,15 @@ func (s Stats) RejectedTotal() uint64 {
 	return n
 }
 
+// QueriesRejectedTotal sums QueriesRejected.
+func (s Stats) QueriesRejectedTotal() uint64 {
+	var n uint64
+	for _, v := range s.QueriesRejected {
+		n += v
+	}
+	return n
+}
+
 // pollKernelStats adds the kernel's counters since the last poll. It fails
 // quietly once the socket is closed: the reader polls a last time before.
 func (t *Tap) pollKernelStats() {
@@ -105,17 +126,24 @@ func (t *Tap) Stats() Stats {
 	t.pollKernelStats()
 	c := &t.stats
 	s := Stats{
-		Seen:          c.seen.Load(),
-		Accepted:      c.accepted.Load(),
-		Rejected:      map[string]uint64{},
-		Reads:         c.reads.Load(),
-		ReadErrors:    c.readErrors.Load(),
-		KernelPackets: c.kernelPackets.Load(),
-		KernelDrops:   c.kernelDrops.Load(),
-		Enabled:       t.enabled.Load(),
-		LocalOnly:     t.localOnly,
+		Seen:            c.seen.Load(),
+		Accepted:        c.accepted.Load(),
+		Rejected:        map[string]uint64{},
+		Queries:         c.queries.Load(),
+		QueriesRejected: map[string]uint64{},
+		Reads:           c.reads.Load(),
+		ReadErrors:      c.readErrors.Load(),
+		KernelPackets:   c.kernelPackets.Load(),
+		KernelDrops:     c.kernelDrops.Load(),
+		Enabled:         t.enabled.Load(),
+		LocalOnly:       t.localOnly,
 	}
 	c.eachReject(func(name string, v uint64) { s.Rejected[name] += v })
+	for r := reason(1); r < numReasons; r++ {
+		if v := c.queryRejects[r].Load(); v > 0 {
+			s.QueriesRejected[r.String()] = v
+		}
+	}
 	return s
 }
 
@@ -149,6 +177,12 @@ var (
 	// dropped because the tap's receive buffer was full.
 	descDrops = prometheus.NewDesc("dnsstandby_mirror_tap_drops_total",
 		"Replies the kernel dropped because the packet tap's receive buffer was full (PACKET_STATISTICS tp_drops).", nil, nil)
+	// descQueries counts the queries the tap read (Config.Queries): taken
+	// ones (shown to the observer) with reason "", rejected ones by reason.
+	// They are not records: the mirror inserts replies only.
+	descQueries = prometheus.NewDesc("dnsstandby_mirror_tap_queries_total",
+		"Queries to LocalDNS the packet tap read, by result (observed, rejected) and reason.",
+		[]string{"result", "reason"}, nil)
 	// descReadErrors counts failed reads of the tap's socket.
 	descReadErrors = prometheus.NewDesc("dnsstandby_mirror_tap_read_errors_total",
 		"Failed reads of the packet tap's socket.", nil, nil)
@@ -164,7 +198,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descDrops, descReadErrors, descEnabled, descLocalOnly} {
+	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly} {
 		ch <- d
 	}
 }
@@ -178,6 +212,10 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 	counter(descRecords, s.Accepted, "accepted", "")
 	for r, v := range s.Rejected {
 		counter(descRecords, v, "rejected", r)
+	}
+	counter(descQueries, s.Queries, "observed", "")
+	for r, v := range s.QueriesRejected {
+		counter(descQueries, v, "rejected", r)
 	}
 	counter(descDrops, s.KernelDrops)
 	counter(descReadErrors, s.ReadErrors)

@@ -13,6 +13,8 @@ func TestParsePacket(t *testing.T) {
 	src6 := netip.AddrPortFrom(localDNS6, 53)
 	v4 := reply(src4, payload)
 	v6 := reply(src6, payload)
+	dst4 := netip.AddrPortFrom(podAddr, 40000) // where reply sends
+	dst6 := netip.AddrPortFrom(podAddr6, 40000)
 	setU16 := func(off int, v uint16) func([]byte) []byte {
 		return func(p []byte) []byte { binary.BigEndian.PutUint16(p[off:], v); return p }
 	}
@@ -84,21 +86,25 @@ func TestParsePacket(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src, got, r := parsePacket(tt.pkt)
+			src, dst, got, r := parsePacket(tt.pkt)
 			if r != tt.want {
 				t.Fatalf("reason %q, want %q", r, tt.want)
 			}
 			if r != reasonNone {
-				if got != nil || src.IsValid() {
-					t.Errorf("rejected packet returned payload %q, source %v", got, src)
+				if got != nil || src.IsValid() || dst.IsValid() {
+					t.Errorf("rejected packet returned payload %q, source %v, destination %v", got, src, dst)
 				}
 				return
 			}
 			if !bytes.Equal(got, payload) {
 				t.Errorf("payload %q, want %q", got, payload)
 			}
-			if want := map[bool]netip.AddrPort{true: src4, false: src6}[tt.pkt[0]>>4 == 4]; src != want {
+			v4 := tt.pkt[0]>>4 == 4
+			if want := map[bool]netip.AddrPort{true: src4, false: src6}[v4]; src != want {
 				t.Errorf("source %v, want %v", src, want)
+			}
+			if want := map[bool]netip.AddrPort{true: dst4, false: dst6}[v4]; dst != want {
+				t.Errorf("destination %v, want %v", dst, want)
 			}
 		})
 	}
@@ -106,7 +112,7 @@ func TestParsePacket(t *testing.T) {
 
 func TestParsePacketAliases(t *testing.T) {
 	pkt := reply(netip.AddrPortFrom(localDNS, 53), []byte("xyz"))
-	_, payload, r := parsePacket(pkt)
+	_, _, payload, r := parsePacket(pkt)
 	if r != reasonNone {
 		t.Fatal(r)
 	}
@@ -133,16 +139,18 @@ func FuzzParsePacket(f *testing.F) {
 	f.Add(mutate(v4, func(p []byte) []byte { p[6] = 0x20; return p }))
 	f.Add(v4[:30])
 	f.Add([]byte{})
+	f.Add(query(netip.AddrPortFrom(localDNS, 53), payload))
+	f.Add(query(netip.AddrPortFrom(localDNS6, 53), payload))
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		src, got, r := parsePacket(pkt)
+		src, dst, got, r := parsePacket(pkt)
 		if r != reasonNone {
 			if got != nil {
 				t.Fatalf("rejected (%s) with a payload", r)
 			}
 			return
 		}
-		if len(got) == 0 || !src.IsValid() {
-			t.Fatalf("accepted without payload or source: %q %v", got, src)
+		if len(got) == 0 || !src.IsValid() || !dst.IsValid() {
+			t.Fatalf("accepted without payload, source or destination: %q %v %v", got, src, dst)
 		}
 		// The payload is the packet's tail before any padding: it must
 		// sit inside pkt, right after a UDP header whose length covers it.
@@ -153,8 +161,12 @@ func FuzzParsePacket(f *testing.F) {
 		if ulen := int(binary.BigEndian.Uint16(pkt[start-4:])); ulen != len(got)+udpHeader {
 			t.Fatalf("udp length %d for a payload of %d", ulen, len(got))
 		}
-		if v := pkt[0] >> 4; (v == 4) != src.Addr().Is4() || (v != 4 && v != 6) {
-			t.Fatalf("version %d gave source %v", v, src)
+		if v := pkt[0] >> 4; (v == 4) != src.Addr().Is4() || (v == 4) != dst.Addr().Is4() || (v != 4 && v != 6) {
+			t.Fatalf("version %d gave source %v, destination %v", v, src, dst)
+		}
+		// The ports are the UDP header's, right before the payload.
+		if binary.BigEndian.Uint16(pkt[start-8:]) != src.Port() || binary.BigEndian.Uint16(pkt[start-6:]) != dst.Port() {
+			t.Fatalf("ports %v %v do not match the UDP header", src, dst)
 		}
 	})
 }

@@ -65,6 +65,14 @@ func openSocket(prog []bpf.Instruction, rcvbuf int, load localLoader) (fd int, r
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_LOCK_FILTER, 1); err != nil {
 		return fail(fmt.Errorf("lock filter: %w", err))
 	}
+	// The kernel's receive time of each packet (software, CLOCK_REALTIME),
+	// as a control message: when a query arrived and when its reply left,
+	// not when the tap got round to reading them (up to a batch pause
+	// later). The clone a packet socket gets of an outgoing packet is
+	// stamped as it is handed to the tap (dev_queue_xmit_nit).
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fail(fmt.Errorf("set SO_TIMESTAMPNS: %w", err))
+	}
 	if rcvbuf > 0 {
 		// Past net.core.rmem_max when privileged; a smaller buffer only
 		// means drops sooner under a burst (counted), so failing is no error.
@@ -170,29 +178,47 @@ type mmsghdr struct {
 	_   [4]byte
 }
 
+// sizeofTimespec is the timespec SCM_TIMESTAMPNS carries (the
+// architecture's old layout, which SO_TIMESTAMPNS asks for).
+const sizeofTimespec = int(unsafe.Sizeof(unix.Timespec{}))
+
+// ctlSize is each slot's room for control messages: the one asked for,
+// SCM_TIMESTAMPNS (a timespec), and as much again.
+var ctlSize = 2 * unix.CmsgSpace(sizeofTimespec)
+
 // batch is the reader's datagram slots for recvmmsg, allocated once, so
 // that one system call takes up to len(hdrs) packets and nothing is
-// allocated per packet (as responder's batch, without the sender's
-// address: the IP header says all the tap needs).
+// allocated per packet. Each slot has its sockaddr_ll, which says whether
+// the packet was received (PACKET_HOST: a query) or sent (a reply), and
+// its control buffer, which holds the kernel's receive time.
 type batch struct {
-	hdrs []mmsghdr
-	iovs []unix.Iovec
-	bufs [][]byte
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	bufs  [][]byte
+	names []unix.RawSockaddrLinklayer
+	ctls  []byte // ctlSize bytes a slot
 }
 
 func newBatch(slots, size int) *batch {
 	b := &batch{
-		hdrs: make([]mmsghdr, slots),
-		iovs: make([]unix.Iovec, slots),
-		bufs: make([][]byte, slots),
+		hdrs:  make([]mmsghdr, slots),
+		iovs:  make([]unix.Iovec, slots),
+		bufs:  make([][]byte, slots),
+		names: make([]unix.RawSockaddrLinklayer, slots),
+		// Word-aligned (a byte slice this large is), and ctlSize keeps
+		// every slot's buffer aligned for its cmsghdr.
+		ctls: make([]byte, slots*ctlSize),
 	}
 	// One backing array: the slots sit next to each other in memory.
 	mem := make([]byte, slots*size)
 	for i := range slots {
 		b.bufs[i] = mem[i*size : (i+1)*size : (i+1)*size]
 		b.iovs[i].Base = &b.bufs[i][0]
-		b.hdrs[i].hdr.Iov = &b.iovs[i]
-		b.hdrs[i].hdr.SetIovlen(1)
+		h := &b.hdrs[i].hdr
+		h.Iov = &b.iovs[i]
+		h.SetIovlen(1)
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Control = &b.ctls[i*ctlSize]
 	}
 	return b
 }
@@ -201,7 +227,10 @@ func newBatch(slots, size int) *batch {
 // 0 and no error when there are none.
 func (b *batch) recv(fd int) (int, error) {
 	for i := range b.hdrs {
-		b.hdrs[i].hdr.Flags = 0
+		h := &b.hdrs[i].hdr
+		h.Flags = 0
+		h.Namelen = unix.SizeofSockaddrLinklayer
+		h.SetControllen(ctlSize)
 		b.hdrs[i].len = 0
 		b.iovs[i].SetLen(len(b.bufs[i]))
 	}
@@ -216,8 +245,45 @@ func (b *batch) recv(fd int) (int, error) {
 	return 0, e
 }
 
-// packet returns the i-th received packet and whether it was longer than
-// its slot (cut short).
-func (b *batch) packet(i int) ([]byte, bool) {
-	return b.bufs[i][:b.hdrs[i].len], b.hdrs[i].hdr.Flags&unix.MSG_TRUNC != 0
+// packet returns the i-th received packet and what the socket said of it:
+// its kernel receive time (now if it has none), whether it was received
+// for this host (a query) and whether it was longer than its slot.
+func (b *batch) packet(i int, now int64) ([]byte, arrival) {
+	h := &b.hdrs[i].hdr
+	a := arrival{
+		at:    now,
+		query: h.Namelen >= unix.SizeofSockaddrLinklayer && b.names[i].Pkttype == packetHost,
+		trunc: h.Flags&unix.MSG_TRUNC != 0,
+	}
+	ctl := b.ctls[i*ctlSize : (i+1)*ctlSize]
+	if at, ok := rxTime(ctl[:min(int(h.Controllen), len(ctl))]); ok {
+		a.at = at
+	}
+	return b.bufs[i][:b.hdrs[i].len], a
+}
+
+// rxTime finds SCM_TIMESTAMPNS among the control messages in ctl and
+// returns it in unix nanoseconds. It reads the headers in place, as
+// unix.ParseSocketControlMessage would but without allocating.
+func rxTime(ctl []byte) (int64, bool) {
+	for len(ctl) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[0]))
+		n := int(h.Len)
+		if n < unix.CmsgLen(0) || n > len(ctl) {
+			return 0, false
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && n >= unix.CmsgLen(sizeofTimespec) {
+			ts := (*unix.Timespec)(unsafe.Pointer(&ctl[unix.CmsgLen(0)]))
+			if at := ts.Nano(); at > 0 {
+				return at, true
+			}
+			return 0, false
+		}
+		next := unix.CmsgSpace(n - unix.CmsgLen(0))
+		if next >= len(ctl) {
+			break
+		}
+		ctl = ctl[next:]
+	}
+	return 0, false
 }

@@ -11,6 +11,10 @@
 // veths (each seen once, as PACKET_OUTGOING) and replies to node-local
 // clients cross lo (seen twice by the kernel; the filter keeps the
 // outgoing copy only).
+//
+// With Config.Queries it also sees the queries LocalDNS receives (the
+// PACKET_HOST copy), and an Observer is shown every query and reply with
+// its kernel receive time and both endpoints, for hedged answers.
 package tap
 
 import (
@@ -60,7 +64,16 @@ type Config struct {
 	// ExcludeMark, when not 0, leaves out packets whose skb mark equals
 	// it: dnsstandby's own replies, if its sockets set SO_MARK to it, so
 	// that mirroring can go on while it answers a share of the traffic.
+	// It applies to queries too: dnsstandby's own queries to LocalDNS
+	// (probes), if marked, are not clients' queries.
 	ExcludeMark uint32
+	// Queries, when true, makes the kernel filter also pass the UDP
+	// datagrams this host receives for Addrs and Port: the queries
+	// LocalDNS is asked, which go to Observer.Query (never to the sink).
+	Queries bool
+	// Observer, when not nil, sees every query (with Queries) and every
+	// reply the tap takes, with its kernel receive time and endpoints.
+	Observer Observer
 	// Logger receives start, stop, pause and read errors; nil discards.
 	Logger *slog.Logger
 }
@@ -98,11 +111,30 @@ func (c *Config) validate() (filterSpec, error) {
 	if c.RcvBuf < 0 {
 		return filterSpec{}, fmt.Errorf("tap: RcvBuf must not be negative, got %d", c.RcvBuf)
 	}
-	spec, err := newFilterSpec(c.Addrs, c.Port, c.ExcludeMark)
+	spec, err := newFilterSpec(c.Addrs, c.Port, c.ExcludeMark, c.Queries)
 	if err != nil {
 		return filterSpec{}, fmt.Errorf("tap: %w", err)
 	}
 	return spec, nil
+}
+
+// Packet is one DNS datagram the tap saw, valid only during the call.
+type Packet struct {
+	At     int64          // kernel receive time, unix nanoseconds (CLOCK_REALTIME)
+	Client netip.AddrPort // the querier: a query's source, a reply's destination
+	Server netip.AddrPort // the listen address: a query's destination, a reply's source
+	DNS    []byte         // the UDP payload
+}
+
+// Observer sees every query and reply the tap takes, from the tap's
+// goroutine, one at a time: a slow observer holds up the tap. A query's
+// source is whatever its sender wrote (a pod can forge any), so an
+// observer must treat queries as hostile input.
+type Observer interface {
+	Query(p *Packet)
+	// Reply returns true when the reply is dnsstandby's own (a hedge it
+	// sent): the tap then neither inserts it nor counts it as LocalDNS's.
+	Reply(p *Packet) (own bool)
 }
 
 // Sink takes one DNS response, usually (*cache.Cache).Insert. It is called
@@ -113,6 +145,7 @@ type Sink func(resp []byte) error
 // Tap is a running packet tap.
 type Tap struct {
 	sink Sink         // always non-nil
+	obs  Observer     // nil: none
 	log  *slog.Logger // always non-nil
 	spec filterSpec   // what the kernel filter passes; checked again per packet
 	b    *batch       // the reader's slots
@@ -126,6 +159,7 @@ type Tap struct {
 	seed    maphash.Seed
 	recent  [dedupeWindow]uint64 // fingerprints of recent packets
 	nRecent int
+	pkt     Packet // what the observer is shown: a field, so that passing it allocates nothing
 
 	quitOnce sync.Once
 	quit     chan struct{} // closed when the reader is asked to stop
@@ -182,6 +216,7 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	}
 	t := &Tap{
 		sink:   sink,
+		obs:    cfg.Observer,
 		log:    log.With("component", "tap"),
 		spec:   spec,
 		b:      newBatch(cfg.Batch, slotSize),
@@ -197,7 +232,8 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	t.enabled.Store(true)
 	t.stop = context.AfterFunc(ctx, t.interrupt)
 	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
-		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "filter_instructions", len(prog), "local_only", t.localOnly)
+		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "queries", cfg.Queries, "observer", cfg.Observer != nil,
+		"filter_instructions", len(prog), "local_only", t.localOnly)
 	if !t.localOnly {
 		t.log.Warn("packet tap: the kernel refused the filter that passes only replies this node sent; "+
 			"with the classic filter, a pod behind a Linux bridge can forge replies into the cache (see mirror/tap/README.md, or use the dnstap feed)",
@@ -286,9 +322,12 @@ func (t *Tap) run() {
 		}
 		if n > 0 {
 			t.stats.reads.Add(1)
+			// The fallback for a packet without a kernel timestamp: one
+			// clock read per batch.
+			now := time.Now().UnixNano()
 			for i := range n {
-				pkt, trunc := t.b.packet(i)
-				t.handle(pkt, trunc)
+				pkt, a := t.b.packet(i, now)
+				t.handle(pkt, a)
 			}
 		}
 		switch {
@@ -335,18 +374,25 @@ func (t *Tap) closeSockets() {
 	t.log.Info("packet tap stopped")
 }
 
+// arrival is what the socket says about a packet besides its bytes.
+type arrival struct {
+	at    int64 // kernel receive time, unix nanoseconds
+	query bool  // received for this host (PACKET_HOST): a query; else sent: a reply
+	trunc bool  // longer than its slot (MSG_TRUNC)
+}
+
 // handle takes one packet from the socket.
-func (t *Tap) handle(pkt []byte, trunc bool) {
+func (t *Tap) handle(pkt []byte, a arrival) {
 	t.stats.seen.Add(1)
-	if !t.enabled.Load() {
-		t.stats.reject(reasonDisabled)
+	if a.query {
+		t.handleQuery(pkt, a)
 		return
 	}
-	if trunc {
+	if a.trunc {
 		t.stats.reject(reasonOversize)
 		return
 	}
-	src, payload, r := parsePacket(pkt)
+	src, dst, payload, r := parsePacket(pkt)
 	if r != reasonNone {
 		t.stats.reject(r)
 		return
@@ -359,13 +405,57 @@ func (t *Tap) handle(pkt []byte, trunc bool) {
 		t.stats.reject(reasonDuplicate)
 		return
 	}
+	// The observer sees every reply, inserting or not: while dnsstandby
+	// answers (paused), LocalDNS's replies still settle its hedges.
+	if t.obs != nil {
+		t.pkt = Packet{At: a.at, Client: dst, Server: src, DNS: payload}
+		own := t.obs.Reply(&t.pkt)
+		t.pkt.DNS = nil
+		if own {
+			t.stats.reject(reasonOwnHedge)
+			return
+		}
+	}
+	if !t.enabled.Load() {
+		t.stats.reject(reasonDisabled)
+		return
+	}
 	t.stats.sinkResult(t.sink(payload))
+}
+
+// handleQuery takes a query: counted, and shown to the observer.
+func (t *Tap) handleQuery(pkt []byte, a arrival) {
+	if a.trunc {
+		t.stats.rejectQuery(reasonOversize)
+		return
+	}
+	src, dst, payload, r := parsePacket(pkt)
+	switch {
+	case r != reasonNone:
+	case !t.spec.queries || !t.spec.matches(dst):
+		r = reasonDestination
+	case t.duplicate(pkt):
+		r = reasonDuplicate
+	}
+	if r != reasonNone {
+		t.stats.rejectQuery(r)
+		return
+	}
+	t.stats.queries.Add(1)
+	if t.obs != nil {
+		t.pkt = Packet{At: a.at, Client: src, Server: dst, DNS: payload}
+		t.obs.Query(&t.pkt)
+		t.pkt.DNS = nil
+	}
 }
 
 // duplicate reports whether the same packet, byte for byte, was among the
 // last dedupeWindow packets, and remembers it. Copies of one reply taken
 // on two interfaces are identical (one skb); a retransmitted reply that is
 // identical would store the very same entry, so skipping it loses nothing.
+// The same holds for a query a bridge and its port both show. A client's
+// retry identical to its first try (same port and ID) and among the last
+// dedupeWindow packets is skipped too: the observer already has the first.
 func (t *Tap) duplicate(pkt []byte) bool {
 	h := maphash.Bytes(t.seed, pkt)
 	for _, r := range t.recent[:min(t.nRecent, dedupeWindow)] {

@@ -445,7 +445,7 @@ func TestTapLoadHelper(t *testing.T) {
 // twice, the tap's filter once; with the eBPF filter and the classic one.
 func TestFilterLoopbackKernel(t *testing.T) {
 	b := newBed(t, false)
-	spec, err := newFilterSpec([]netip.Addr{netip.MustParseAddr(bedAddr4)}, 53, 0)
+	spec, err := newFilterSpec([]netip.Addr{netip.MustParseAddr(bedAddr4)}, 53, 0, false)
 	must(t, err)
 	prog, err := spec.program(kernelLoads)
 	must(t, err)
