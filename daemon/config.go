@@ -12,6 +12,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
 	"github.com/dnsstandby/dnsstandby/status"
@@ -49,6 +50,12 @@ type Config struct {
 	Takeover  takeover.Config  // Sockets, Healthy, Answered, OnMirrorSafe and Anchor are set by Run
 	Anchor    Anchor
 	Mirror    Mirror
+	// Hedging answers, from dnsstandby's own socket, the UDP queries
+	// LocalDNS leaves unanswered past a deadline, and holds a LocalDNS
+	// that answers none (package hedge). It needs Mirror tap: only the
+	// tap sees the queries. Hedge's OnSilent and Logger are set by Run.
+	Hedging bool
+	Hedge   hedge.Config
 
 	// StateDir holds the cache snapshot, loaded at start and written every
 	// SnapshotInterval and at stop ("" : no snapshots).
@@ -251,6 +258,8 @@ func DefaultConfig() Config {
 		Takeover:         takeover.DefaultConfig(),
 		Anchor:           Anchor{Link: "dnsstandby", Kind: "dummy"},
 		Mirror:           Mirror{Kind: MirrorTap},
+		Hedging:          true,
+		Hedge:            hedge.DefaultConfig(),
 		StateDir:         "/var/lib/dnsstandby",
 		SnapshotInterval: time.Minute,
 		MetricsAddr:      "127.0.0.1:9355",

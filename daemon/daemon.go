@@ -30,6 +30,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/clock"
+	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/internal/buildinfo"
 	"github.com/dnsstandby/dnsstandby/mirror/dnstap"
 	"github.com/dnsstandby/dnsstandby/mirror/tap"
@@ -159,6 +160,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startTakeover(life, &stack, reg); err != nil {
 		return err
 	}
+	d.startHedgers(life, &stack)
 	if cfg.AdminSocket != "" {
 		as, err := admin.Listen(cfg.AdminSocket, handler{d}, d.base)
 		if err != nil {
@@ -223,7 +225,8 @@ type view struct {
 	listen netip.AddrPort
 	reg    prometheus.Registerer // the daemon's, with the listener label
 	pipe   *pipeline.Pipeline
-	tap    *tap.Tap // nil unless the mirror feed is the tap and it runs
+	tap    *tap.Tap      // nil unless the mirror feed is the tap and it runs
+	hedger *hedge.Hedger // nil unless hedging, and the tap runs
 
 	mu  sync.Mutex // guards set, replaced by a reload
 	set *routeSet
@@ -508,16 +511,29 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 	fail := func(err error) {
 		d.log.Error("mirror feed not running: the cache will not mirror LocalDNS's answers", "mirror", m.String(), slog.Any("err", err))
 	}
+	if d.cfg.Hedging && !d.cfg.hedging() {
+		d.log.Info("hedging off: only the packet tap sees the queries LocalDNS receives", "mirror", m.String())
+	}
 	switch m.Kind {
 	case MirrorTap:
 		for _, v := range d.views {
 			tc := tapConfig(v.listen)
 			tc.Logger = d.base.With("listener", v.listen.String())
+			var h *hedge.Hedger
+			if d.cfg.hedging() {
+				var err error
+				if h, err = d.newHedger(v); err != nil {
+					fail(fmt.Errorf("listener %s: %w", v.listen, err))
+					continue
+				}
+				tc.Queries, tc.Observer = true, observer{h}
+			}
 			tp, err := tap.Start(life, tc, v.pipe.InsertMirror)
 			if err != nil {
 				fail(fmt.Errorf("listener %s: %w", v.listen, err))
 				continue
 			}
+			v.hedger = h
 			// Off until takeover says every reply on the wire is LocalDNS's.
 			tp.SetEnabled(false)
 			stack.push("mirror tap "+v.listen.String(), tp.Close)
@@ -546,6 +562,9 @@ func (d *Daemon) setMirrorSafe(safe bool) {
 	for _, v := range d.views {
 		if v.tap != nil {
 			v.tap.SetEnabled(safe)
+		}
+		if v.hedger != nil {
+			v.hedger.SetTracking(safe)
 		}
 	}
 }

@@ -109,6 +109,10 @@ func (c *Config) validateParts() error {
 	if c.Anchor.Link != "" {
 		checks = append(checks, check{"Anchor", c.anchorConfig().Validate})
 	}
+	if c.hedging() {
+		hc := c.hedgeConfig()
+		checks = append(checks, check{"Hedge", hc.Validate})
+	}
 	switch c.Mirror.Kind {
 	case MirrorTap:
 		for _, ap := range c.Listen {

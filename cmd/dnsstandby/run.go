@@ -17,6 +17,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/daemon"
+	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
@@ -226,6 +227,14 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.BoolVar(&t.TCPMigrate, "tcp-migrate", t.TCPMigrate, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
 
 	fs.Var(parsed[daemon.Mirror]{&cfg.Mirror, parseMirror, daemon.Mirror.String}, "mirror", "how LocalDNS's answers fill the cache (`MODE`): tap (a packet tap on the listen addresses' replies), dnstap:PATH (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
+	h := &cfg.Hedge
+	fs.BoolVar(&cfg.Hedging, "hedge", cfg.Hedging, "answer, from dnsstandby's own socket, the UDP queries LocalDNS leaves unanswered past a deadline, and hold a LocalDNS that answers none (needs --mirror tap; tracks queries only at steering level adopt)")
+	fs.Var(positive(&h.CacheMin), "hedge-cache-min", "least wait for LocalDNS's answer before a hedge from the cache (the wait is 4 × LocalDNS's p99, within these bounds)")
+	fs.Var(positive(&h.CacheMax), "hedge-cache-max", "most wait for LocalDNS's answer before a hedge from the cache")
+	fs.Var(positive(&h.UpstreamMin), "hedge-upstream-min", "least wait before a query the cache cannot answer is hedged from the upstreams (the wait is 8 × LocalDNS's p99, within these bounds)")
+	fs.Var(positive(&h.UpstreamMax), "hedge-upstream-max", "most wait before a query the cache cannot answer is hedged from the upstreams")
+	fs.Var(hedgeRate{h}, "hedge-rate", "most hedges per second (and in one burst): a LocalDNS outage or forged queries cannot make dnsstandby send more")
+	fs.Var(positive(&h.MinQueries), "silent-after", "cached queries LocalDNS must leave unanswered, with no reply of its in between, before it is held at once (below this many a second, the probes detect a hang)")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshot, loaded at start and written periodically and on SIGTERM (empty: none)")
 	fs.Var(positive(&cfg.SnapshotInterval), "snapshot-interval", "how often the cache snapshot is written")
 	fs.Var(positive(&cfg.ShutdownTimeout), "shutdown-timeout", "on SIGTERM, how long queries in flight may take to finish")
@@ -278,6 +287,25 @@ func (u *upstreamFlag) Set(v string) error {
 	}
 	r := &u.cfg.Routes[0].Upstream
 	r.Servers = append(r.Servers, aps...)
+	return nil
+}
+
+// hedgeRate is --hedge-rate: the hedges' rate and burst together.
+type hedgeRate struct{ c *hedge.Config }
+
+func (r hedgeRate) String() string {
+	if r.c == nil {
+		return ""
+	}
+	return fmt.Sprint(r.c.Burst)
+}
+
+func (r hedgeRate) Set(s string) error {
+	var n int
+	if err := positive(&n).Set(s); err != nil {
+		return err
+	}
+	r.c.Rate, r.c.Burst = float64(n), n
 	return nil
 }
 
