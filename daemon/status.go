@@ -61,6 +61,15 @@ func (d *Daemon) Status() status.Daemon {
 				st.Upstreams = append(st.Upstreams, status.Upstream{Listener: v.listen.String(), Zone: g.zone, Server: s.Server, Healthy: s.Healthy})
 			}
 		}
+		if v.hedger != nil {
+			hs := v.hedger.Stats()
+			st.Hedging = append(st.Hedging, status.Hedging{
+				Listener: v.listen.String(), Tracking: hs.Tracking, Tracked: hs.Queries["tracked"],
+				Hedges: hs.Hedges, LocalDNSLater: hs.Outcomes["later"], Silent: hs.Silent,
+				CacheDeadlineMs:    float64(hs.CacheDeadline.Microseconds()) / 1000,
+				UpstreamDeadlineMs: float64(hs.UpstreamDeadline.Microseconds()) / 1000,
+			})
+		}
 		if v.tap != nil {
 			ts := v.tap.Stats()
 			m.Running = true

@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/takeover"
 )
 
@@ -81,7 +85,8 @@ func (l *lab) events(t *testing.T, s *standby) []takeover.Event {
 func TestHedgeHang(t *testing.T) {
 	l := newLab(t)
 	ref := l.startReference(t)
-	s := l.startStandby(t, "--steering", "adopt", "--mirror", "tap")
+	admin := filepath.Join(t.TempDir(), "admin.sock")
+	s := l.startStandby(t, "--steering", "adopt", "--mirror", "tap", "--admin-socket", admin)
 	l.eventuallyMetric(t, s, 5*time.Second, "tap enabled", func() bool {
 		return l.metric(t, s, "dnsstandby_mirror_tap_enabled") == 1
 	}, "dnsstandby_mode", "dnsstandby_steer", "peer_sockets")
@@ -124,6 +129,17 @@ func TestHedgeHang(t *testing.T) {
 	}
 	if took := evs[i].Start.Sub(stopped); evs[i].Mode != "hold" || took > 500*time.Millisecond {
 		t.Errorf("held %s after the hang (event %+v), want hold within 500ms", took, evs[i])
+	}
+
+	var st status.Daemon
+	if err := json.Unmarshal([]byte(nstest.Run(t, l.node, binary, "status", "--json", "--admin-socket", admin)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Hedging) != 1 || st.Hedging[0].Listener != standbyAddr || st.Hedging[0].Hedges["cache"] < 1 || st.Hedging[0].Silent < 1 || st.Hedging[0].Tracking {
+		t.Errorf("status hedging %+v: want one listener's, hedges from the cache, a fast hold, not tracking while held", st.Hedging)
+	}
+	if human := nstest.Run(t, l.node, binary, "status", "--admin-socket", admin); !strings.Contains(human, "hedging:   "+standbyAddr+" tracking=false") {
+		t.Errorf("dnsstandby status:\n%s", human)
 	}
 
 	must(t, ref.Signal(syscall.SIGCONT))

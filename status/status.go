@@ -21,6 +21,7 @@ type Daemon struct {
 	Config    *Config    `json:"config,omitempty"`
 	Upstreams []Upstream `json:"upstreams,omitempty"`
 	Mirror    *Mirror    `json:"mirror,omitempty"`
+	Hedging   []Hedging  `json:"hedging,omitempty"`
 	Cache     *Cache     `json:"cache,omitempty"`
 }
 
@@ -58,6 +59,28 @@ type Mirror struct {
 	LocalOnly *bool  `json:"local_only,omitempty"`
 	Accepted  uint64 `json:"accepted"` // replies inserted since the daemon started
 	Rejected  uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
+}
+
+// Hedging is one listen address's hedger: the queries LocalDNS left
+// unanswered that dnsstandby answered.
+type Hedging struct {
+	Listener string `json:"listener"` // ADDR:PORT
+	// Tracking: queries LocalDNS receives are being tracked (mirror at
+	// level adopt); otherwise dnsstandby answers them itself or cannot
+	// tell which socket they reached.
+	Tracking bool `json:"tracking"`
+	// Tracked counts the queries tracked since start; Hedges the answers
+	// sent, by source (cache, stale, upstream); LocalDNSLater those
+	// LocalDNS answered too, later.
+	Tracked       uint64            `json:"tracked"`
+	Hedges        map[string]uint64 `json:"hedges"`
+	LocalDNSLater uint64            `json:"localdns_later"`
+	// Silent counts the fast holds: LocalDNS answered none of what it
+	// was sent.
+	Silent uint64 `json:"silent"`
+	// The current waits for LocalDNS's answer before a hedge.
+	CacheDeadlineMs    float64 `json:"cache_deadline_ms"`
+	UpstreamDeadlineMs float64 `json:"upstream_deadline_ms"`
 }
 
 // Cache is the cache's size and bounds.

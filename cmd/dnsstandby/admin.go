@@ -100,6 +100,17 @@ func printStatus(w io.Writer, st *status.Daemon) {
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "WARNING:   %s\n", warn)
 	}
+	if m := st.Mirror; m != nil {
+		fmt.Fprintf(w, "mirror:    %s running=%v inserting=%v accepted=%d rejected=%d", m.Feed, m.Running, m.Enabled, m.Accepted, m.Rejected)
+		if m.LocalOnly != nil {
+			fmt.Fprintf(w, " local-only=%v", *m.LocalOnly)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, h := range st.Hedging {
+		fmt.Fprintf(w, "hedging:   %s tracking=%v tracked=%d hedges=%s localdns-later=%d silent=%d deadlines %gms/%gms\n",
+			h.Listener, h.Tracking, h.Tracked, sources(h.Hedges), h.LocalDNSLater, h.Silent, h.CacheDeadlineMs, h.UpstreamDeadlineMs)
+	}
 	fmt.Fprintln(w, "recent mode changes:")
 	evs := st.Events
 	if len(evs) > 10 {
@@ -108,6 +119,12 @@ func printStatus(w io.Writer, st *status.Daemon) {
 	for _, e := range evs {
 		fmt.Fprintf(w, "  %s  %-8s %-16s %8.1fs  answered %d\n", e.Start.Format(time.RFC3339), e.Mode, e.Reason, e.DurationS, e.Answered)
 	}
+}
+
+// sources writes counts by source in a fixed order: "cache 3, stale 0,
+// upstream 1".
+func sources(m map[string]uint64) string {
+	return fmt.Sprintf("cache %d, stale %d, upstream %d", m["cache"], m["stale"], m["upstream"])
 }
 
 // counts writes a count per reuseport group, in group order:

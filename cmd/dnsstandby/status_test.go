@@ -99,6 +99,9 @@ func TestStatusForCheck(t *testing.T) {
 	if m := ds.Mirror; m == nil || *m != (status.Mirror{Feed: "dnstap", Running: true, Enabled: true}) {
 		t.Errorf("mirror %+v", m)
 	}
+	if len(ds.Hedging) != 0 {
+		t.Errorf("hedging %+v with the dnstap feed, which does not see queries", ds.Hedging)
+	}
 	if cs := ds.Cache; cs == nil || cs.Entries != 1 || cs.Bytes == 0 || cs.MaxEntries != 500 || cs.MaxBytes != 64<<20 {
 		t.Errorf("cache %+v", cs)
 	}
@@ -107,7 +110,7 @@ func TestStatusForCheck(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	if code := dispatch([]string{"status", "--admin-socket", sock}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "mode:      takeover (start)") ||
-		!strings.Contains(out.String(), "adopted=none") {
+		!strings.Contains(out.String(), "adopted=none") || !strings.Contains(out.String(), "mirror:    dnstap running=true inserting=true") {
 		t.Fatalf("status: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 
