@@ -839,6 +839,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []struct{ alert, metric string }{
 		{"DNSStandbyTakeoverLong", `dnsstandby_mode{mode="takeover"}`},
 		{"LocalDNSFlapping", "dnsstandby_mode_transitions_total"},
+		{"LocalDNSLeavesQueriesUnanswered", "dnsstandby_hedges_total"},
 		{"DNSStandbyMirrorFeedStalled", "dnsstandby_mirror_records_total"},
 		{"DNSStandbySteeringBelowAdopt", "dnsstandby_steer_level"},
 		{"DNSStandbyAnchorNotReady", "dnsstandby_anchor_ready"},
@@ -1016,6 +1017,31 @@ var alertCases = []alertCase{
 	{"DNSStandbyServfailHigh", "all SERVFAIL but under 1 qps", []promSeries{
 		{`dnsstandby_queries_total{` + node + `,source="servfail"}`, "0+30x20"},
 	}, "12m", nil},
+	{"LocalDNSLeavesQueriesUnanswered", "2% hedged for 20 minutes", []promSeries{
+		{`dnsstandby_hedges_total{` + node + `,listener="169.254.10.11:53",source="cache"}`, "0+120x30"},
+		{`dnsstandby_mirror_tap_queries_total{` + node + `,listener="169.254.10.11:53",result="observed"}`, "0+6000x30"},
+	}, "25m", []map[string]string{instanceOnly()}},
+	{"LocalDNSLeavesQueriesUnanswered", "0.5% hedged", []promSeries{
+		{`dnsstandby_hedges_total{` + node + `,listener="169.254.10.11:53",source="cache"}`, "0+30x30"},
+		{`dnsstandby_mirror_tap_queries_total{` + node + `,listener="169.254.10.11:53",result="observed"}`, "0+6000x30"},
+	}, "25m", nil},
+	{"LocalDNSSlow", "half the replies over 50 ms", []promSeries{
+		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="0.05"}`, "0+50x30"},
+		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="0.25"}`, "0+100x30"},
+		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="+Inf"}`, "0+100x30"},
+	}, "25m", []map[string]string{instanceOnly()}},
+	{"LocalDNSSlow", "every reply within 50 ms", []promSeries{
+		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="0.05"}`, "0+100x30"},
+		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="0.25"}`, "0+100x30"},
+		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="+Inf"}`, "0+100x30"},
+	}, "25m", nil},
+	{"DNSStandbyHedgesCapped", "hedges refused at the cap", []promSeries{
+		{`dnsstandby_hedges_skipped_total{` + node + `,listener="169.254.10.11:53",reason="rate"}`, "0+10x10"},
+	}, "5m", []map[string]string{instanceOnly()}},
+	{"DNSStandbyHedgesCapped", "none refused", []promSeries{
+		{`dnsstandby_hedges_skipped_total{` + node + `,listener="169.254.10.11:53",reason="rate"}`, "0x10"},
+		{`dnsstandby_hedges_skipped_total{` + node + `,listener="169.254.10.11:53",reason="answered"}`, "0+10x10"},
+	}, "5m", nil},
 }
 
 // TestAlertRulesUnit runs promtool's rule unit tests on alertCases: each
