@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -148,5 +149,49 @@ func TestHedgeHang(t *testing.T) {
 	}, "dnsstandby_mode")
 	if lost, slowest := summary(l.timedLoad(standbyAddr, names, 4, time.Second)); lost > 0 {
 		t.Errorf("after the hang: %d queries lost (slowest answer %s)", lost, slowest)
+	}
+}
+
+// TestHedgeErratic: LocalDNS is CoreDNS's own fault plugin, erratic,
+// dropping one query in four. Its answers have TTL 0, which the mirror
+// does not keep: a dropped query for a name dnsstandby has not resolved
+// itself is a miss, hedged from the upstreams after the upstream deadline
+// (300 ms at the least), and once resolved the name is hedged from the
+// cache (held 5 s, the least TTL). None is lost, none waits for the
+// client's retry, and a LocalDNS that answers three queries in four is
+// never held.
+func TestHedgeErratic(t *testing.T) {
+	const zone = "lossy.test."
+	// kube-dns answers every query (erratic drops one in two unless told).
+	l := newLabWith(t, zone+":53 {\n    bind "+clusterIP+"\n    erratic {\n        drop 0\n    }\n}\n", nil)
+	nstest.StartCoreDNS(t, l.node, nstest.CoreDNSConfig{
+		Corefile: ".:53 {\n    bind 169.254.10.10 " + standbyIP + "\n    erratic {\n        drop 4\n    }\n}\n",
+		Probe:    standbyAddr, // the readiness probe retries the query erratic drops
+	})
+	s := l.startStandby(t, "--steering", "adopt", "--mirror", "tap")
+	l.eventuallyMetric(t, s, 5*time.Second, "hedger tracking", func() bool {
+		return l.metric(t, s, "dnsstandby_hedge_tracking") == 1
+	}, "dnsstandby_mode", "dnsstandby_steer", "dnsstandby_hedge")
+
+	var names []string
+	for i := range 50 {
+		names = append(names, fmt.Sprintf("n%d.%s", i, zone))
+	}
+	lat := l.timedLoad(standbyAddr, names, 8, 3*time.Second)
+	lost, slowest := summary(lat)
+	hedged := l.metric(t, s, "dnsstandby_hedges_total")
+	t.Logf("%d queries, %d lost, slowest answer %s, %v hedged", len(lat), lost, slowest, hedged)
+	if lost > 0 || slowest > 700*time.Millisecond {
+		t.Errorf("%d of %d queries lost, slowest answer %s; want none lost, none over 700ms", lost, len(lat), slowest)
+	}
+	if share := hedged / float64(len(lat)); share < 0.15 || share > 0.35 {
+		t.Errorf("%v of %d queries hedged (%.0f%%), want about a quarter", hedged, len(lat), 100*share)
+	}
+	if n := l.metric(t, s, "dnsstandby_hedges_total", "source", "upstream"); n < 1 {
+		t.Errorf("%v hedges from the upstreams, want the first query of each name", n)
+	}
+	if l.metric(t, s, "dnsstandby_mode", "mode", "mirror") != 1 || l.metric(t, s, "dnsstandby_localdns_silent_total") != 0 {
+		_, body, _ := l.get(s, "/metrics")
+		t.Errorf("a LocalDNS answering three queries in four was held:\n%s", grepLines(body, "dnsstandby_mode", "silent"))
 	}
 }
