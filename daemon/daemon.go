@@ -58,6 +58,7 @@ type Daemon struct {
 	srv      *responder.Server
 	dnstap   *dnstap.Receiver
 	ctrl     *takeover.Controller
+	ho       *handoverState // set first by Run (handover.go)
 }
 
 // group is one route's running upstream group.
@@ -131,6 +132,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		stack.push("instance lock", lock.release)
 	}
+	d.inherit()
 	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion, "pid", os.Getpid())
 	for _, line := range cfg.Ignored {
 		log.Info("LocalDNS does what dnsstandby does not", "corefile", cfg.Corefile, "what", line)
@@ -155,6 +157,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startListeners(&stack, reg); err != nil {
 		return err
 	}
+	d.keepSockets()
 	d.startMirror(life, &stack, reg)
 	if err := d.startTakeover(life, &stack, reg); err != nil {
 		return err
@@ -186,6 +189,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.srv.Drain(sctx)
 		return nil
 	})
+	stack.push("handover", func() error { d.handOver(); return nil })
 	sd := notify{log}
 	stack.push("readiness", func() error {
 		ready.set(false)
@@ -290,6 +294,7 @@ func (d *Daemon) newZoneCache(v *view, zone string, cc cache.Config, clk *clock.
 	switch {
 	case prev != nil:
 		zc.snap.copyFrom(prev.c, c)
+	case d.loadWarm(v.listen, zone, c, zc.snap.log):
 	case zc.snap.path != "":
 		zc.snap.load(c)
 	}
@@ -424,7 +429,7 @@ func (d *Daemon) startRoutes(life context.Context, stack *closers, clk *clock.Co
 		s.stop.closeAll(d.log)
 		var errs []error
 		for _, zc := range s.caches {
-			if zc.snap.path != "" {
+			if zc.snap.path != "" && !d.savedAtStop() {
 				errs = append(errs, zc.snap.save(zc.c, slog.LevelInfo))
 			}
 		}
@@ -489,6 +494,7 @@ func (d *Daemon) startListeners(stack *closers, reg *prometheus.Registry) error 
 	rc := d.cfg.Responder
 	rc.Listen = d.cfg.Listen
 	rc.Logger = d.base
+	rc.Inherit = d.inheritor()
 	srv, err := responder.Listen(rc, pipes)
 	if err != nil {
 		return err
