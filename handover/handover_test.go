@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -397,6 +398,20 @@ func TestStore(t *testing.T) {
 	}
 	if err := s.Remove("a:b"); err == nil {
 		t.Fatal("a name with ':' was sent")
+	}
+	// systemd's own NOTIFY_SOCKET is abstract: "@/org/freedesktop/...".
+	abstract := fmt.Sprintf("@dnsstandby-handover-test-%d", os.Getpid())
+	arx, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: abstract, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer arx.Close()
+	if err := (Store{socket: abstract}).Remove("cache"); err != nil {
+		t.Fatalf("abstract NOTIFY_SOCKET: %v", err)
+	}
+	_ = arx.SetReadDeadline(timeSoon())
+	if n, err := arx.Read(make([]byte, 64)); err != nil || n == 0 {
+		t.Fatalf("abstract NOTIFY_SOCKET: read %d %v", n, err)
 	}
 	if err := (Store{}).Remove("cache"); err != nil {
 		t.Fatalf("outside systemd: %v", err)

@@ -3,7 +3,6 @@ package handover
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -64,15 +63,18 @@ func (s Store) send(state string, fd int) error {
 	if strings.ContainsAny(state[strings.LastIndex(state, "=")+1:], ":\n") {
 		return errors.New("a stored file's name may not hold ':' or a newline")
 	}
-	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: s.socket, Net: "unixgram"})
+	// A connected datagram socket cannot carry SCM_RIGHTS through Go's
+	// net package (WriteMsgUnix refuses it): send with sendmsg directly.
+	// x/sys turns a leading '@' into an abstract address, as systemd's
+	// NOTIFY_SOCKET may be.
+	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer unix.Close(sock)
 	var oob []byte
 	if fd >= 0 {
 		oob = unix.UnixRights(fd)
 	}
-	_, _, err = conn.WriteMsgUnix([]byte(state), oob, nil)
-	return err
+	return unix.Sendmsg(sock, []byte(state), oob, &unix.SockaddrUnix{Name: s.socket}, 0)
 }
