@@ -113,10 +113,11 @@ func (c closers) closeAll(log *slog.Logger) {
 }
 
 // Run starts every part, serves until ctx is done, and stops them in
-// reverse order of start: on ctx, it first stops reading and lets the
-// queries in flight finish (within ShutdownTimeout), then ends takeover,
-// which leaves the steering programs attached in their last mode, then
-// closes the sockets, and writes the cache snapshot last. A part that
+// reverse order of start: on ctx, it first writes the caches into the fd
+// store and to disk while still serving (handover.go), then stops reading
+// and lets the queries in flight finish (within ShutdownTimeout), then
+// ends takeover, which leaves the steering programs attached in their
+// last mode, then closes the sockets (the store keeps its copies). A part that
 // fails to start stops those already started and Run returns its error.
 // Every goroutine of every part runs under one context that Run cancels
 // after the last part has stopped. Run may be called once.
