@@ -59,6 +59,7 @@ type Daemon struct {
 	srv      *responder.Server
 	dnstap   *dnstap.Receiver
 	ctrl     *takeover.Controller
+	ho       *handoverState // set first by Run (handover.go)
 }
 
 // group is one route's running upstream group.
@@ -113,10 +114,11 @@ func (c closers) closeAll(log *slog.Logger) {
 }
 
 // Run starts every part, serves until ctx is done, and stops them in
-// reverse order of start: on ctx, it first stops reading and lets the
-// queries in flight finish (within ShutdownTimeout), then ends takeover,
-// which leaves the steering programs attached in their last mode, then
-// closes the sockets, and writes the cache snapshot last. A part that
+// reverse order of start: on ctx, it first writes the caches into the fd
+// store and to disk while still serving (handover.go), then stops reading
+// and lets the queries in flight finish (within ShutdownTimeout), then
+// ends takeover, which leaves the steering programs attached in their
+// last mode, then closes the sockets (the store keeps its copies). A part that
 // fails to start stops those already started and Run returns its error.
 // Every goroutine of every part runs under one context that Run cancels
 // after the last part has stopped. Run may be called once.
@@ -132,6 +134,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		stack.push("instance lock", lock.release)
 	}
+	d.inherit()
 	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion, "pid", os.Getpid())
 	for _, line := range cfg.Ignored {
 		log.Info("LocalDNS does what dnsstandby does not", "corefile", cfg.Corefile, "what", line)
@@ -156,6 +159,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startListeners(&stack, reg); err != nil {
 		return err
 	}
+	d.keepSockets()
 	d.startMirror(life, &stack, reg)
 	if err := d.startTakeover(life, &stack, reg); err != nil {
 		return err
@@ -188,6 +192,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.srv.Drain(sctx)
 		return nil
 	})
+	stack.push("handover", func() error { d.handOver(); return nil })
 	sd := notify{log}
 	stack.push("readiness", func() error {
 		ready.set(false)
@@ -293,6 +298,7 @@ func (d *Daemon) newZoneCache(v *view, zone string, cc cache.Config, clk *clock.
 	switch {
 	case prev != nil:
 		zc.snap.copyFrom(prev.c, c)
+	case d.loadWarm(v.listen, zone, c, zc.snap.log):
 	case zc.snap.path != "":
 		zc.snap.load(c)
 	}
@@ -427,7 +433,7 @@ func (d *Daemon) startRoutes(life context.Context, stack *closers, clk *clock.Co
 		s.stop.closeAll(d.log)
 		var errs []error
 		for _, zc := range s.caches {
-			if zc.snap.path != "" {
+			if zc.snap.path != "" && !d.savedAtStop() {
 				errs = append(errs, zc.snap.save(zc.c, slog.LevelInfo))
 			}
 		}
@@ -492,6 +498,7 @@ func (d *Daemon) startListeners(stack *closers, reg *prometheus.Registry) error 
 	rc := d.cfg.Responder
 	rc.Listen = d.cfg.Listen
 	rc.Logger = d.base
+	rc.Inherit = d.inheritor()
 	srv, err := responder.Listen(rc, pipes)
 	if err != nil {
 		return err

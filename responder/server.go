@@ -73,8 +73,21 @@ type Config struct {
 	// answer of any size is taken when nothing waits. Must be positive.
 	TCPWriteQueue int
 
+	// Inherit, if set, hands over sockets a previous process left (the
+	// systemd file descriptor store): Listen takes those that fit before
+	// binding new ones. Datagrams and connections queued on them while
+	// no process read are then answered by this one.
+	Inherit Inheritor
+
 	// Logger is tagged component=responder; nil discards.
 	Logger *slog.Logger
+}
+
+// Inheritor hands over already bound sockets. Each Take returns one that
+// fits the listen address (reuseport, bound to it exactly), or nil.
+type Inheritor interface {
+	TakeUDP(ap netip.AddrPort) *net.UDPConn
+	TakeTCP(ap netip.AddrPort) *net.TCPListener
 }
 
 // DefaultConfig returns defaults for everything but Listen.
@@ -163,8 +176,9 @@ type Server struct {
 	pipes map[netip.AddrPort]*pipeline.Pipeline // one per listen address
 	log   *slog.Logger                          // always non-nil, tagged component=responder
 
-	udp []*net.UDPConn
-	tcp []*tcpServer
+	udp       []*net.UDPConn
+	tcp       []*tcpServer
+	inherited int // sockets taken from Config.Inherit
 
 	loops   []*udpLoop
 	readers sync.WaitGroup // UDP read loops and TCP accept loops
@@ -191,14 +205,14 @@ func Listen(cfg Config, pipes map[netip.AddrPort]*pipeline.Pipeline) (*Server, e
 	s := &Server{cfg: cfg, pipes: pipes, log: log.With("component", "responder")}
 	for _, ap := range cfg.Listen {
 		for range cfg.SocketsPerAddr {
-			conn, err := listenUDP(ap, cfg.RcvBuf)
+			conn, err := s.udpSocket(ap)
 			if err != nil {
 				s.closeAll()
 				return nil, fmt.Errorf("responder: %w", err)
 			}
 			s.udp = append(s.udp, conn)
 		}
-		ln, err := listenTCP(ap)
+		ln, err := s.tcpListener(ap)
 		if err != nil {
 			s.closeAll()
 			return nil, fmt.Errorf("responder: %w", err)
@@ -207,6 +221,33 @@ func Listen(cfg Config, pipes map[netip.AddrPort]*pipeline.Pipeline) (*Server, e
 	}
 	return s, nil
 }
+
+// udpSocket takes an inherited UDP socket for ap, else binds one.
+func (s *Server) udpSocket(ap netip.AddrPort) (*net.UDPConn, error) {
+	if s.cfg.Inherit != nil {
+		if conn := s.cfg.Inherit.TakeUDP(ap); conn != nil {
+			setRcvbuf(conn, s.cfg.RcvBuf)
+			s.inherited++
+			return conn, nil
+		}
+	}
+	return listenUDP(ap, s.cfg.RcvBuf)
+}
+
+// tcpListener takes an inherited TCP listener for ap, else binds one.
+func (s *Server) tcpListener(ap netip.AddrPort) (*net.TCPListener, error) {
+	if s.cfg.Inherit != nil {
+		if ln := s.cfg.Inherit.TakeTCP(ap); ln != nil {
+			s.inherited++
+			return ln, nil
+		}
+	}
+	return listenTCP(ap)
+}
+
+// Inherited is how many of the sockets Listen took from Config.Inherit
+// rather than bound.
+func (s *Server) Inherited() int { return s.inherited }
 
 // Start launches the read and accept loops.
 func (s *Server) Start() error {
@@ -234,14 +275,16 @@ func (s *Server) Start() error {
 		go func() { defer s.readers.Done(); t.acceptLoop() }()
 	}
 	s.log.Info("listening", slog.String("listen", fmt.Sprint(s.cfg.Listen)), slog.Int("udp_sockets", len(s.udp)),
-		slog.Int("udp_readers", len(s.loops)), slog.Int("batch", s.cfg.Batch))
+		slog.Int("udp_readers", len(s.loops)), slog.Int("batch", s.cfg.Batch), slog.Int("inherited", s.inherited))
 	return nil
 }
 
 // Shutdown stops reading, lets the pipeline finish the queries in flight
 // (bounded by ctx), and closes every socket: Drain, then Close. Datagrams
-// still queued on our sockets at that moment are lost; the kernel sends
-// later ones to the rest of the reuseport group (LocalDNS).
+// still queued on our sockets at that moment are lost, unless another
+// copy of the socket (systemd's file descriptor store) keeps it open for
+// the next process; the kernel sends later ones to the rest of the
+// reuseport group (LocalDNS).
 func (s *Server) Shutdown(ctx context.Context) {
 	s.Drain(ctx)
 	s.Close()

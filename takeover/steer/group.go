@@ -167,7 +167,17 @@ func (s *Steerer) attach(g *group, our syscall.RawConn) error {
 			serr = fmt.Errorf("SO_COOKIE: %w", serr)
 			return
 		}
-		if serr = g.socks.Update(uint32(ourSlot), uint64(fd), ebpf.UpdateAny); serr != nil {
+		serr = g.socks.Update(uint32(ourSlot), uint64(fd), ebpf.UpdateAny)
+		if errors.Is(serr, unix.EBUSY) {
+			// Our socket is still in a predecessor's sockarray: it was
+			// handed over (systemd's fd store) while the old program,
+			// left attached by Leave, holds it. Replacing that program
+			// frees its maps; meanwhile our slot is empty, so the new
+			// program sends our share to a peer or the hash.
+			serr = s.attachThenFill(g, int(fd))
+			return
+		}
+		if serr != nil {
 			s.sockarrayErrors.Add(1)
 			serr = fmt.Errorf("put our socket in slot %d: %w%s", ourSlot, serr, busyHint(serr))
 			return
@@ -181,6 +191,30 @@ func (s *Steerer) attach(g *group, our syscall.RawConn) error {
 	}
 	g.our, g.ourAddr, g.ourCookie = our, addr, cookie
 	return nil
+}
+
+// attachThenFill attaches g's program through fd, then puts fd in our
+// slot once the predecessor's sockarray lets go of it (adoptBusyWait at
+// most). It runs at start-up, under the Steerer's lock, before the first
+// heartbeat: nothing waits on the lock yet.
+func (s *Steerer) attachThenFill(g *group, fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, g.prog.FD()); err != nil {
+		return fmt.Errorf("SO_ATTACH_REUSEPORT_EBPF: %w", err)
+	}
+	deadline := time.Now().Add(adoptBusyWait)
+	for {
+		err := g.socks.Update(uint32(ourSlot), uint64(fd), ebpf.UpdateAny)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			s.sockarrayErrors.Add(1)
+			// Leave the group unsteered, as AddGroup's failure says.
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DETACH_REUSEPORT_BPF, 0)
+			return fmt.Errorf("put our socket in slot %d: %w%s", ourSlot, err, busyHint(err))
+		}
+		time.Sleep(adoptBusyRetry)
+	}
 }
 
 // adoptBusyWait bounds how long Adopt waits for a socket to leave another

@@ -1045,3 +1045,35 @@ func TestOffDetachesLeftover(t *testing.T) {
 		t.Errorf("after the leftover was detached: %v to us and the peer, want both a share of %d (the hash)", got, n)
 	}
 }
+
+// TestHandedOverSocket: a restart through systemd's fd store keeps our
+// socket open across processes, so the successor adds the very socket the
+// predecessor's program (left attached by Leave) still holds in its map.
+// AddGroup attaches first and fills our slot once that map lets go.
+func TestHandedOverSocket(t *testing.T) {
+	l := newLab(t)
+	const n = 1000
+	port := 20000
+	send := func() { l.sendUDP(n, port); port += n }
+
+	peer := l.listenUDP()
+	our := l.listenUDP()
+	l.must(l.s.AddGroup("udp", rawConn(t, our.conn), true))
+	l.adopt("udp", peer.conn)
+	l.must(l.s.SetMode(ToUs))
+	l.paused.Store(true)
+	l.must(l.s.Leave())
+
+	s2, err := New(labConfig(t))
+	l.must(err)
+	defer s2.Close()
+	start := time.Now()
+	l.must(s2.AddGroup("udp", rawConn(t, our.conn), true))
+	t.Logf("successor put the handed-over socket in its map after %v", time.Since(start).Round(time.Millisecond))
+	l.must(s2.Heartbeat())
+	l.must(s2.SetMode(ToUs))
+	got := l.measure(n, send, our, peer)
+	check(t, "successor on the handed-over socket, to-us", got, n, 0)
+	l.must(s2.Close())
+	assertDetached(t, our.conn)
+}
