@@ -147,7 +147,8 @@ type LoadResult struct {
 	BadRcodes   map[int]int   // replies that failed a try, by rcode
 	Truncated   int           // acceptable or not, replies with TC set (no TCP retry is made)
 	Late        int           // replies to a try that had already timed out; they do not count
-	Unmatched   int           // replies matching no try sent (socket, ID and question)
+	Duplicates  int           // further replies to a try that already had one (same socket, ID and question): a client takes the first
+	Mismatched  int           // replies whose ID no try on that socket was sent with (or was forgotten a timeout after its try ended), or whose question is not the try's
 	Malformed   int           // datagrams that do not parse as a reply
 	SendErrors  int           // sends the kernel refused; the try then times out
 	RecvErrors  int           // ICMP errors (port or host unreachable) reported on a socket
@@ -176,7 +177,7 @@ type Load struct {
 	chunks   [][]loadQuery
 	n        int              // queries sent
 	open     int              // queries not yet settled
-	pending  map[uint32]int32 // socket<<16|ID → query<<1|try, for tries sent and not answered or forgotten
+	pending  map[uint32]int32 // socket<<16|ID → query<<1|try, for tries sent and not yet forgotten (a timeout after they ended)
 	timers   []loadTimer      // in firing order
 	timerAt  int              // first live entry of timers
 	rng      *rand.Rand
@@ -193,16 +194,18 @@ type Load struct {
 // loadQuery is a record with the state of its tries.
 type loadQuery struct {
 	rec  LoadRecord
-	try  uint8 // current try: 0 first, 1 retry
-	done bool
+	try     uint8 // current try: 0 first, 1 retry
+	done    bool
+	replied uint8 // bit try: that try got a reply, so another is a duplicate
 	sock [2]uint16
 	id   [2]uint16
 	sent [2]time.Duration // each try's send time
 }
 
-// loadTimer fires when a try's time is up, or, with forget set, when a
-// timed-out try's ID is dropped (until then a reply to it counts as late,
-// not unmatched).
+// loadTimer fires when a try's time is up, or, with forget set, when an
+// ended try's ID is dropped: a timeout after it timed out or got its
+// reply. Until then a reply to it is checked against its question and
+// counts as late or duplicate; after, as mismatched.
 type loadTimer struct {
 	at     time.Duration
 	q      int32
@@ -573,7 +576,11 @@ func (l *Load) rxTime(oob []byte) time.Duration {
 }
 
 // handleReply matches a reply, received at `at`, to its try by socket, ID
-// and question, and settles the try.
+// and question, and settles the try. Every reply is checked, also one to a
+// try already settled: a second reply to a try is a duplicate, one whose
+// ID or question matches no try is mismatched. A try's key stays in
+// pending for a timeout after it ended (forget timers), which bounds the
+// map at about two timeouts' worth of queries.
 func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	r, err := loadParseReply(b)
 	if err != nil {
@@ -583,25 +590,31 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	key := uint32(sock)<<16 | uint32(r.id)
 	v, ok := l.pending[key]
 	if !ok {
-		l.res.Unmatched++
+		l.res.Mismatched++
 		return
 	}
 	q, try := v>>1, uint8(v&1)
 	qq := l.query(q)
 	tmpl := &l.tmpl[qq.rec.Name]
 	if !loadSameQuestion(r.question, tmpl.question) {
-		l.res.Unmatched++
+		l.res.Mismatched++
 		return
 	}
+	if qq.replied&(1<<try) != 0 {
+		l.res.Duplicates++
+		return
+	}
+	qq.replied |= 1 << try
 	// A stamp before the query left means the wall clock stepped back.
 	at = max(at, qq.sent[try])
 	// After its deadline the try is lost even if its timer has not fired
-	// yet (a late tick); the timer settles it.
+	// yet (a late tick); the timer settles it and sets its forget timer.
 	if qq.done || qq.try != try || at-qq.sent[try] > l.cfg.Timeout {
 		l.res.Late++
 		return
 	}
-	delete(l.pending, key)
+	// Its timeout timer will find it settled; this one drops its key.
+	l.pushTimer(q, try, true)
 	qq.rec.Rcode = int16(r.rcode)
 	if r.truncated {
 		l.res.Truncated++
