@@ -193,13 +193,13 @@ type Load struct {
 
 // loadQuery is a record with the state of its tries.
 type loadQuery struct {
-	rec  LoadRecord
+	rec     LoadRecord
 	try     uint8 // current try: 0 first, 1 retry
 	done    bool
 	replied uint8 // bit try: that try got a reply, so another is a duplicate
-	sock [2]uint16
-	id   [2]uint16
-	sent [2]time.Duration // each try's send time
+	sock    [2]uint16
+	id      [2]uint16
+	sent    [2]time.Duration // each try's send time
 }
 
 // loadTimer fires when a try's time is up, or, with forget set, when an
