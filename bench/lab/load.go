@@ -50,6 +50,13 @@ const (
 	// loadMaxNSIDs bounds how many distinct unexpected NSID strings are
 	// kept; further ones are recorded as LoadNSIDOther.
 	loadMaxNSIDs = 32
+	// loadForget is how long a try's ID stays known after the try ended
+	// (answered, failed or timed out): replies to it until then are checked
+	// against its question and count as late or duplicate, later ones as
+	// mismatched. Long enough for LocalDNS's slowest answers on a starved
+	// machine (seconds), short enough that the IDs kept stay a small share
+	// of a socket's 65,536: about QPS × 11 s keys over all sockets.
+	loadForget = 10 * time.Second
 	// LoadNSIDOther stands for an NSID beyond the first loadMaxNSIDs.
 	LoadNSIDOther = "(other)"
 	// loadReadBuffer holds the largest UDP datagram, so no reply is cut.
@@ -148,7 +155,7 @@ type LoadResult struct {
 	Truncated   int           // acceptable or not, replies with TC set (no TCP retry is made)
 	Late        int           // replies to a try that had already timed out; they do not count
 	Duplicates  int           // further replies to a try that already had one (same socket, ID and question): a client takes the first
-	Mismatched  int           // replies whose ID no try on that socket was sent with (or was forgotten a timeout after its try ended), or whose question is not the try's
+	Mismatched  int           // replies whose ID no try on that socket was sent with (or was forgotten, loadForget after its try ended), or whose question is not the try's
 	Malformed   int           // datagrams that do not parse as a reply
 	SendErrors  int           // sends the kernel refused; the try then times out
 	RecvErrors  int           // ICMP errors (port or host unreachable) reported on a socket
@@ -177,9 +184,9 @@ type Load struct {
 	chunks   [][]loadQuery
 	n        int              // queries sent
 	open     int              // queries not yet settled
-	pending  map[uint32]int32 // socket<<16|ID → query<<1|try, for tries sent and not yet forgotten (a timeout after they ended)
-	timers   []loadTimer      // in firing order
-	timerAt  int              // first live entry of timers
+	pending  map[uint32]int32 // socket<<16|ID → query<<1|try, for tries sent and not yet forgotten (loadForget after they ended)
+	timers   loadTimers       // tries' timeouts
+	forgets  loadTimers       // ended tries' keys to drop from pending
 	rng      *rand.Rand
 	nsids    map[string]string // interned unexpected NSIDs
 	sendEnd  time.Duration     // set when sending stopped
@@ -202,16 +209,41 @@ type loadQuery struct {
 	sent    [2]time.Duration // each try's send time
 }
 
-// loadTimer fires when a try's time is up, or, with forget set, when an
-// ended try's ID is dropped: a timeout after it timed out or got its
-// reply. Until then a reply to it is checked against its question and
-// counts as late or duplicate; after, as mismatched.
+// loadTimer is when a try's time is up, or when an ended try's ID is
+// dropped.
 type loadTimer struct {
-	at     time.Duration
-	q      int32
-	try    uint8
-	forget bool
+	at  time.Duration
+	q   int32
+	try uint8
 }
+
+// loadTimers is a queue of timers that all wait the same time from when
+// they are set, by the one goroutine, so it is in firing order.
+type loadTimers struct {
+	items []loadTimer
+	head  int // first live entry
+}
+
+func (t *loadTimers) push(v loadTimer) {
+	if t.head > 0 && t.head >= len(t.items)/2 {
+		n := copy(t.items, t.items[t.head:])
+		t.items = t.items[:n]
+		t.head = 0
+	}
+	t.items = append(t.items, v)
+}
+
+// pop returns the first timer due at now, if any.
+func (t *loadTimers) pop(now time.Duration) (loadTimer, bool) {
+	if t.head >= len(t.items) || t.items[t.head].at > now {
+		return loadTimer{}, false
+	}
+	t.head++
+	return t.items[t.head-1], true
+}
+
+// len is how many timers are set.
+func (t *loadTimers) len() int { return len(t.items) - t.head }
 
 // StartLoad opens the sockets in the pod namespace and starts sending. One
 // goroutine runs the load whatever the rate. The load ends with Stop, which
@@ -229,7 +261,8 @@ func StartLoad(ctx context.Context, cfg LoadConfig) (*Load, error) {
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		pending: make(map[uint32]int32, 4*cfg.QPS),
-		timers:  make([]loadTimer, 0, 4*cfg.QPS),
+		timers:  loadTimers{items: make([]loadTimer, 0, 4*cfg.QPS)},
+		forgets: loadTimers{items: make([]loadTimer, 0, 4*cfg.QPS)},
 		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		nsids:   map[string]string{},
 		sbuf:    make([]byte, 0, 512),
@@ -441,7 +474,7 @@ func (l *Load) sendTry(q int32, try uint8) {
 	binary.BigEndian.PutUint16(l.sbuf, qq.id[try])
 	qq.sent[try] = l.since()
 	l.write(l.fds[sock], l.sbuf)
-	l.pushTimer(q, try, false)
+	l.timers.push(loadTimer{at: l.since() + l.cfg.Timeout, q: q, try: try})
 }
 
 // write sends one datagram. A failed send is counted and left to time out,
@@ -472,35 +505,27 @@ func loadICMPError(err error) bool {
 	return err == unix.ECONNREFUSED || err == unix.EHOSTUNREACH || err == unix.ENETUNREACH
 }
 
-// pushTimer sets a timer one timeout from now. Every timer is set this way,
-// from the one goroutine, so the queue is in firing order.
-func (l *Load) pushTimer(q int32, try uint8, forget bool) {
-	if l.timerAt > 0 && l.timerAt >= len(l.timers)/2 {
-		n := copy(l.timers, l.timers[l.timerAt:])
-		l.timers = l.timers[:n]
-		l.timerAt = 0
-	}
-	l.timers = append(l.timers, loadTimer{at: l.since() + l.cfg.Timeout, q: q, try: try, forget: forget})
+// forget drops try's ID from pending loadForget from now.
+func (l *Load) forget(q int32, try uint8) {
+	l.forgets.push(loadTimer{at: l.since() + loadForget, q: q, try: try})
 }
 
 // expire fires the timers that are due: a try still open has timed out
 // (retry, or the query is unanswered); a forgotten try's ID is dropped.
 func (l *Load) expire(now time.Duration) {
-	for l.timerAt < len(l.timers) && l.timers[l.timerAt].at <= now {
-		t := l.timers[l.timerAt]
-		l.timerAt++
+	for t, ok := l.forgets.pop(now); ok; t, ok = l.forgets.pop(now) {
 		qq := l.query(t.q)
 		key := uint32(qq.sock[t.try])<<16 | uint32(qq.id[t.try])
-		if t.forget {
-			if v, ok := l.pending[key]; ok && v == t.q<<1|int32(t.try) {
-				delete(l.pending, key)
-			}
-			continue
+		if v, ok := l.pending[key]; ok && v == t.q<<1|int32(t.try) {
+			delete(l.pending, key)
 		}
+	}
+	for t, ok := l.timers.pop(now); ok; t, ok = l.timers.pop(now) {
+		qq := l.query(t.q)
 		if qq.done || qq.try != t.try {
 			continue // settled by a reply
 		}
-		l.pushTimer(t.q, t.try, true)
+		l.forget(t.q, t.try)
 		if t.try == 0 {
 			l.sendTry(t.q, 1)
 			continue
@@ -579,8 +604,7 @@ func (l *Load) rxTime(oob []byte) time.Duration {
 // and question, and settles the try. Every reply is checked, also one to a
 // try already settled: a second reply to a try is a duplicate, one whose
 // ID or question matches no try is mismatched. A try's key stays in
-// pending for a timeout after it ended (forget timers), which bounds the
-// map at about two timeouts' worth of queries.
+// pending for loadForget after it ended, which bounds the map.
 func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	r, err := loadParseReply(b)
 	if err != nil {
@@ -613,8 +637,8 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 		l.res.Late++
 		return
 	}
-	// Its timeout timer will find it settled; this one drops its key.
-	l.pushTimer(q, try, true)
+	// Its timeout timer will find it settled.
+	l.forget(q, try)
 	qq.rec.Rcode = int16(r.rcode)
 	if r.truncated {
 		l.res.Truncated++

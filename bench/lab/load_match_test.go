@@ -112,10 +112,15 @@ func TestLoadReplyMatching(t *testing.T) {
 			l.testReply(t, 0, 0, -1, ok, 0, 1200*ms)
 			l.testReply(t, 0, 1, -1, ok, 0, 3*ms)
 		}, LoadAfterRetry, [4]int{1, 1, 0, 0}},
+		{"a duplicate seconds later is still a duplicate", func(t *testing.T, l *Load) {
+			l.testReply(t, 0, 0, -1, ok, 0, 5*ms)
+			l.expire(l.testAdvance(loadForget - time.Second))
+			l.testReply(t, 0, 0, -1, ok, 0, loadForget)
+		}, LoadFirstTry, [4]int{0, 1, 0, 0}},
 		{"after the forget timer the ID is unknown: mismatched", func(t *testing.T, l *Load) {
 			l.testReply(t, 0, 0, -1, ok, 0, 5*ms)
-			l.expire(l.testAdvance(2 * time.Second))
-			l.testReply(t, 0, 0, -1, ok, 0, 2500*ms)
+			l.expire(l.testAdvance(loadForget + time.Second))
+			l.testReply(t, 0, 0, -1, ok, 0, loadForget+2*time.Second)
 		}, LoadFirstTry, [4]int{0, 0, 1, 0}},
 		{"both tries time out", func(t *testing.T, l *Load) {
 			l.expire(l.testAdvance(1001 * ms))
@@ -133,10 +138,10 @@ func TestLoadReplyMatching(t *testing.T) {
 				t.Errorf("outcome %v, late/duplicates/mismatched/SERVFAIL %v; want %v, %v", rec.Outcome, got, tc.want, tc.count)
 			}
 			// Bounded: once every timer has fired, no key is left.
-			l.expire(l.testAdvance(10 * time.Second))
-			if len(l.pending) != 0 || l.timerAt != len(l.timers) || l.open != 0 {
-				t.Errorf("after every timer: %d keys pending, %d timers left, %d queries open; want none",
-					len(l.pending), len(l.timers)-l.timerAt, l.open)
+			l.expire(l.testAdvance(2 * loadForget))
+			if len(l.pending) != 0 || l.timers.len() != 0 || l.forgets.len() != 0 || l.open != 0 {
+				t.Errorf("after every timer: %d keys pending, %d timers and %d forgets left, %d queries open; want none",
+					len(l.pending), l.timers.len(), l.forgets.len(), l.open)
 			}
 		})
 	}
