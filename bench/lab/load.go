@@ -53,10 +53,12 @@ const (
 	// loadForget is how long a try's ID stays known after the try ended
 	// (answered, failed or timed out): replies to it until then are checked
 	// against its question and count as late or duplicate, later ones as
-	// mismatched. Long enough for LocalDNS's slowest answers on a starved
-	// machine (seconds), short enough that the IDs kept stay a small share
-	// of a socket's 65,536: about QPS × 11 s keys over all sockets.
-	loadForget = 10 * time.Second
+	// mismatched. Long enough for the replies a LocalDNS stopped for the
+	// lab's 20 s hang sends to the queries waiting in its socket when it
+	// runs again, short enough that the IDs kept stay a small share of a
+	// socket's 65,536: about QPS × 31 s keys over all sockets (62,000 at
+	// 2,000 qps, under 1,000 a socket).
+	loadForget = 30 * time.Second
 	// LoadNSIDOther stands for an NSID beyond the first loadMaxNSIDs.
 	LoadNSIDOther = "(other)"
 	// loadReadBuffer holds the largest UDP datagram, so no reply is cut.
