@@ -29,9 +29,9 @@ func TestHedgeRules(t *testing.T) {
 	}
 	tests := []struct {
 		scenario, require string // require: the rule's prefix
-		run                      lab.LabRun
-		pass                     bool
-		found                    string // a part of it
+		run               lab.LabRun
+		pass              bool
+		found             string // a part of it
 	}{
 		{"hang", "0 queries unanswered", after(nil), true, "0 unanswered of 100000"},
 		{"hang", "0 queries unanswered", after(func(a *lab.AfterFault) { a.Unanswered, a.FirstTry = 1, 99999 }), false, "1 unanswered"},
