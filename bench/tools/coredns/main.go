@@ -53,7 +53,8 @@ func init() {
 
 func main() { coremain.Run() }
 
-// lossy drops 1 in every queries while on: one plugin per block.
+// lossy drops the first of every `every` queries while on; each server
+// block has its own.
 type lossy struct {
 	next  plugin.Handler
 	every uint64
