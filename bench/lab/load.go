@@ -50,6 +50,15 @@ const (
 	// loadMaxNSIDs bounds how many distinct unexpected NSID strings are
 	// kept; further ones are recorded as LoadNSIDOther.
 	loadMaxNSIDs = 32
+	// loadForget is how long a try's ID stays known after the try ended
+	// (answered, failed or timed out): replies to it until then are checked
+	// against its question and count as late or duplicate, later ones as
+	// mismatched. Long enough for the replies a LocalDNS stopped for the
+	// lab's 20 s hang sends to the queries waiting in its socket when it
+	// runs again, short enough that the IDs kept stay a small share of a
+	// socket's 65,536: about QPS × 31 s keys over all sockets (62,000 at
+	// 2,000 qps, under 1,000 a socket).
+	loadForget = 30 * time.Second
 	// LoadNSIDOther stands for an NSID beyond the first loadMaxNSIDs.
 	LoadNSIDOther = "(other)"
 	// loadReadBuffer holds the largest UDP datagram, so no reply is cut.
@@ -147,7 +156,8 @@ type LoadResult struct {
 	BadRcodes   map[int]int   // replies that failed a try, by rcode
 	Truncated   int           // acceptable or not, replies with TC set (no TCP retry is made)
 	Late        int           // replies to a try that had already timed out; they do not count
-	Unmatched   int           // replies matching no try sent (socket, ID and question)
+	Duplicates  int           // further replies to a try that already had one (same socket, ID and question): a client takes the first
+	Mismatched  int           // replies whose ID no try on that socket was sent with (or was forgotten, loadForget after its try ended), or whose question is not the try's
 	Malformed   int           // datagrams that do not parse as a reply
 	SendErrors  int           // sends the kernel refused; the try then times out
 	RecvErrors  int           // ICMP errors (port or host unreachable) reported on a socket
@@ -176,9 +186,9 @@ type Load struct {
 	chunks   [][]loadQuery
 	n        int              // queries sent
 	open     int              // queries not yet settled
-	pending  map[uint32]int32 // socket<<16|ID → query<<1|try, for tries sent and not answered or forgotten
-	timers   []loadTimer      // in firing order
-	timerAt  int              // first live entry of timers
+	pending  map[uint32]int32 // socket<<16|ID → query<<1|try, for tries sent and not yet forgotten (loadForget after they ended)
+	timers   loadTimers       // tries' timeouts
+	forgets  loadTimers       // ended tries' keys to drop from pending
 	rng      *rand.Rand
 	nsids    map[string]string // interned unexpected NSIDs
 	sendEnd  time.Duration     // set when sending stopped
@@ -192,23 +202,50 @@ type Load struct {
 
 // loadQuery is a record with the state of its tries.
 type loadQuery struct {
-	rec  LoadRecord
-	try  uint8 // current try: 0 first, 1 retry
-	done bool
-	sock [2]uint16
-	id   [2]uint16
-	sent [2]time.Duration // each try's send time
+	rec     LoadRecord
+	try     uint8 // current try: 0 first, 1 retry
+	done    bool
+	replied uint8 // bit try: that try got a reply, so another is a duplicate
+	sock    [2]uint16
+	id      [2]uint16
+	sent    [2]time.Duration // each try's send time
 }
 
-// loadTimer fires when a try's time is up, or, with forget set, when a
-// timed-out try's ID is dropped (until then a reply to it counts as late,
-// not unmatched).
+// loadTimer is when a try's time is up, or when an ended try's ID is
+// dropped.
 type loadTimer struct {
-	at     time.Duration
-	q      int32
-	try    uint8
-	forget bool
+	at  time.Duration
+	q   int32
+	try uint8
 }
+
+// loadTimers is a queue of timers that all wait the same time from when
+// they are set, by the one goroutine, so it is in firing order.
+type loadTimers struct {
+	items []loadTimer
+	head  int // first live entry
+}
+
+func (t *loadTimers) push(v loadTimer) {
+	if t.head > 0 && t.head >= len(t.items)/2 {
+		n := copy(t.items, t.items[t.head:])
+		t.items = t.items[:n]
+		t.head = 0
+	}
+	t.items = append(t.items, v)
+}
+
+// pop returns the first timer due at now, if any.
+func (t *loadTimers) pop(now time.Duration) (loadTimer, bool) {
+	if t.head >= len(t.items) || t.items[t.head].at > now {
+		return loadTimer{}, false
+	}
+	t.head++
+	return t.items[t.head-1], true
+}
+
+// len is how many timers are set.
+func (t *loadTimers) len() int { return len(t.items) - t.head }
 
 // StartLoad opens the sockets in the pod namespace and starts sending. One
 // goroutine runs the load whatever the rate. The load ends with Stop, which
@@ -226,7 +263,8 @@ func StartLoad(ctx context.Context, cfg LoadConfig) (*Load, error) {
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		pending: make(map[uint32]int32, 4*cfg.QPS),
-		timers:  make([]loadTimer, 0, 4*cfg.QPS),
+		timers:  loadTimers{items: make([]loadTimer, 0, 4*cfg.QPS)},
+		forgets: loadTimers{items: make([]loadTimer, 0, 4*cfg.QPS)},
 		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		nsids:   map[string]string{},
 		sbuf:    make([]byte, 0, 512),
@@ -438,7 +476,7 @@ func (l *Load) sendTry(q int32, try uint8) {
 	binary.BigEndian.PutUint16(l.sbuf, qq.id[try])
 	qq.sent[try] = l.since()
 	l.write(l.fds[sock], l.sbuf)
-	l.pushTimer(q, try, false)
+	l.timers.push(loadTimer{at: l.since() + l.cfg.Timeout, q: q, try: try})
 }
 
 // write sends one datagram. A failed send is counted and left to time out,
@@ -469,35 +507,27 @@ func loadICMPError(err error) bool {
 	return err == unix.ECONNREFUSED || err == unix.EHOSTUNREACH || err == unix.ENETUNREACH
 }
 
-// pushTimer sets a timer one timeout from now. Every timer is set this way,
-// from the one goroutine, so the queue is in firing order.
-func (l *Load) pushTimer(q int32, try uint8, forget bool) {
-	if l.timerAt > 0 && l.timerAt >= len(l.timers)/2 {
-		n := copy(l.timers, l.timers[l.timerAt:])
-		l.timers = l.timers[:n]
-		l.timerAt = 0
-	}
-	l.timers = append(l.timers, loadTimer{at: l.since() + l.cfg.Timeout, q: q, try: try, forget: forget})
+// forget drops try's ID from pending loadForget from now.
+func (l *Load) forget(q int32, try uint8) {
+	l.forgets.push(loadTimer{at: l.since() + loadForget, q: q, try: try})
 }
 
 // expire fires the timers that are due: a try still open has timed out
 // (retry, or the query is unanswered); a forgotten try's ID is dropped.
 func (l *Load) expire(now time.Duration) {
-	for l.timerAt < len(l.timers) && l.timers[l.timerAt].at <= now {
-		t := l.timers[l.timerAt]
-		l.timerAt++
+	for t, ok := l.forgets.pop(now); ok; t, ok = l.forgets.pop(now) {
 		qq := l.query(t.q)
 		key := uint32(qq.sock[t.try])<<16 | uint32(qq.id[t.try])
-		if t.forget {
-			if v, ok := l.pending[key]; ok && v == t.q<<1|int32(t.try) {
-				delete(l.pending, key)
-			}
-			continue
+		if v, ok := l.pending[key]; ok && v == t.q<<1|int32(t.try) {
+			delete(l.pending, key)
 		}
+	}
+	for t, ok := l.timers.pop(now); ok; t, ok = l.timers.pop(now) {
+		qq := l.query(t.q)
 		if qq.done || qq.try != t.try {
 			continue // settled by a reply
 		}
-		l.pushTimer(t.q, t.try, true)
+		l.forget(t.q, t.try)
 		if t.try == 0 {
 			l.sendTry(t.q, 1)
 			continue
@@ -573,7 +603,10 @@ func (l *Load) rxTime(oob []byte) time.Duration {
 }
 
 // handleReply matches a reply, received at `at`, to its try by socket, ID
-// and question, and settles the try.
+// and question, and settles the try. Every reply is checked, also one to a
+// try already settled: a second reply to a try is a duplicate, one whose
+// ID or question matches no try is mismatched. A try's key stays in
+// pending for loadForget after it ended, which bounds the map.
 func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	r, err := loadParseReply(b)
 	if err != nil {
@@ -583,25 +616,31 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	key := uint32(sock)<<16 | uint32(r.id)
 	v, ok := l.pending[key]
 	if !ok {
-		l.res.Unmatched++
+		l.res.Mismatched++
 		return
 	}
 	q, try := v>>1, uint8(v&1)
 	qq := l.query(q)
 	tmpl := &l.tmpl[qq.rec.Name]
 	if !loadSameQuestion(r.question, tmpl.question) {
-		l.res.Unmatched++
+		l.res.Mismatched++
 		return
 	}
+	if qq.replied&(1<<try) != 0 {
+		l.res.Duplicates++
+		return
+	}
+	qq.replied |= 1 << try
 	// A stamp before the query left means the wall clock stepped back.
 	at = max(at, qq.sent[try])
 	// After its deadline the try is lost even if its timer has not fired
-	// yet (a late tick); the timer settles it.
+	// yet (a late tick); the timer settles it and sets its forget timer.
 	if qq.done || qq.try != try || at-qq.sent[try] > l.cfg.Timeout {
 		l.res.Late++
 		return
 	}
-	delete(l.pending, key)
+	// Its timeout timer will find it settled.
+	l.forget(q, try)
 	qq.rec.Rcode = int16(r.rcode)
 	if r.truncated {
 		l.res.Truncated++

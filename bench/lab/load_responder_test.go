@@ -23,7 +23,10 @@ const loadResponderEnv = "LAB_LOAD_TEST_RESPONDER"
 
 // The test responder's zone: names under loadTestNX are NXDOMAIN, names
 // whose first label is "servfail" get SERVFAIL, every other name has one
-// A record (and no AAAA).
+// A record (and no AAAA). Names whose first label is "twice" are answered
+// twice, as a client beside a hedging server gets them; names whose first
+// label is "wrongq" get a reply for another name with the query's ID
+// first, then their answer.
 const (
 	loadTestZone = "lab.test."
 	loadTestNX   = "nx.lab.test."
@@ -88,6 +91,16 @@ func loadTestServe(pc net.PacketConn, nsidHex string, dropping *atomic.Bool) {
 		out, err := r.Pack()
 		if err != nil {
 			continue
+		}
+		switch strings.ToLower(strings.SplitN(q.Question[0].Name, ".", 2)[0]) {
+		case "twice":
+			pc.WriteTo(out, from)
+		case "wrongq":
+			w := r.Copy()
+			w.Question[0].Name = "other." + loadTestZone
+			if b, err := w.Pack(); err == nil {
+				pc.WriteTo(b, from)
+			}
 		}
 		pc.WriteTo(out, from)
 	}

@@ -158,7 +158,40 @@ func TestLoadRealRun(t *testing.T) {
 	loadTestMust(t, bed.pod.SetResolvConf("nameserver 169.254.10.11\noptions timeout:1 attempts:2\n"))
 	t.Run("drop", func(t *testing.T) { testLoadDrop(t, bed) })
 	t.Run("three-side-by-side", func(t *testing.T) { testLoadThreeSideBySide(t, bed) })
+	t.Run("duplicates", func(t *testing.T) { testLoadDuplicates(t, bed) })
+	// Last: the responder may still drop the first queries after it.
 	t.Run("abort", func(t *testing.T) { testLoadAbort(t, bed) })
+}
+
+// testLoadDuplicates runs a load over names the responder answers twice,
+// names it first answers for another name, and plain names: every reply
+// is checked, so each doubled answer counts one duplicate and each stray
+// one mismatched, and neither changes how the query ended.
+func testLoadDuplicates(t *testing.T, bed *loadTestBed) {
+	names := []LoadName{
+		{FQDN: "twice.lab.test.", Type: dns.TypeA},
+		{FQDN: "wrongq.lab.test.", Type: dns.TypeA},
+		{FQDN: "plain.lab.test.", Type: dns.TypeA},
+	}
+	load, err := StartLoad(t.Context(), LoadConfig{NS: bed.pod, Server: loadTestServer, Names: names, QPS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	res := load.Stop()
+	s := Summarize(res, ProbeResult{})
+	perName := make([]int, len(names))
+	for _, r := range res.Records {
+		perName[r.Name]++
+	}
+	t.Logf("sent %d (%v per name): first try %d, duplicates %d, mismatched %d, late %d", s.Sent, perName, s.AnsweredFirstTry, s.Duplicates, s.Mismatched, s.Late)
+	if s.Sent < 500 || s.AnsweredFirstTry != s.Sent {
+		t.Errorf("sent %d, answered on the first try %d: want every query", s.Sent, s.AnsweredFirstTry)
+	}
+	if s.Duplicates != perName[0] || s.Mismatched != perName[1] || s.Late != 0 || s.Malformed != 0 {
+		t.Errorf("duplicates %d, mismatched %d, late %d, malformed %d; want %d, %d, 0, 0",
+			s.Duplicates, s.Mismatched, s.Late, s.Malformed, perName[0], perName[1])
+	}
 }
 
 // testLoadDrop runs the load at 2,000 qps for 4 s while the responder
@@ -211,9 +244,9 @@ func testLoadDrop(t *testing.T, bed *loadTestBed) {
 	run.Events = []Event{{At: dropFrom, Label: "SIGUSR1 (drop)"}, {At: dropTo, Label: "SIGUSR2"}}
 	s := run.Summary
 	window := dropTo - dropFrom
-	t.Logf("sent %d in %.3f s = %.1f qps (max lag %.1f ms); first try %d, after retry %d, unanswered %d; max gap %.1f ms from %.1f ms (drop window %v from %v); by %+v; p50 %.3f ms p99 %.1f ms; servfail %d; late %d unmatched %d send errors %d",
+	t.Logf("sent %d in %.3f s = %.1f qps (max lag %.1f ms); first try %d, after retry %d, unanswered %d; max gap %.1f ms from %.1f ms (drop window %v from %v); by %+v; p50 %.3f ms p99 %.1f ms; servfail %d; late %d duplicates %d mismatched %d send errors %d",
 		s.Sent, s.DurationS, s.QPS, s.MaxLagMs, s.AnsweredFirstTry, s.AnsweredAfterRetry, s.Unanswered,
-		s.MaxGapMs, s.MaxGapFromMs, window, dropFrom, s.AnsweredBy, s.P50Ms, s.P99Ms, s.ServFail, s.Late, s.Unmatched, s.SendErrors)
+		s.MaxGapMs, s.MaxGapFromMs, window, dropFrom, s.AnsweredBy, s.P50Ms, s.P99Ms, s.ServFail, s.Late, s.Duplicates, s.Mismatched, s.SendErrors)
 	t.Logf("glibc: %d ok, %d failed, %d unfinished, %d skipped, slowest %.0f ms",
 		s.GlibcOK, s.GlibcFail, s.GlibcUnfinished, s.GlibcSkipped, s.GlibcMaxMs)
 	t.Logf("CPU of this process (load, probe's process starts, runtime) from start to Stop (incl. the drain): %v over %.2f s = %.1f%% of a core, %.2f%% of a core per 1,000 qps",
@@ -274,9 +307,9 @@ func testLoadDrop(t *testing.T, bed *loadTestBed) {
 	if s.P50Ms <= 0 || s.P50Ms > 20 || s.P99Ms < 1000 {
 		t.Errorf("p50 %.3f ms, p99 %.1f ms: want fast answers and retried ones over 1 s", s.P50Ms, s.P99Ms)
 	}
-	if s.Late != 0 || s.Unmatched != 0 || s.Malformed != 0 || s.SendErrors != 0 || s.NoTimestamp != 0 || s.Aborted {
-		t.Errorf("late %d, unmatched %d, malformed %d, send errors %d, replies without kernel time %d, aborted %v: want none",
-			s.Late, s.Unmatched, s.Malformed, s.SendErrors, s.NoTimestamp, s.Aborted)
+	if s.Late != 0 || s.Duplicates != 0 || s.Mismatched != 0 || s.Malformed != 0 || s.SendErrors != 0 || s.NoTimestamp != 0 || s.Aborted {
+		t.Errorf("late %d, duplicates %d, mismatched %d, malformed %d, send errors %d, replies without kernel time %d, aborted %v: want none",
+			s.Late, s.Duplicates, s.Mismatched, s.Malformed, s.SendErrors, s.NoTimestamp, s.Aborted)
 	}
 	// Timeline: every query in a bin; the window's bins have no first-try
 	// answers.

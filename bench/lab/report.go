@@ -63,7 +63,8 @@ type Summary struct {
 	GlibcSkipped    int            `json:"glibc_skipped"`          // lookups not started: too many running
 	GlibcMaxMs      float64        `json:"glibc_max_ms"`           // slowest finished lookup
 	Late            int            `json:"late,omitempty"`         // replies after their try timed out
-	Unmatched       int            `json:"unmatched,omitempty"`    // replies to no try sent
+	Duplicates      int            `json:"duplicates"`             // further replies to a try that had one: what a hedging server costs a client (glibc ignores them)
+	Mismatched      int            `json:"mismatched"`             // replies with an ID or question no try was sent with
 	Malformed       int            `json:"malformed,omitempty"`    // datagrams that are no DNS reply
 	Truncated       int            `json:"truncated,omitempty"`    // replies with TC set
 	SendErrors      int            `json:"send_errors,omitempty"`  // sends the kernel refused
@@ -101,6 +102,7 @@ type LabRun struct {
 	Client     string      `json:"client,omitempty"`      // who asked: "pod", "node"
 	AfterFault *AfterFault `json:"after_fault,omitempty"` // the queries and lookups begun from the fault on
 	Note       string      `json:"note,omitempty"`
+	Hedges     *Hedges     `json:"hedges,omitempty"` // dnsstandby's hedged answers on the run's listener; nil where it does not report them
 	Down       []Interval  `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
 	Events     []Event     `json:"events,omitempty"` // marks on the timeline
 	Timeline   Timeline    `json:"timeline"`
@@ -118,46 +120,90 @@ func (r LabRun) ListenerName() string {
 	return r.Client
 }
 
+// Hedges are dnsstandby's hedged answers on one listener over a run, from
+// its /metrics (dnsstandby_hedges_total, dnsstandby_hedge_outcomes_total):
+// queries LocalDNS had not answered by dnsstandby's deadline, which it then
+// answered itself from the same address, by where the answer came from,
+// and whether LocalDNS answered later (the client then got two replies) or
+// never.
+type Hedges struct {
+	Total    int `json:"total"`
+	Cache    int `json:"cache"`
+	Stale    int `json:"stale"`
+	Upstream int `json:"upstream"`
+	Later    int `json:"localdns_later"`
+	Never    int `json:"localdns_never"`
+}
+
 // AfterFault is how the queries sent and the glibc lookups started from
 // the fault on fared: the part of a run a verdict is about, the time
 // before the fault being the baseline.
 type AfterFault struct {
 	AtMs       float64 `json:"at_ms"` // when the fault began, on the load's clock
 	Sent       int     `json:"sent"`
+	FirstTry   int     `json:"answered_first_try"`
 	AfterRetry int     `json:"answered_after_retry"`
 	Unanswered int     `json:"unanswered"`
+	P99Ms      float64 `json:"p99_ms"`     // over the answered ones, from the first send
+	MaxGapMs   float64 `json:"max_gap_ms"` // as Summary's, over the queries from the fault on
 	GlibcOK    int     `json:"glibc_ok"`   // finished lookups, by start time
 	GlibcFail  int     `json:"glibc_fail"` //
+	GlibcMaxMs float64 `json:"glibc_max_ms"`
+}
+
+// FirstTryShare is the share of the queries sent from the fault on that
+// were answered on their first try; 0 when none was sent.
+func (a AfterFault) FirstTryShare() float64 {
+	if a.Sent == 0 {
+		return 0
+	}
+	return float64(a.FirstTry) / float64(a.Sent)
 }
 
 // CountAfterFault counts the queries sent at or after at (on the load's
-// clock) by outcome, and the probe's finished lookups started then or
-// later.
+// clock) by outcome, with their p99 latency and longest first-try gap, and
+// the probe's finished lookups started then or later, with the slowest.
 func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) AfterFault {
 	a := AfterFault{AtMs: reportMs(at)}
-	for _, r := range load.Records {
+	first := len(load.Records) // records are in send order
+	var latencies []time.Duration
+	for i, r := range load.Records {
 		if r.Sent < at {
 			continue
 		}
+		first = min(first, i)
 		a.Sent++
 		switch r.Outcome {
+		case LoadFirstTry:
+			a.FirstTry++
 		case LoadAfterRetry:
 			a.AfterRetry++
 		case LoadUnanswered:
 			a.Unanswered++
+			continue
 		}
+		latencies = append(latencies, r.Latency)
+	}
+	slices.Sort(latencies)
+	a.P99Ms = reportMs(reportPercentile(latencies, 0.99))
+	if a.Sent > 0 {
+		_, gap := MaxGap(LoadResult{Records: load.Records[first:], Duration: load.Duration})
+		a.MaxGapMs = reportMs(gap)
 	}
 	offset := probe.Start.Sub(load.Start)
+	var slowest time.Duration
 	for _, p := range probe.Records {
 		if !p.Finished || offset+p.Start < at {
 			continue
 		}
+		slowest = max(slowest, p.Duration)
 		if p.OK {
 			a.GlibcOK++
 		} else {
 			a.GlibcFail++
 		}
 	}
+	a.GlibcMaxMs = reportMs(slowest)
 	return a
 }
 
@@ -200,7 +246,8 @@ func Summarize(load LoadResult, probe ProbeResult) Summary {
 		TargetQPS:   load.QPS,
 		DurationS:   reportRound(load.Duration.Seconds(), 3),
 		Late:        load.Late,
-		Unmatched:   load.Unmatched,
+		Duplicates:  load.Duplicates,
+		Mismatched:  load.Mismatched,
 		Malformed:   load.Malformed,
 		Truncated:   load.Truncated,
 		SendErrors:  load.SendErrors,

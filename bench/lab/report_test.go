@@ -169,26 +169,28 @@ func TestCountAfterFault(t *testing.T) {
 	// Lookups started 100 ms after the load: at 100, 200, 300 ms on its
 	// clock (one unfinished).
 	probe := ProbeResult{Start: start.Add(100 * ms), Records: []ProbeRecord{
-		{Start: 0, Finished: true},
-		{Start: 100 * ms, OK: true, Finished: true},
-		{Start: 200 * ms, Finished: true},
-		{Start: 250 * ms},
+		{Start: 0, Duration: 300 * ms, Finished: true},
+		{Start: 100 * ms, Duration: 20 * ms, OK: true, Finished: true},
+		{Start: 200 * ms, Duration: 1200 * ms, Finished: true},
+		{Start: 250 * ms, Duration: 5 * time.Second},
 	}}
 	tests := []struct {
 		name    string
-		pattern string // one query every 0.5 ms
+		pattern string // one query every 0.5 ms; F answered in 1 ms, R in 1001 ms
 		at      time.Duration
 		want    AfterFault
 	}{
-		{name: "nothing sent", at: 0, want: AfterFault{GlibcOK: 1, GlibcFail: 2}},
+		{name: "nothing sent", at: 0, want: AfterFault{GlibcOK: 1, GlibcFail: 2, GlibcMaxMs: 1200}},
 		{name: "fault at the start counts everything", pattern: "FRUF", at: 0,
-			want: AfterFault{Sent: 4, AfterRetry: 1, Unanswered: 1, GlibcOK: 1, GlibcFail: 2}},
+			want: AfterFault{Sent: 4, FirstTry: 2, AfterRetry: 1, Unanswered: 1, P99Ms: 1001, MaxGapMs: 1, GlibcOK: 1, GlibcFail: 2, GlibcMaxMs: 1200}},
 		{name: "losses before the fault do not count", pattern: "UUFFRF", at: ms,
-			want: AfterFault{AtMs: 1, Sent: 4, AfterRetry: 1, GlibcOK: 1, GlibcFail: 2}},
+			want: AfterFault{AtMs: 1, Sent: 4, FirstTry: 3, AfterRetry: 1, P99Ms: 1001, MaxGapMs: 0.5, GlibcOK: 1, GlibcFail: 2, GlibcMaxMs: 1200}},
 		{name: "the query sent at the fault counts", pattern: "FFUF", at: ms,
-			want: AfterFault{AtMs: 1, Sent: 2, Unanswered: 1, GlibcOK: 1, GlibcFail: 2}},
+			want: AfterFault{AtMs: 1, Sent: 2, FirstTry: 1, Unanswered: 1, P99Ms: 1, MaxGapMs: 0.5, GlibcOK: 1, GlibcFail: 2, GlibcMaxMs: 1200}},
 		{name: "lookups before the fault do not count", pattern: "FF", at: 150 * ms,
-			want: AfterFault{AtMs: 150, GlibcOK: 1, GlibcFail: 1}},
+			want: AfterFault{AtMs: 150, GlibcOK: 1, GlibcFail: 1, GlibcMaxMs: 1200}},
+		{name: "a gap running to the end of sending", pattern: "FFUU", at: 0,
+			want: AfterFault{Sent: 4, FirstTry: 2, Unanswered: 2, P99Ms: 1, MaxGapMs: 1, GlibcOK: 1, GlibcFail: 2, GlibcMaxMs: 1200}},
 		{name: "fault after everything", pattern: "UU", at: time.Second, want: AfterFault{AtMs: 1000}},
 	}
 	for _, tc := range tests {
@@ -269,7 +271,9 @@ func reportTestRuns() []LabRun {
 	standby := NewLabRun("crash-storm", "dnsstandby", reportTestLoad(strings.Repeat("F", 3000)+strings.Repeat("R", 5)+strings.Repeat("F", 995)), ProbeResult{})
 	standby.Events = storm.Events
 	standby.Listener, standby.Client = "169.254.10.11", "pod"
-	standby.AfterFault = &AfterFault{AtMs: 500, Sent: 3000, AfterRetry: 5}
+	standby.AfterFault = &AfterFault{AtMs: 500, Sent: 3000, FirstTry: 2995, AfterRetry: 5, P99Ms: 1.5}
+	standby.Hedges = &Hedges{Total: 7, Cache: 7, Later: 6, Never: 1}
+	standby.Duplicates = 6
 	// The node's client through the other listener: LocalDNS answers it
 	// with its own NSID there.
 	nodeLoad := reportTestLoad(strings.Repeat("F", 1000) + strings.Repeat("U", 2) + strings.Repeat("F", 998))
@@ -281,7 +285,9 @@ func reportTestRuns() []LabRun {
 	node := NewLabRun("crash-storm", "dnsstandby", nodeLoad, ProbeResult{})
 	node.Events = storm.Events
 	node.Listener, node.Client = "169.254.10.10", "node"
-	node.AfterFault = &AfterFault{AtMs: 500, Sent: 1000, Unanswered: 2, GlibcFail: 1}
+	node.AfterFault = &AfterFault{AtMs: 500, Sent: 1000, FirstTry: 998, Unanswered: 2, GlibcFail: 1, P99Ms: 2}
+	node.Hedges = &Hedges{}
+	node.Mismatched = 1
 	return []LabRun{healthy, storm, standby, node}
 }
 
@@ -446,10 +452,10 @@ func TestWriteLabMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"\n## Checks: 1 of 2 passed\n\n- PASS crash-storm dnsstandby pod → 169.254.10.11: 0 unanswered after the fault; found 0 of 3000\n" +
 			"- FAIL crash-storm dnsstandby node → 169.254.10.10: 0 unanswered after the fault; found 2 of 1000\n",
-		"| setup | client → listener | qps | sent | answered first try | after retry | unanswered | unanswered after fault | max gap ms | localdns | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | glibc fail after fault | servfail | note |",
-		"| localdns-shipped |  | 2000 | 4000 | 1000 | 200 | 2800 | — | 1500 | 600 | 600 | 1.0 | 1001.0 | 0 | 0 | — | 0 | unit failed \\| start limit |",
-		"| dnsstandby | pod → 169.254.10.11 | 2000 | 4000 | 3995 | 5 | 0 | 0 | 2 | 2000 | 2000 | 1.0 | 1.0 | 0 | 0 | 0 | 0 |  |",
-		"| dnsstandby | node → 169.254.10.10 | 2000 | 2000 | 1998 | 0 | 2 | 2 | 1 | 999 | 999 | 1.0 | 1.0 | 0 | 0 | 1 | 0 |  |",
+		"| setup | client → listener | qps | sent | answered first try | after retry | unanswered | unanswered after fault | max gap ms | localdns | dnsstandby | p50 ms | p99 ms | p99 ms after fault | glibc ok | glibc fail | glibc fail after fault | glibc max ms | hedges | duplicates | mismatched | servfail | note |",
+		"| localdns-shipped |  | 2000 | 4000 | 1000 | 200 | 2800 | — | 1500 | 600 | 600 | 1.0 | 1001.0 | — | 0 | 0 | — | — | n/a | 0 | 0 | 0 | unit failed \\| start limit |",
+		"| dnsstandby | pod → 169.254.10.11 | 2000 | 4000 | 3995 | 5 | 0 | 0 | 2 | 2000 | 2000 | 1.0 | 1.0 | 1.5 | 0 | 0 | 0 | — | 7 | 6 | 0 | 0 |  |",
+		"| dnsstandby | node → 169.254.10.10 | 2000 | 2000 | 1998 | 0 | 2 | 2 | 1 | 999 | 999 | 1.0 | 1.0 | 2.0 | 0 | 0 | 1 | — | 0 | 0 | 1 | 0 |  |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("missing %q in\n%s", want, md)

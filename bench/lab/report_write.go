@@ -130,8 +130,8 @@ func reportChecks(b *strings.Builder, checks []Check) {
 // reportTable writes the scenario's runs as a table, a row per setup and
 // listener.
 func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
-	b.WriteString("\n| setup | client → listener | qps | sent | answered first try | after retry | unanswered | unanswered after fault | max gap ms | localdns | dnsstandby | p50 ms | p99 ms | glibc ok | glibc fail | glibc fail after fault | servfail | note |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	b.WriteString("\n| setup | client → listener | qps | sent | answered first try | after retry | unanswered | unanswered after fault | max gap ms | localdns | dnsstandby | p50 ms | p99 ms | p99 ms after fault | glibc ok | glibc fail | glibc fail after fault | glibc max ms | hedges | duplicates | mismatched | servfail | note |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range runs {
 		if r.Scenario != scenario {
 			continue
@@ -140,14 +140,27 @@ func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
 		if r.AnsweredFirstTry+r.AnsweredAfterRetry > 0 {
 			p50, p99 = reportFloat(r.P50Ms, 1), reportFloat(r.P99Ms, 1)
 		}
-		lostAfter, glibcAfter := "—", "—"
+		lostAfter, p99After, glibcAfter := "—", "—", "—"
 		if a := r.AfterFault; a != nil {
 			lostAfter, glibcAfter = strconv.Itoa(a.Unanswered), strconv.Itoa(a.GlibcFail)
+			if a.FirstTry+a.AfterRetry > 0 {
+				p99After = reportFloat(a.P99Ms, 1)
+			}
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %d | %d | %s | %s | %d | %d | %s | %d | %s |\n",
+		glibcMax := "—"
+		if r.GlibcOK+r.GlibcFail > 0 {
+			glibcMax = reportFloat(r.GlibcMaxMs, 0)
+		}
+		// n/a: the setup runs no dnsstandby, or one that does not
+		// report hedges.
+		hedges := "n/a"
+		if h := r.Hedges; h != nil {
+			hedges = strconv.Itoa(h.Total)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %d | %d | %s | %s | %s | %d | %d | %s | %s | %s | %d | %d | %d | %s |\n",
 			reportCell(r.Setup), reportCell(r.ListenerName()), reportFloat(r.QPS, 0), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry,
 			r.Unanswered, lostAfter, reportFloat(r.MaxGapMs, 0), r.AnsweredBy.ByLocalDNS(), r.AnsweredBy.Standby,
-			p50, p99, r.GlibcOK, r.GlibcFail, glibcAfter, r.ServFail, reportCell(r.Note))
+			p50, p99, p99After, r.GlibcOK, r.GlibcFail, glibcAfter, glibcMax, hedges, r.Duplicates, r.Mismatched, r.ServFail, reportCell(r.Note))
 	}
 }
 

@@ -51,7 +51,7 @@ func checkLabNodes(t *testing.T, bins binaries) {
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tops, err := buildAll(ctx, "check", []string{setupStandby, setupStandbyShipped}, bins, zones)
+	tops, err := buildAll(ctx, "check", []string{setupStandby, setupStandbyShipped}, bins, zones, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

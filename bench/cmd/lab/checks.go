@@ -26,26 +26,149 @@ func losslessRules() []losslessRule {
 	}
 }
 
+// hedgeRule is one requirement on the dnsstandby setup's run of a
+// scenario, on each client: check says whether the run meets it and what
+// it found.
+type hedgeRule struct {
+	scenario, require string
+	check             func(r lab.LabRun) (pass bool, found string)
+}
+
+// hedgeRules are what a dnsstandby that hedges (answers itself, from the
+// same address, the queries LocalDNS leaves unanswered past a short
+// deadline) must show, over what was sent from the fault on: in a hang,
+// nearly nothing waits for the retry; with loss and in a brownout, nearly
+// nothing is late; when all is well, LocalDNS keeps answering and
+// dnsstandby stays out of the way. A dnsstandby that does not hedge fails
+// hang, lossy and brownout: -hedge-checks=false leaves them out.
+func hedgeRules() []hedgeRule {
+	return []hedgeRule{
+		{"hang", "0 queries unanswered from the fault on", unanswered},
+		{"hang", "≥ 99.9% answered on the first try from the fault on", firstTry(0.999)},
+		{"hang", "longest first-try gap ≤ 250 ms from the fault on", maxGap(250)},
+		{"hang", "no glibc lookup failed or over 1 s from the fault on", glibcWithin(1000)},
+		{"lossy", "≥ 99.99% answered on the first try from the fault on", firstTry(0.9999)},
+		{"lossy", "p99 ≤ 200 ms from the fault on", p99Within(200)},
+		{"brownout", "0 queries unanswered from the fault on", unanswered},
+		{"brownout", "≥ 99.9% answered on the first try from the fault on", firstTry(0.999)},
+		{"healthy", "hedges ≤ 0.1% of queries", hedgeShare(0.001)},
+		{"healthy", "LocalDNS (by NSID) gives ≥ 99.9% of the answers", localDNSShare(0.999)},
+		{"healthy", "0 mismatched replies", noMismatched},
+	}
+}
+
+func unanswered(r lab.LabRun) (bool, string) {
+	a := r.AfterFault
+	return a.Sent > 0 && a.Unanswered == 0, fmt.Sprintf("%d unanswered of %d sent", a.Unanswered, a.Sent)
+}
+
+func firstTry(share float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		a := r.AfterFault
+		return a.Sent > 0 && a.FirstTryShare() >= share,
+			fmt.Sprintf("%.3f%% (%d of %d)", 100*a.FirstTryShare(), a.FirstTry, a.Sent)
+	}
+}
+
+func maxGap(ms float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		a := r.AfterFault
+		return a.Sent > 0 && a.MaxGapMs <= ms, fmt.Sprintf("%.0f ms", a.MaxGapMs)
+	}
+}
+
+func glibcWithin(ms float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		a := r.AfterFault
+		return a.GlibcOK > 0 && a.GlibcFail == 0 && a.GlibcMaxMs <= ms,
+			fmt.Sprintf("%d failed, %d ok, slowest %.0f ms", a.GlibcFail, a.GlibcOK, a.GlibcMaxMs)
+	}
+}
+
+func p99Within(ms float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		a := r.AfterFault
+		return a.FirstTry+a.AfterRetry > 0 && a.P99Ms <= ms, fmt.Sprintf("p99 %.1f ms", a.P99Ms)
+	}
+}
+
+// hedgeShare counts a dnsstandby that reports no hedges as hedging none:
+// one without hedging cannot have hedged, and one that has not hedged yet
+// shows no series.
+func hedgeShare(share float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		if r.Hedges == nil {
+			return r.Sent > 0, fmt.Sprintf("no hedges reported, %d sent", r.Sent)
+		}
+		got := float64(r.Hedges.Total) / float64(max(r.Sent, 1))
+		return r.Sent > 0 && got <= share, fmt.Sprintf("%d hedges for %d sent (%.3f%%)", r.Hedges.Total, r.Sent, 100*got)
+	}
+}
+
+func localDNSShare(share float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		answered := r.AnsweredFirstTry + r.AnsweredAfterRetry
+		got := float64(r.AnsweredBy.ByLocalDNS()) / float64(max(answered, 1))
+		return answered > 0 && got >= share,
+			fmt.Sprintf("%.3f%% (%d of %d answers; dnsstandby %d)", 100*got, r.AnsweredBy.ByLocalDNS(), answered, r.AnsweredBy.Standby)
+	}
+}
+
+func noMismatched(r lab.LabRun) (bool, string) {
+	return r.Sent > 0 && r.Mismatched == 0, fmt.Sprintf("%d mismatched, %d duplicates, of %d sent", r.Mismatched, r.Duplicates, r.Sent)
+}
+
 // checkRuns checks the runs of one scenario against the rules that apply
-// to it and to the setups that ran: for each such setup, each of clients
-// must have a run, with nothing unanswered and no glibc lookup failed from
-// the fault on.
-func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun) []lab.Check {
+// to it and to the setups that ran (the hedge rules only with hedges set):
+// for each such setup, each of clients must have a run, with nothing
+// unanswered and no glibc lookup failed from the fault on where the
+// lossless rules apply, and each hedge rule met.
+func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hedges bool) []lab.Check {
 	var out []lab.Check
+	// find returns the setup's run for client, or appends a failed check
+	// saying it is missing.
+	find := func(setup, client string) (lab.LabRun, bool) {
+		i := slices.IndexFunc(runs, func(r lab.LabRun) bool {
+			return r.Scenario == scenario && r.Setup == setup && r.Client == client
+		})
+		if i < 0 || runs[i].AfterFault == nil {
+			out = append(out, lab.Check{Scenario: scenario, Setup: setup, Listener: listenerOf(client), Client: client,
+				Require: "a run with counts from the fault on", Found: "none"})
+			return lab.LabRun{}, false
+		}
+		return runs[i], true
+	}
 	for _, rule := range losslessRules() {
 		if rule.scenario != scenario || !slices.Contains(setups, rule.setup) {
 			continue
 		}
 		for _, client := range clients {
-			i := slices.IndexFunc(runs, func(r lab.LabRun) bool {
-				return r.Scenario == scenario && r.Setup == rule.setup && r.Client == client
-			})
-			if i < 0 || runs[i].AfterFault == nil {
-				out = append(out, lab.Check{Scenario: scenario, Setup: rule.setup, Listener: listenerOf(client), Client: client,
-					Require: "a run with counts from the fault on", Found: "none"})
-				continue
+			if r, ok := find(rule.setup, client); ok {
+				out = append(out, losslessChecks(r)...)
 			}
-			out = append(out, losslessChecks(runs[i])...)
+		}
+	}
+	if !hedges || !slices.Contains(setups, setupStandby) {
+		return out
+	}
+	var rules []hedgeRule
+	for _, rule := range hedgeRules() {
+		if rule.scenario == scenario {
+			rules = append(rules, rule)
+		}
+	}
+	if len(rules) == 0 {
+		return out
+	}
+	for _, client := range clients {
+		r, ok := find(setupStandby, client)
+		if !ok {
+			continue
+		}
+		for _, rule := range rules {
+			pass, found := rule.check(r)
+			out = append(out, lab.Check{Scenario: r.Scenario, Setup: r.Setup, Listener: r.Listener, Client: r.Client,
+				Require: rule.require, Pass: pass, Found: found})
 		}
 	}
 	return out

@@ -81,7 +81,7 @@ func TestCheckRuns(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := checkRuns(tc.scenario, tc.setups, tc.clients, tc.runs)
+			got := checkRuns(tc.scenario, tc.setups, tc.clients, tc.runs, false)
 			if len(got) != len(tc.want) {
 				t.Fatalf("%d checks, want %d: %v", len(got), len(tc.want), got)
 			}

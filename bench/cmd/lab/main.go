@@ -35,6 +35,7 @@ type options struct {
 	qps       int     // the pods' load per node, through 169.254.10.11
 	nodeQPS   int     // the node's own load, through 169.254.10.10; 0: none
 	scale     float64 // multiplies baseline and observation times
+	hedges    bool    // apply the hedge checks (hedgeRules)
 	bins      binaries
 }
 
@@ -46,6 +47,7 @@ func parseFlags() *options {
 	flag.IntVar(&o.qps, "qps", 2000, "queries per second the pods of each node send to 169.254.10.11")
 	flag.IntVar(&o.nodeQPS, "node-qps", 500, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
+	flag.BoolVar(&o.hedges, "hedge-checks", true, "check the dnsstandby setup against the hedged-answer rules in hang, lossy, brownout and healthy (a dnsstandby that does not hedge fails the first three)")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.bins.dnsstandby, "dnsstandby", "bench/out/bin/dnsstandby", "dnsstandby binary")
 	flag.Parse()
@@ -135,7 +137,7 @@ func run(ctx context.Context, o *options) error {
 		for _, r := range got {
 			printRun(r)
 		}
-		checks := checkRuns(sc.name, setups, clientNames(o), got)
+		checks := checkRuns(sc.name, setups, clientNames(o), got, o.hedges)
 		for _, c := range checks {
 			fmt.Printf("  %s\n", c)
 		}
@@ -168,14 +170,19 @@ func printRun(r lab.LabRun) {
 	}
 	// The sender's lag tells a starved machine: the load itself could not
 	// keep its schedule.
-	fmt.Printf("  %-18s %-20s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms  glibc ok %3d fail %3d  sender lag %4.0f ms%s\n",
-		r.Setup, r.ListenerName(), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry, r.Unanswered, r.MaxGapMs, r.GlibcOK, r.GlibcFail, r.MaxLagMs, after)
+	hedges := "n/a"
+	if r.Hedges != nil {
+		hedges = fmt.Sprint(r.Hedges.Total)
+	}
+	fmt.Printf("  %-18s %-20s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms  p99 %6.1f ms  glibc ok %3d fail %3d max %5.0f ms  hedges %s dup %d mismatched %d  sender lag %4.0f ms%s\n",
+		r.Setup, r.ListenerName(), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry, r.Unanswered, r.MaxGapMs, r.P99Ms, r.GlibcOK, r.GlibcFail, r.GlibcMaxMs,
+		hedges, r.Duplicates, r.Mismatched, r.MaxLagMs, after)
 }
 
 // runScenario builds a node per setup, runs its clients' loads and the
 // fault on all of them at once, and tears everything down.
 func runScenario(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mixes nameMixes) (runs []lab.LabRun, err error) {
-	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones)
+	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones, sc.corefile)
 	if err != nil {
 		return nil, err
 	}
@@ -324,11 +331,26 @@ func (n *liveNode) stop() {
 // apply.
 func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, faultErr error) []lab.LabRun {
 	n.stop()
+	var hedges map[string]*lab.Hedges
+	if isStandby(t.setup) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		if hedges, err = t.hedges(ctx); err != nil {
+			// The runs stand without it; the report says n/a.
+			fmt.Fprintf(os.Stderr, "lab: %s %s: %v\n", sc.name, t.setup, err)
+		}
+		cancel()
+	}
 	var runs []lab.LabRun
 	for _, c := range n.clients {
 		res, pr := c.load.Stop(), c.probe.Stop()
 		run := lab.NewLabRun(sc.name, t.setup, res, pr)
 		run.Listener, run.Client = c.listener, c.name
+		if h, ok := hedges[c.listener+":53"]; ok {
+			run.Hedges = h
+		} else if hedges != nil {
+			run.Hedges = &lab.Hedges{} // reported, none on this listener
+		}
 		after := lab.CountAfterFault(res, pr, faultAt.Sub(res.Start))
 		run.AfterFault = &after
 		run.Down = intervals(n.spans, res.Start)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,6 +20,9 @@ type scenario struct {
 	// long it runs after the fault function returns.
 	baseline, observe time.Duration
 	fault             func(ctx context.Context, t *topology, ev *events) error
+	// corefile, if not nil, rewrites LocalDNS's Corefile before the
+	// scenario's nodes start.
+	corefile func(string) string
 	// note is printed with the results (what the run does and does not
 	// show).
 	note string
@@ -49,6 +53,19 @@ var scenarios = []scenario{
 		name: "hang", baseline: 5 * time.Second, observe: 10 * time.Second,
 		fault: hang,
 		note:  "CoreDNS SIGSTOPped for 20 s (bound, not answering), then SIGCONT",
+	},
+	{
+		// The loss is switched on and off through a file, not by reloading
+		// CoreDNS: a reload (SIGUSR1) keeps the sockets but starts every
+		// plugin afresh, and so empties LocalDNS's cache twice.
+		name: "lossy", baseline: 5 * time.Second, observe: 5 * time.Second,
+		fault: lossy, corefile: lossyCorefile,
+		note: "LocalDNS's CoreDNS drops 1 query in 10 on both listeners (bin/coredns's lossy plugin, ahead of cache, in every block from LocalDNS's start, switched on by a file) for 30 s, then answers all again",
+	},
+	{
+		name: "brownout", baseline: 5 * time.Second, observe: 5 * time.Second,
+		fault: brownout,
+		note:  "CoreDNS SIGSTOPped 300 ms of every second for 20 s (bound, answering late), then SIGCONT",
 	},
 	{
 		name: "planned-restart", baseline: 5 * time.Second, observe: 15 * time.Second,
@@ -145,6 +162,68 @@ func hang(ctx context.Context, t *topology, ev *events) error {
 		return err
 	}
 	ev.mark("SIGCONT")
+	return nil
+}
+
+// lossySwitch is the file whose presence (inside the node) turns
+// LocalDNS's loss on: the lossy plugin looks for it every 50 ms.
+const lossySwitch = "/run/localdns-lossy"
+
+// lossyEvery is the share LocalDNS drops while lossy: 1 query in 10.
+const lossyEvery = 10
+
+// lossyCorefile puts `lossy 10 /run/localdns-lossy` in every server block
+// of LocalDNS's Corefile, after its bind line (every block of AgentBaker's
+// Corefile has one): CoreDNS orders plugins itself, so where the line goes
+// in a block does not matter.
+func lossyCorefile(corefile string) string {
+	lines := strings.SplitAfter(corefile, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l)
+		if trimmed := strings.TrimSpace(l); strings.HasPrefix(trimmed, "bind ") {
+			indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
+			fmt.Fprintf(&b, "%slossy %d %s\n", indent, lossyEvery, lossySwitch)
+		}
+	}
+	return b.String()
+}
+
+// lossy makes LocalDNS drop 1 query in 10 for 30 s.
+func lossy(ctx context.Context, t *topology, ev *events) error {
+	if _, err := t.guest.Exec(ctx, "touch", lossySwitch); err != nil {
+		return fmt.Errorf("lossy on: %w", err)
+	}
+	ev.mark("lossy on")
+	sleep(ctx, 30*time.Second)
+	// Whatever ctx says: the node is whole again.
+	if _, err := t.guest.Exec(context.Background(), "rm", "-f", lossySwitch); err != nil {
+		return fmt.Errorf("lossy off: %w", err)
+	}
+	ev.mark("lossy off")
+	return nil
+}
+
+// brownout stops CoreDNS 300 ms out of every second for 20 s: it stays
+// bound and answers what waited when it runs again, 0 to 300 ms late. The
+// cycle runs in one shell inside the node, so its timing does not hang on
+// starting a process per signal.
+func brownout(ctx context.Context, t *topology, ev *events) error {
+	pid, err := t.corednsPID(ctx)
+	if err != nil {
+		return err
+	}
+	ev.mark("brownout")
+	const cycle = `for i in $(seq 20); do kill -STOP "$1"; sleep 0.3; kill -CONT "$1"; sleep 0.7; done`
+	_, runErr := t.guest.Exec(ctx, "sh", "-c", cycle, "sh", pid)
+	// A cycle cut short may leave CoreDNS stopped.
+	if _, err := t.guest.Exec(context.Background(), "kill", "-CONT", pid); err != nil {
+		return errors.Join(runErr, fmt.Errorf("brownout: SIGCONT: %w", err))
+	}
+	ev.mark("brownout over")
+	if runErr != nil {
+		return fmt.Errorf("brownout: %w", runErr)
+	}
 	return nil
 }
 

@@ -94,9 +94,10 @@ type binaries struct {
 }
 
 // buildTopology creates the namespaces, boots the guest, wires them and
-// starts LocalDNS (and dnsstandby for the dnsstandby setup). On error it
-// undoes what it did.
-func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones) (t *topology, err error) {
+// starts LocalDNS (and dnsstandby for the dnsstandby setup); corefile, if
+// not nil, rewrites LocalDNS's Corefile first (a scenario's fault that
+// must be in place from LocalDNS's start). On error it undoes what it did.
+func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones, corefile func(string) string) (t *topology, err error) {
 	t = &topology{setup: setup, zones: zones}
 	defer func() {
 		if err != nil {
@@ -117,6 +118,11 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		Units: map[string]string{"localdns.service": lab.LocalDNSUnit(variant)},
 		Files: lab.LocalDNSFiles(lab.LocalDNSCoreDNSPath),
 		Binds: map[string]string{lab.LocalDNSCoreDNSPath: bins.coredns},
+	}
+	if corefile != nil {
+		f := cfg.Files[lab.LocalDNSCorefilePath]
+		f.Data = corefile(f.Data)
+		cfg.Files[lab.LocalDNSCorefilePath] = f
 	}
 	if isStandby(setup) {
 		cfg.Binds[standbyPath] = bins.dnsstandby
@@ -214,14 +220,15 @@ func (t *topology) close() error {
 	return errors.Join(errs...)
 }
 
-// buildAll builds one topology per setup, in parallel.
-func buildAll(ctx context.Context, scenario string, setups []string, bins binaries, zones *nstest.Zones) ([]*topology, error) {
+// buildAll builds one topology per setup, in parallel; corefile as for
+// buildTopology.
+func buildAll(ctx context.Context, scenario string, setups []string, bins binaries, zones *nstest.Zones, corefile func(string) string) ([]*topology, error) {
 	tops := make([]*topology, len(setups))
 	errs := make([]error, len(setups))
 	var wg sync.WaitGroup
 	for i, s := range setups {
 		wg.Go(func() {
-			tops[i], errs[i] = buildTopology(ctx, fmt.Sprintf("%s-%d", shortName(scenario), i), s, bins, zones)
+			tops[i], errs[i] = buildTopology(ctx, fmt.Sprintf("%s-%d", shortName(scenario), i), s, bins, zones, corefile)
 		})
 	}
 	wg.Wait()
