@@ -97,8 +97,11 @@ func readComm(root string, pid int) string {
 // fillOwners sets PID and Comm of every socket in socks whose PID is 0 to a
 // process holding it: the processes in hints first (LocalDNS's last known
 // PIDs, so that a rescan costs nothing while LocalDNS keeps its sockets),
-// then every process under root until all are found. A socket held by no
-// visible process keeps PID 0. Only a root that cannot be listed is an
+// then every process under root until all are found, the service manager
+// (PID 1) last: it holds copies of the sockets in its file descriptor
+// store (dnsstandby's, for the next process), and the process serving
+// them is the owner to name. A socket held by no visible process keeps
+// PID 0. Only a root that cannot be listed is an
 // error; processes that vanish or deny access are skipped.
 func fillOwners(root string, socks []Socket, hints []int) error {
 	want := map[uint64][]int{} // inode -> indexes into socks
@@ -148,16 +151,22 @@ func fillOwners(root string, socks []Socket, hints []int) error {
 	}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 || seen[pid] {
+		if err != nil || pid <= serviceManager || seen[pid] {
 			continue
 		}
 		scan(pid)
 		if len(want) == 0 {
-			break
+			return nil
 		}
+	}
+	if !seen[serviceManager] {
+		scan(serviceManager)
 	}
 	return nil
 }
+
+// serviceManager is PID 1, systemd on a node: see fillOwners.
+const serviceManager = 1
 
 // SocketInode returns the inode of the socket behind rc (from
 // (*net.UDPConn).SyscallConn and the like): what sock_diag and /proc/PID/fd

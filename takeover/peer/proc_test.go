@@ -80,7 +80,11 @@ func TestFillOwners(t *testing.T) {
 		200: {4: "socket:[777]", 5: "anon_inode:[eventpoll]"},
 		300: {3: "socket:[777]"}, // shares 777 with 200 (inherited)
 		400: {},
-	}, map[int]string{100: "coredns", 200: "localdns.sh", 300: "coredns"})
+		// systemd's file descriptor store holds a copy of the standby's
+		// socket for its next process; 1 also holds one no one serves.
+		1:   {12: "socket:[888]", 13: "socket:[889]"},
+		500: {3: "socket:[888]"},
+	}, map[int]string{100: "coredns", 200: "localdns.sh", 300: "coredns", 1: "systemd", 500: "dnsstandby"})
 
 	tests := []struct {
 		name   string
@@ -93,6 +97,8 @@ func TestFillOwners(t *testing.T) {
 		{"hint first", []int{300}, []uint64{777}, []int{300}, []string{"coredns"}},
 		{"stale hint", []int{12345, 400}, []uint64{555}, []int{100}, []string{"coredns"}},
 		{"none", nil, nil, nil, nil},
+		{"stored by the service manager: the serving process named", nil, []uint64{888}, []int{500}, []string{"dnsstandby"}},
+		{"held by the service manager alone", nil, []uint64{889}, []int{1}, []string{"systemd"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
