@@ -117,7 +117,11 @@ func DefaultConfig() Config {
 		// At fewer than MinQueries hits a second, the probes detect an
 		// outage; the fast hold is for busy nodes.
 		SilentWindow: time.Second,
-		SilentMin:    120 * time.Millisecond,
+		// Past a CFS throttling stall (a 100 ms period) and the stalls of
+		// a CPU-starved node (the lab saw LocalDNS silent 150 ms while
+		// warming its cache on two busy CPUs): hedging covers those, and
+		// a hold would take LocalDNS's traffic for its whole hold-down.
+		SilentMin: 250 * time.Millisecond,
 		Tick:         5 * time.Millisecond,
 	}
 }

@@ -39,6 +39,34 @@ type AnsweredBy struct {
 // ByLocalDNS is what LocalDNS answered, on whichever listener.
 func (a AnsweredBy) ByLocalDNS() int { return a.LocalDNS + a.LocalDNSNode }
 
+// Total is every answer counted.
+func (a AnsweredBy) Total() int {
+	n := a.LocalDNS + a.Standby + a.LocalDNSNode + a.NoNSID
+	for _, k := range a.Other {
+		n += k
+	}
+	return n
+}
+
+// add counts one answer by the NSID it carried.
+func (a *AnsweredBy) add(nsid string) {
+	switch nsid {
+	case LoadNSIDLocalDNS:
+		a.LocalDNS++
+	case LoadNSIDLocalDNSNode:
+		a.LocalDNSNode++
+	case LoadNSIDStandby:
+		a.Standby++
+	case "":
+		a.NoNSID++
+	default:
+		if a.Other == nil {
+			a.Other = map[string]int{}
+		}
+		a.Other[nsid]++
+	}
+}
+
 // Summary is one run's numbers. The fields up to GlibcFail are the lab's
 // output format (issue 4), in its order; the rest are extras.
 type Summary struct {
@@ -149,6 +177,11 @@ type AfterFault struct {
 	GlibcOK    int     `json:"glibc_ok"`   // finished lookups, by start time
 	GlibcFail  int     `json:"glibc_fail"` //
 	GlibcMaxMs float64 `json:"glibc_max_ms"`
+	// AnsweredBy counts the answers from the fault on by the NSID they
+	// carried; Hedges is how many dnsstandby hedged meanwhile (nil: not
+	// reported).
+	AnsweredBy AnsweredBy `json:"answered_by"`
+	Hedges     *int       `json:"hedges,omitempty"`
 }
 
 // FirstTryShare is the share of the queries sent from the fault on that
@@ -183,6 +216,7 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 			continue
 		}
 		latencies = append(latencies, r.Latency)
+		a.AnsweredBy.add(r.By)
 	}
 	slices.Sort(latencies)
 	a.P99Ms = reportMs(reportPercentile(latencies, 0.99))
@@ -272,21 +306,7 @@ func Summarize(load LoadResult, probe ProbeResult) Summary {
 			continue
 		}
 		latencies = append(latencies, r.Latency)
-		switch r.By {
-		case LoadNSIDLocalDNS:
-			s.AnsweredBy.LocalDNS++
-		case LoadNSIDLocalDNSNode:
-			s.AnsweredBy.LocalDNSNode++
-		case LoadNSIDStandby:
-			s.AnsweredBy.Standby++
-		case "":
-			s.AnsweredBy.NoNSID++
-		default:
-			if s.AnsweredBy.Other == nil {
-				s.AnsweredBy.Other = map[string]int{}
-			}
-			s.AnsweredBy.Other[r.By]++
-		}
+		s.AnsweredBy.add(r.By)
 	}
 	slices.Sort(latencies)
 	s.P50Ms = reportMs(reportPercentile(latencies, 0.50))

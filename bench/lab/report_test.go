@@ -163,6 +163,19 @@ func TestSummarizeNodeListener(t *testing.T) {
 	}
 }
 
+// TestCountAfterFaultBy: the answers from the fault on are counted by
+// their NSID, those before it not.
+func TestCountAfterFaultBy(t *testing.T) {
+	load := reportTestLoad("FFFF")
+	for i, by := range []string{LoadNSIDStandby, LoadNSIDLocalDNS, LoadNSIDStandby, LoadNSIDLocalDNSNode} {
+		load.Records[i].By = by
+	}
+	got := CountAfterFault(load, ProbeResult{}, time.Millisecond).AnsweredBy
+	if want := (AnsweredBy{Standby: 1, LocalDNSNode: 1}); !reflect.DeepEqual(got, want) || got.Total() != 2 {
+		t.Errorf("got %+v (%d in all), want %+v", got, got.Total(), want)
+	}
+}
+
 func TestCountAfterFault(t *testing.T) {
 	ms := time.Millisecond
 	start := time.Unix(1000, 0)
@@ -197,7 +210,13 @@ func TestCountAfterFault(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			load := reportTestLoad(tc.pattern)
 			load.Start = start
-			if got := CountAfterFault(load, probe, tc.at); got != tc.want {
+			got := CountAfterFault(load, probe, tc.at)
+			// The answers' NSIDs are TestCountAfterFaultBy's.
+			if got.AnsweredBy.Total() != got.FirstTry+got.AfterRetry {
+				t.Errorf("%d answers by NSID, %d answered", got.AnsweredBy.Total(), got.FirstTry+got.AfterRetry)
+			}
+			got.AnsweredBy = AnsweredBy{}
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})

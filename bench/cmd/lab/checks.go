@@ -51,8 +51,8 @@ func hedgeRules() []hedgeRule {
 		{"lossy", "p99 ≤ 200 ms from the fault on", p99Within(200)},
 		{"brownout", "0 queries unanswered from the fault on", unanswered},
 		{"brownout", "≥ 99.9% answered on the first try from the fault on", firstTry(0.999)},
-		{"healthy", "hedges ≤ 0.1% of queries", hedgeShare(0.001)},
-		{"healthy", "LocalDNS (by NSID) gives ≥ 99.9% of the answers", localDNSShare(0.999)},
+		{"healthy", "hedges ≤ 0.1% of queries from the fault on", hedgeShare(0.001)},
+		{"healthy", "LocalDNS (by NSID) gives ≥ 99.9% of the answers from the fault on", localDNSShare(0.999)},
 		{"healthy", "0 mismatched replies", noMismatched},
 	}
 }
@@ -94,23 +94,26 @@ func p99Within(ms float64) func(lab.LabRun) (bool, string) {
 
 // hedgeShare counts a dnsstandby that reports no hedges as hedging none:
 // one without hedging cannot have hedged, and one that has not hedged yet
-// shows no series.
+// shows no series. Both count from the fault on (healthy's is its end of
+// LocalDNS's warm-up).
 func hedgeShare(share float64) func(lab.LabRun) (bool, string) {
 	return func(r lab.LabRun) (bool, string) {
-		if r.Hedges == nil {
-			return r.Sent > 0, fmt.Sprintf("no hedges reported, %d sent", r.Sent)
+		a := r.AfterFault
+		if a.Hedges == nil {
+			return a.Sent > 0, fmt.Sprintf("no hedges reported, %d sent", a.Sent)
 		}
-		got := float64(r.Hedges.Total) / float64(max(r.Sent, 1))
-		return r.Sent > 0 && got <= share, fmt.Sprintf("%d hedges for %d sent (%.3f%%)", r.Hedges.Total, r.Sent, 100*got)
+		got := float64(*a.Hedges) / float64(max(a.Sent, 1))
+		return a.Sent > 0 && got <= share, fmt.Sprintf("%d hedges for %d sent (%.3f%%)", *a.Hedges, a.Sent, 100*got)
 	}
 }
 
 func localDNSShare(share float64) func(lab.LabRun) (bool, string) {
 	return func(r lab.LabRun) (bool, string) {
-		answered := r.AnsweredFirstTry + r.AnsweredAfterRetry
-		got := float64(r.AnsweredBy.ByLocalDNS()) / float64(max(answered, 1))
+		by := r.AfterFault.AnsweredBy
+		answered := by.Total()
+		got := float64(by.ByLocalDNS()) / float64(max(answered, 1))
 		return answered > 0 && got >= share,
-			fmt.Sprintf("%.3f%% (%d of %d answers; dnsstandby %d)", 100*got, r.AnsweredBy.ByLocalDNS(), answered, r.AnsweredBy.Standby)
+			fmt.Sprintf("%.3f%% (%d of %d answers; dnsstandby %d)", 100*got, by.ByLocalDNS(), answered, by.Standby)
 	}
 }
 

@@ -207,6 +207,16 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	}
 	sleep(ctx, scale(sc.baseline))
 
+	// The hedge counters at the fault, so that the checks count what was
+	// hedged from it on.
+	atFault := make([]map[string]*lab.Hedges, len(tops))
+	for i, t := range tops {
+		if isStandby(t.setup) {
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			atFault[i], _ = t.hedges(hctx) // missing: the runs count hedges over the whole run
+			cancel()
+		}
+	}
 	faultAt := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, len(tops))
@@ -220,7 +230,7 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	// to its resolver timeout to finish.
 	perNode := make([][]lab.LabRun, len(tops))
 	for i, t := range tops {
-		wg.Go(func() { perNode[i] = nodes[i].results(sc, t, faultAt, errs[i]) })
+		wg.Go(func() { perNode[i] = nodes[i].results(sc, t, faultAt, atFault[i], errs[i]) })
 	}
 	wg.Wait()
 	for _, r := range perNode {
@@ -329,7 +339,7 @@ func (n *liveNode) stop() {
 // results stops the node and makes a run of each client, on the client's
 // own clock, with the scenario's note, the fault's error and the notes that
 // apply.
-func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, faultErr error) []lab.LabRun {
+func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault map[string]*lab.Hedges, faultErr error) []lab.LabRun {
 	n.stop()
 	var hedges map[string]*lab.Hedges
 	if isStandby(t.setup) {
@@ -352,6 +362,13 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, faultErr
 			run.Hedges = &lab.Hedges{} // reported, none on this listener
 		}
 		after := lab.CountAfterFault(res, pr, faultAt.Sub(res.Start))
+		if run.Hedges != nil {
+			n := run.Hedges.Total
+			if h, ok := atFault[c.listener+":53"]; ok {
+				n -= h.Total
+			}
+			after.Hedges = &n
+		}
 		run.AfterFault = &after
 		run.Down = intervals(n.spans, res.Start)
 		run.Events = n.ev.list(res.Start)
