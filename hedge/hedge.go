@@ -122,7 +122,7 @@ func DefaultConfig() Config {
 		// warming its cache on two busy CPUs): hedging covers those, and
 		// a hold would take LocalDNS's traffic for its whole hold-down.
 		SilentMin: 250 * time.Millisecond,
-		Tick:         5 * time.Millisecond,
+		Tick:      5 * time.Millisecond,
 	}
 }
 
