@@ -82,6 +82,8 @@ func (d *Daemon) Give(c *net.UnixConn, peer *unix.Ucred) error {
 		}
 	}()
 	log.Info("handover: asked for by PID " + fmt.Sprint(peer.Pid))
+	// Writing the caches takes longer than admin's request bound.
+	_ = c.SetDeadline(time.Now().Add(handoverReplyTimeout))
 
 	var names []string
 	var fds []int

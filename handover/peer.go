@@ -147,7 +147,13 @@ func ReadOffer(c *net.UnixConn) (*Offer, error) {
 	// Read the rest of the header if the first read fell short of it.
 	for ferr == nil && n > 0 {
 		want, ok := offerLen(got)
-		if !ok || len(got) >= want {
+		if !ok {
+			if got[0] == '{' {
+				break // a refusal, written at once
+			}
+			want = len(offerMagic) + 2
+		}
+		if len(got) >= want || want > len(buf) {
 			break
 		}
 		k, koobn, _, _, err := c.ReadMsgUnix(buf[len(got):want], oob)
