@@ -23,7 +23,36 @@ func losslessRules() []losslessRule {
 		{"crash-storm", setupStandby},
 		{"permanent-failure", setupStandby},
 		{"interface-teardown", setupStandby},
+		{"standby-surge", setupStandby},
 	}
+}
+
+// maxGapRules are the scenarios where dnsstandby hands over to another
+// process of its own, and the longest a client may go without an answer
+// on its first try: a handover shares the sockets, so nothing waits for
+// a bind or a program.
+func maxGapRules() map[string]float64 {
+	return map[string]float64{"standby-surge": 20}
+}
+
+// gapChecks checks each run of setupStandby in scenario against
+// maxGapRules.
+func gapChecks(scenario string, runs []lab.LabRun) []lab.Check {
+	limit, ok := maxGapRules()[scenario]
+	if !ok {
+		return nil
+	}
+	var out []lab.Check
+	for _, r := range runs {
+		if r.Scenario != scenario || r.Setup != setupStandby {
+			continue
+		}
+		out = append(out, lab.Check{Scenario: r.Scenario, Setup: r.Setup, Listener: r.Listener, Client: r.Client,
+			Require: fmt.Sprintf("no gap over %.0f ms without an answer on the first try", limit),
+			Pass:    r.MaxGapMs <= limit,
+			Found:   fmt.Sprintf("longest %.1f ms, from %.0f ms", r.MaxGapMs, r.MaxGapFromMs)})
+	}
+	return out
 }
 
 // checkRuns checks the runs of one scenario against the rules that apply
@@ -48,7 +77,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun) []l
 			out = append(out, losslessChecks(runs[i])...)
 		}
 	}
-	return out
+	return append(out, gapChecks(scenario, runs)...)
 }
 
 // losslessChecks are the two checks of one run: queries, glibc lookups.
