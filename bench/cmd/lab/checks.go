@@ -23,7 +23,6 @@ func losslessRules() []losslessRule {
 		{"crash-storm", setupStandby},
 		{"permanent-failure", setupStandby},
 		{"interface-teardown", setupStandby},
-		{"standby-surge", setupStandby},
 	}
 }
 
