@@ -1,7 +1,9 @@
 // Package admin is dnsstandby's control socket: a unix socket, readable
 // and writable by root only, that takes one JSON request per connection
 // (status, hold, release) and answers with one JSON response. The daemon
-// serves it; `dnsstandby status|hold|release` are its clients.
+// serves it; `dnsstandby status|hold|release` are its clients. It also
+// carries a surge handover's request ("handover"): the connection is
+// then the Giver's, which passes its files over it (package handover).
 package admin
 
 import (
@@ -17,13 +19,15 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dnsstandby/dnsstandby/internal/unixsock"
 	"github.com/dnsstandby/dnsstandby/status"
 )
 
 // Request is what a client sends.
 type Request struct {
-	Cmd string `json:"cmd"`           // "status", "hold" or "release"
+	Cmd string `json:"cmd"`           // "status", "hold", "release" or "handover"
 	For string `json:"for,omitempty"` // hold: a Go duration; empty: until released
 }
 
@@ -44,6 +48,14 @@ type Handler interface {
 	Status() status.Daemon
 	Hold(d time.Duration) error // 0: until released
 	Release() error
+}
+
+// Giver is a Handler that can hand over to another process: Give runs on
+// the connection of a "handover" request, from a root peer whose
+// credentials are peer, and owns the connection until it returns (it
+// sets its own deadlines).
+type Giver interface {
+	Give(c *net.UnixConn, peer *unix.Ucred) error
 }
 
 // Limits: a request is a few dozen bytes; a client that sends more, or
@@ -132,7 +144,12 @@ func (s *Server) serve() {
 			defer s.wg.Done()
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(requestTimeout))
-			resp := s.handle(io.LimitReader(c, maxRequest))
+			req, err := decode(io.LimitReader(c, maxRequest))
+			if err == nil && req.Cmd == "handover" {
+				s.give(c)
+				return
+			}
+			resp := s.handle(req, err)
 			_ = json.NewEncoder(c).Encode(resp)
 		}()
 	}
@@ -153,11 +170,34 @@ func rootPeer(c *net.UnixConn) error {
 	return nil
 }
 
-func (s *Server) handle(r io.Reader) Response {
+// give serves a handover request: the Giver takes the connection; a
+// handler that cannot give answers with an error.
+func (s *Server) give(c *net.UnixConn) {
+	g, ok := s.h.(Giver)
+	if !ok {
+		_ = json.NewEncoder(c).Encode(Response{Error: "handover: this process cannot hand over"})
+		return
+	}
+	cred, err := unixsock.PeerCred(c)
+	if err != nil {
+		s.log.Warn("handover request refused", slog.Any("err", err))
+		return
+	}
+	if err := g.Give(c, cred); err != nil {
+		s.log.Warn("handover not done: still serving", "peer_pid", cred.Pid, slog.Any("err", err))
+	}
+}
+
+func decode(r io.Reader) (Request, error) {
 	var req Request
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err := dec.Decode(&req)
+	return req, err
+}
+
+func (s *Server) handle(req Request, err error) Response {
+	if err != nil {
 		return Response{Error: fmt.Sprintf("malformed request: %v", err)}
 	}
 	switch req.Cmd {
@@ -180,7 +220,7 @@ func (s *Server) handle(r io.Reader) Response {
 		}
 		s.log.Info("operator release")
 	default:
-		return Response{Error: fmt.Sprintf("unknown command %q: want status, hold or release", req.Cmd)}
+		return Response{Error: fmt.Sprintf("unknown command %q: want status, hold, release or handover", req.Cmd)}
 	}
 	b, err := json.Marshal(s.h.Status())
 	if err != nil {
@@ -224,4 +264,35 @@ func Do(ctx context.Context, path string, req Request) (Response, error) {
 		return resp, errors.New(resp.Error)
 	}
 	return resp, nil
+}
+
+// DialHandover connects to the admin socket at path, checks that the
+// process serving it is root (the taker will serve from the sockets it
+// passes), and sends a handover request. The caller reads the offer from
+// the connection (handover.ReadOffer) and answers it; peer is the
+// giver's credentials as the kernel took them when it listened.
+func DialHandover(ctx context.Context, path string) (c *net.UnixConn, peer *unix.Ucred, err error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("admin socket %s: %w", path, err)
+	}
+	c = nc.(*net.UnixConn)
+	fail := func(err error) (*net.UnixConn, *unix.Ucred, error) {
+		c.Close()
+		return nil, nil, fmt.Errorf("admin socket %s: %w", path, err)
+	}
+	if peer, err = unixsock.PeerCred(c); err != nil {
+		return fail(err)
+	}
+	if peer.Uid != 0 {
+		return fail(fmt.Errorf("served by uid %d (pid %d), not root: no handover from it", peer.Uid, peer.Pid))
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if err := json.NewEncoder(c).Encode(Request{Cmd: "handover"}); err != nil {
+		return fail(fmt.Errorf("send handover request: %w", err))
+	}
+	return c, peer, nil
 }

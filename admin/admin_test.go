@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/status"
 )
@@ -25,6 +28,10 @@ func TestMain(m *testing.M) {
 	if action := os.Getenv(testkit.ChildEnv); action != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		if action == "handover" {
+			fmt.Println(askHandover(ctx, os.Getenv(socketEnv)))
+			return
+		}
 		if _, err := Do(ctx, os.Getenv(socketEnv), Request{Cmd: action}); err != nil {
 			fmt.Printf("refused: %v\n", err)
 		} else {
@@ -246,4 +253,97 @@ func TestPeerCredentials(t *testing.T) {
 			}
 		})
 	}
+}
+
+// askHandover asks for a handover and says what came: "served N files"
+// or "refused: ...".
+func askHandover(ctx context.Context, path string) string {
+	c, _, err := DialHandover(ctx, path)
+	if err != nil {
+		return "refused: " + err.Error()
+	}
+	defer c.Close()
+	o, err := handover.ReadOffer(c)
+	if err != nil {
+		return "refused: " + err.Error()
+	}
+	defer o.Close()
+	_ = handover.SendReply(c, os.Getpid(), nil)
+	return fmt.Sprintf("served %d files", len(o.Files))
+}
+
+// giver is a Handler that gives /dev/null as a cache file.
+type giver struct {
+	fakeHandler
+	mu    sync.Mutex
+	peers []int32
+	err   error
+}
+
+func (g *giver) Give(c *net.UnixConn, peer *unix.Ucred) error {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	err = handover.SendOffer(c, os.Getpid(), []string{handover.CacheName}, []int{int(f.Fd())})
+	if err == nil {
+		err = handover.ReadReply(c)
+	}
+	g.mu.Lock()
+	g.peers, g.err = append(g.peers, peer.Pid), err
+	g.mu.Unlock()
+	return err
+}
+
+// TestHandoverRequest: a handover request reaches the Giver, with the
+// peer's credentials, from root only; a handler that is not a Giver
+// refuses it in words the taker reports.
+func TestHandoverRequest(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to start a child as another user")
+	}
+	tests := []struct {
+		name   string
+		uid    uint32
+		served bool
+	}{
+		{"root", 0, true},
+		{"nobody", 65534, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(testkit.PublicDir(t), "admin.sock")
+			g := &giver{}
+			s, err := Listen(path, g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := os.Chmod(path, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			out, err := testkit.RunAs(t, tt.uid, tt.uid, "handover", socketEnv+"="+path)
+			if err != nil {
+				t.Fatalf("child: %v\n%s", err, out)
+			}
+			s.Close()
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if served := strings.HasPrefix(out, "served 1 files"); served != tt.served || (len(g.peers) == 1) != tt.served {
+				t.Fatalf("uid %d: child says %q, Give called for %v; want served %v", tt.uid, strings.TrimSpace(out), g.peers, tt.served)
+			}
+			if tt.served && (g.peers[0] <= 0 || g.err != nil) {
+				t.Errorf("Give: peer pid %d, reply %v", g.peers[0], g.err)
+			}
+		})
+	}
+	t.Run("not a giver", func(t *testing.T) {
+		path, _ := start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if out := askHandover(ctx, path); !strings.Contains(out, "refused by the running process: handover: this process cannot hand over") {
+			t.Errorf("asked a handler that cannot give: %q", out)
+		}
+	})
 }

@@ -65,6 +65,14 @@ type Config struct {
 	// LockFile is locked while Run runs, before it changes anything on
 	// the node: one dnsstandby per node ("" : no lock).
 	LockFile string
+	// HandoverFrom is the admin socket of a dnsstandby that may be
+	// running ("" : none): when LockFile is held, Run asks that process
+	// for a surge handover (its sockets, caches and lock) instead of
+	// exiting with ErrRunning. WaitAfterHandover keeps a process that
+	// gave a handover waiting for its stop signal once stopped, rather
+	// than returning (a DaemonSet container that exits is restarted).
+	HandoverFrom      string
+	WaitAfterHandover bool
 
 	// MetricsAddr serves /metrics, /healthz, /readyz and /debug/events
 	// ("" : off); AdminSocket serves status, hold and release ("" : off).

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"reflect"
@@ -60,6 +61,8 @@ type Daemon struct {
 	dnstap   *dnstap.Receiver
 	ctrl     *takeover.Controller
 	ho       *handoverState // set first by Run (handover.go)
+	lock     *instanceLock  // nil without LockFile
+	surge    *surge         // surge handovers (surge.go)
 }
 
 // group is one route's running upstream group.
@@ -83,7 +86,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 // newUnchecked is New without Validate: tests use it to see that Run's
 // parts refuse what Validate refuses.
 func newUnchecked(cfg Config, log *slog.Logger) *Daemon {
-	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}
+	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{}), surge: newSurge()}
 	if cfg.Reload != nil {
 		d.watched = fingerprint(cfg.Watch)
 	}
@@ -129,10 +132,25 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer func() { stack.closeAll(log) }()
 	if cfg.LockFile != "" {
 		lock, err := lockInstance(cfg.LockFile)
+		if errors.Is(err, ErrRunning) && cfg.HandoverFrom != "" {
+			// One runs: ask it for a surge handover. A refusal
+			// leaves it as it was, like the error above.
+			lock, err = d.take(ctx)
+		}
 		if err != nil {
 			return err
 		}
+		d.lock = lock
 		stack.push("instance lock", lock.release)
+	} else if cfg.HandoverFrom != "" {
+		if _, err := d.take(ctx); err != nil {
+			log.Info("handover: none taken: starting on its own", slog.Any("err", err))
+		}
+	}
+	if t := d.surge.taking; t != nil {
+		// Until acceptHandover, the giver serves: a failed start
+		// leaves it so.
+		stack.push("handover", func() error { t.refuse(errors.New("start failed: see its log")); return nil })
 	}
 	d.inherit()
 	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion, "pid", os.Getpid())
@@ -165,8 +183,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	d.startHedgers(life, &stack)
+	// Our sockets read and our steering program is attached: a giver
+	// may stop. It frees the admin socket and the metrics address as it
+	// does.
+	if err := d.acceptHandover(); err != nil {
+		return err
+	}
 	if cfg.AdminSocket != "" {
-		as, err := admin.Listen(cfg.AdminSocket, handler{d}, d.base)
+		var as *admin.Server
+		err := d.afterGiver(ctx, "admin socket", func() (err error) {
+			as, err = admin.Listen(cfg.AdminSocket, handler{d}, d.base)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -174,7 +202,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var ready readiness
 	if cfg.MetricsAddr != "" {
-		hs, err := d.serveHTTP(&wg, reg, &ready)
+		var hs *http.Server
+		err := d.afterGiver(ctx, "metrics address", func() (err error) {
+			hs, err = d.serveHTTP(&wg, reg, &ready)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -213,11 +245,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.watch(life) })
 	}
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-d.surge.gave:
+	}
 	start := time.Now()
 	stack.closeAll(log)
 	stack = nil
 	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	if d.gaveHandover() && cfg.WaitAfterHandover && ctx.Err() == nil {
+		// As a DaemonSet's old pod: exiting would restart the
+		// container, which would ask for the handover back.
+		log.Info("handover: done; waiting for the stop signal", "to_pid", d.surge.toPID.Load())
+		<-ctx.Done()
+	}
 	return nil
 }
 

@@ -42,7 +42,13 @@ func handoverLimit(cfg *Config) int64 { return max(2*cfg.Cache.MaxBytes, 16<<20)
 // is mapped and checked for newZoneCache.
 func (d *Daemon) inherit() {
 	h := &handoverState{log: d.base.With("component", "handover"), store: handover.StoreFromEnv(), limit: handoverLimit(&d.cfg)}
-	h.in = handover.FromEnv(d.base)
+	if t := d.surge.taking; t != nil {
+		// A surge handover's files, in place of systemd's.
+		h.in = handover.FromFiles(t.offer.Files, d.base)
+		t.offer.Files = nil
+	} else {
+		h.in = handover.FromEnv(d.base)
+	}
 	if f := h.in.Cache(); f != nil {
 		w, err := handover.ReadCaches(f, h.limit)
 		f.Close()
@@ -155,20 +161,16 @@ func (d *Daemon) handOver() {
 	if h == nil {
 		return
 	}
+	if d.gaveHandover() {
+		// The taker serves with the caches and writes the snapshots;
+		// two writers would race on the files.
+		h.saved.Store(true)
+		return
+	}
 	zcs := d.caches()
 	if h.store.Enabled() && len(zcs) > 0 {
 		start := time.Now()
-		saves := make([]handover.CacheSave, 0, len(zcs))
-		for _, v := range d.views {
-			v.mu.Lock()
-			if v.set != nil {
-				for zone, zc := range v.set.caches {
-					saves = append(saves, handover.CacheSave{Key: handover.CacheKey(v.listen, zone), Save: zc.c.Save})
-				}
-			}
-			v.mu.Unlock()
-		}
-		f, n, err := handover.WriteCaches(os.Getpid(), h.limit, saves)
+		f, n, err := d.writeCacheFile()
 		if err == nil {
 			err = h.store.PutFile(handover.CacheName, f)
 			f.Close()
@@ -176,7 +178,7 @@ func (d *Daemon) handOver() {
 		if err != nil {
 			h.log.Error("handover: caches not handed over: the next process loads the disk snapshots", slog.Any("err", err))
 		} else {
-			h.log.Info("handover: caches stored for the next process", "caches", len(saves), "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
+			h.log.Info("handover: caches stored for the next process", "caches", len(zcs), "entries", n, "took", time.Since(start).Round(time.Millisecond).String())
 		}
 	}
 	for _, zc := range zcs {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,7 +21,13 @@ const DefaultLockFile = "/run/dnsstandby/dnsstandby.lock"
 var ErrRunning = errors.New("another dnsstandby is running on this node")
 
 // instanceLock is the lock one dnsstandby per node holds while it runs.
-type instanceLock struct{ f *os.File }
+// A surge handover shares it: the taker holds the giver's open file, so
+// the flock stays held across both.
+type instanceLock struct {
+	f     *os.File
+	owned bool        // ours to write our PID in and empty at release
+	given atomic.Bool // passed on to a taker: released without emptying
+}
 
 // lockInstance takes the lock at path before Run changes anything on the
 // node: two dnsstandby processes would each attach their steering program
@@ -44,9 +51,48 @@ func lockInstance(path string) (*instanceLock, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	l := &instanceLock{f: f}
+	l.own()
+	return l, nil
+}
+
+// own makes the lock ours: our PID goes into its file.
+func (l *instanceLock) own() {
+	l.owned = true
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt(pid, 0)
+	if err := l.f.Truncate(0); err == nil {
+		_, _ = l.f.WriteAt(pid, 0)
+	}
+}
+
+// adoptLock checks the lock file f a surge handover passed: it must be
+// the file at path (nil f only without a path) and hold the flock, which
+// flock on it then confirms without blocking (another open file holding
+// it would refuse). It is not ours until the handover is accepted (own).
+func adoptLock(f *os.File, path string) (*instanceLock, error) {
+	if f == nil {
+		return nil, errors.New("the offer holds no instance lock")
+	}
+	if path == "" {
+		f.Close()
+		return nil, errors.New("an instance lock offered, but this process runs without --lock-file")
+	}
+	var got, want unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &got); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("offered lock: %w", err)
+	}
+	if err := unix.Stat(path, &want); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino {
+		f.Close()
+		return nil, fmt.Errorf("the offered lock is not %s (another --lock-file?)", path)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the offered lock does not hold %s: %w", path, err)
 	}
 	return &instanceLock{f: f}, nil
 }
@@ -72,8 +118,11 @@ func LockInstance(path string) (release func() error, err error) {
 	return l.release, nil
 }
 
-// release drops the lock; the file stays, empty, for the next holder.
+// release drops the lock; the file stays, empty, for the next holder. A
+// lock given on, or not yet ours, is only closed: its holder goes on.
 func (l *instanceLock) release() error {
-	_ = l.f.Truncate(0)
+	if l.owned && !l.given.Load() {
+		_ = l.f.Truncate(0)
+	}
 	return l.f.Close()
 }

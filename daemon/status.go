@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"cmp"
+	"net"
 	"os"
 	"slices"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/takeover"
@@ -101,3 +104,6 @@ type handler struct{ d *Daemon }
 func (h handler) Status() status.Daemon      { return h.d.Status() }
 func (h handler) Hold(d time.Duration) error { return h.d.ctrl.Hold(d) }
 func (h handler) Release() error             { return h.d.ctrl.Release() }
+
+// Give is admin.Giver (surge.go).
+func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.d.Give(c, peer) }

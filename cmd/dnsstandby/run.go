@@ -215,6 +215,8 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "control socket for dnsstandby status, hold and release (empty: off)")
 	fs.StringVar(&cfg.LockFile, "lock-file", cfg.LockFile, "file locked while running, before anything on the node is changed: a second dnsstandby exits 1 without touching the first (empty: no lock)")
+	fs.StringVar(&cfg.HandoverFrom, "handover-from", cfg.HandoverFrom, "admin socket (`PATH`) of the dnsstandby that may be running: when the lock is held, ask it for its sockets, caches and lock, and serve in its place once started (a surge handover: DaemonSet rollout, a new build beside the old); it stops. Empty: a second dnsstandby exits 1")
+	fs.Var(parsed[bool]{&cfg.WaitAfterHandover, parseAfterHandover, afterHandoverString}, "after-handover", "what a dnsstandby does once it has handed over to a --handover-from one and stopped: exit (0), or wait for its stop signal (a DaemonSet's old pod, whose exit would restart it)")
 	fs.StringVar(&cfg.Anchor.Link, "anchor-link", cfg.Anchor.Link, "link of our own that keeps the listen addresses local when LocalDNS deletes its link (empty: no anchor)")
 	fs.StringVar(&cfg.Anchor.Kind, "anchor-kind", cfg.Anchor.Kind, "kind of the anchor link (bridge where the dummy driver is missing)")
 	fs.BoolVar(&cfg.Anchor.Cleanup, "anchor-cleanup", cfg.Anchor.Cleanup, "delete the anchor link on exit (by default it stays, so the addresses stay local across restarts)")
@@ -360,4 +362,22 @@ func newLogger(o runOptions, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, hopts))
 	}
 	return slog.New(slog.NewJSONHandler(w, hopts))
+}
+
+// parseAfterHandover is --after-handover: exit or wait.
+func parseAfterHandover(v string) (bool, error) {
+	switch v {
+	case "exit":
+		return false, nil
+	case "wait":
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want exit or wait", v)
+}
+
+func afterHandoverString(wait bool) string {
+	if wait {
+		return "wait"
+	}
+	return "exit"
 }

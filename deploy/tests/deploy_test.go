@@ -295,14 +295,14 @@ func (m *manifest) env(name string) (string, bool) {
 	return "", false
 }
 
-// metricsPort returns the declared containerPort named metrics.
+// metricsPort returns the port of --metrics-addr.
 func (m *manifest) metricsPort() (int, bool) {
-	for _, p := range m.container.Ports {
-		if p.Name == "metrics" {
-			return p.ContainerPort, p.Protocol == "" || p.Protocol == "TCP"
-		}
+	_, p, err := net.SplitHostPort(m.flag("metrics-addr"))
+	if err != nil {
+		return 0, false
 	}
-	return 0, false
+	port, err := strconv.Atoi(p)
+	return port, err == nil
 }
 
 // mountFor returns the hostPath volume mounted at or above path in the
@@ -428,17 +428,33 @@ func TestDaemonSet(t *testing.T) {
 			}
 			return fmt.Errorf("no toleration {operator: Exists} without key and effect: %+v", pod.Tolerations)
 		}},
-		{"rolling update without surge", func() error {
+		{"rolling update with a surge handover", func() error {
 			us := ds.Spec.UpdateStrategy
-			if us.Type != "RollingUpdate" || us.RollingUpdate == nil || us.RollingUpdate.MaxUnavailable == nil {
-				return fmt.Errorf("updateStrategy %+v: want RollingUpdate with maxUnavailable", us)
+			if us.Type != "RollingUpdate" || us.RollingUpdate == nil || us.RollingUpdate.MaxSurge == nil || us.RollingUpdate.MaxUnavailable == nil {
+				return fmt.Errorf("updateStrategy %+v: want RollingUpdate with maxSurge and maxUnavailable", us)
 			}
-			mu := *us.RollingUpdate.MaxUnavailable
-			if mu.IsInt && mu.Int < 1 || !mu.IsInt && !regexp.MustCompile(`^([1-9]|[1-4][0-9])%$`).MatchString(mu.Str) {
-				return fmt.Errorf("maxUnavailable %s: want at least 1 and below half the nodes", mu)
+			// One new pod beside the old, which stays until the new one is
+			// ready: the new one takes the old one's sockets and caches.
+			if ms, mu := *us.RollingUpdate.MaxSurge, *us.RollingUpdate.MaxUnavailable; ms.String() != "1" || mu.String() != "0" {
+				return fmt.Errorf("maxSurge %s, maxUnavailable %s: want 1 and 0", ms, mu)
 			}
-			if ms := us.RollingUpdate.MaxSurge; ms != nil && ms.String() != "0" && ms.String() != "0%" {
-				return fmt.Errorf("maxSurge %s: two dnsstandby pods on a node fight over the steering program", ms)
+			admin, from := m.flag("admin-socket"), m.flag("handover-from")
+			if from == "" || from != admin {
+				return fmt.Errorf("--handover-from %q: want the --admin-socket %q, where the old pod serves", from, admin)
+			}
+			if _, ok := m.mountFor(filepath.Dir(admin)); !ok {
+				return fmt.Errorf("--admin-socket %s: not on a hostPath, the old pod's is out of reach", admin)
+			}
+			// An old pod that exited after its handover would be
+			// restarted, and ask the new one for it back.
+			if v := m.flag("after-handover"); v != "wait" {
+				return fmt.Errorf("--after-handover %q: want wait", v)
+			}
+			return nil
+		}},
+		{"no declared ports: a hostPort blocks the surge", func() error {
+			if len(c.Ports) > 0 {
+				return fmt.Errorf("ports %+v: with hostNetwork each is a hostPort, and the surge pod cannot be scheduled", c.Ports)
 			}
 			return nil
 		}},
@@ -514,16 +530,16 @@ func TestDaemonSet(t *testing.T) {
 			}
 			return nil
 		}},
-		{"metrics port declared and served", func() error {
+		{"metrics port served", func() error {
 			if !portOK {
-				return errors.New("no TCP containerPort named metrics")
+				return fmt.Errorf("--metrics-addr %q: no port", metricsAddr)
 			}
 			host, p, err := net.SplitHostPort(metricsAddr)
 			if err != nil {
 				return fmt.Errorf("--metrics-addr %q: %v", metricsAddr, err)
 			}
 			if p != strconv.Itoa(port) {
-				return fmt.Errorf("--metrics-addr port %s, containerPort metrics %d", p, port)
+				return fmt.Errorf("--metrics-addr port %s, want %d", p, port)
 			}
 			// Probes of a hostNetwork pod go to the pod IP, the node's IP:
 			// the listener must be on it, not on loopback.
@@ -549,8 +565,8 @@ func TestDaemonSet(t *testing.T) {
 				if g.Path != p.path {
 					return fmt.Errorf("%s path %q, want %q", p.name, g.Path, p.path)
 				}
-				if g.Port.String() != "metrics" && g.Port.String() != strconv.Itoa(port) {
-					return fmt.Errorf("%s port %s, want metrics (%d)", p.name, g.Port, port)
+				if g.Port.String() != strconv.Itoa(port) {
+					return fmt.Errorf("%s port %s, want the --metrics-addr port %d", p.name, g.Port, port)
 				}
 				if g.Host != "" || g.Scheme != "" && g.Scheme != "HTTP" {
 					return fmt.Errorf("%s host %q scheme %q: the pod IP over HTTP", p.name, g.Host, g.Scheme)

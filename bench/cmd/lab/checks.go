@@ -121,6 +121,34 @@ func noMismatched(r lab.LabRun) (bool, string) {
 	return r.Sent > 0 && r.Mismatched == 0, fmt.Sprintf("%d mismatched, %d duplicates, of %d sent", r.Mismatched, r.Duplicates, r.Sent)
 }
 
+// maxGapRules are the scenarios where dnsstandby hands over to another
+// process of its own, and the longest a client may go without an answer
+// on its first try: a handover shares the sockets, so nothing waits for
+// a bind or a program.
+func maxGapRules() map[string]float64 {
+	return map[string]float64{"standby-surge": 20}
+}
+
+// gapChecks checks each run of setupStandby in scenario against
+// maxGapRules.
+func gapChecks(scenario string, runs []lab.LabRun) []lab.Check {
+	limit, ok := maxGapRules()[scenario]
+	if !ok {
+		return nil
+	}
+	var out []lab.Check
+	for _, r := range runs {
+		if r.Scenario != scenario || r.Setup != setupStandby {
+			continue
+		}
+		out = append(out, lab.Check{Scenario: r.Scenario, Setup: r.Setup, Listener: r.Listener, Client: r.Client,
+			Require: fmt.Sprintf("no gap over %.0f ms without an answer on the first try", limit),
+			Pass:    r.MaxGapMs <= limit,
+			Found:   fmt.Sprintf("longest %.1f ms, from %.0f ms", r.MaxGapMs, r.MaxGapFromMs)})
+	}
+	return out
+}
+
 // checkRuns checks the runs of one scenario against the rules that apply
 // to it and to the setups that ran (the hedge rules only with hedges set):
 // for each such setup, each of clients must have a run, with nothing
@@ -174,7 +202,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 				Require: rule.require, Pass: pass, Found: found})
 		}
 	}
-	return out
+	return append(out, gapChecks(scenario, runs)...)
 }
 
 // losslessChecks are the two checks of one run: queries, glibc lookups.

@@ -92,6 +92,11 @@ var scenarios = []scenario{
 		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped (takeover, answers only from cache), then systemctl restart dnsstandby; both back after 20 s",
 	},
 	{
+		name: "standby-surge", standbyOnly: true, baseline: 10 * time.Second, observe: 15 * time.Second,
+		fault: standbySurge,
+		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped (takeover, answers only from cache), then a second dnsstandby started beside the first with --handover-from (a DaemonSet rollout's surge): it takes the first's sockets, caches and lock, and the first exits; both back after 20 s",
+	},
+	{
 		name: "standby-kill", standbyOnly: true, baseline: 5 * time.Second, observe: 15 * time.Second,
 		fault: standbyKill,
 		note:  "SIGKILL dnsstandby while LocalDNS is healthy; systemd restarts it",
@@ -296,6 +301,75 @@ func standbyRestart(ctx context.Context, t *topology, ev *events) error {
 	ev.mark("dnsstandby restarted")
 	sleep(ctx, 15*time.Second)
 	return t.bothBack(ev)
+}
+
+// surgeMark labels the moment the second dnsstandby is started.
+const surgeMark = "surge dnsstandby"
+
+// surgeUnit runs the second dnsstandby of standby-surge, as a DaemonSet
+// rollout's new pod runs beside the old.
+const surgeUnit = "dnsstandby-surge.service"
+
+// standbySurge starts a second dnsstandby with --handover-from while the
+// first is the only one answering, from its cache alone: the second must
+// take the first's sockets and caches without a query lost, and the first
+// must go. The unit gets a runtime drop-in first, as a node running the
+// surge beside the unit needs: no restart of its clean exit after the
+// handover (the restarted one would find the lock held and fail), and
+// /run/dnsstandby kept when it stops (the second's admin socket and lock).
+func standbySurge(ctx context.Context, t *topology, ev *events) error {
+	dropIn := "[Service]\nRestart=on-failure\nRuntimeDirectoryPreserve=yes\n"
+	if out, err := t.guest.Exec(ctx, "sh", "-c", "mkdir -p /run/systemd/system/dnsstandby.service.d && printf '"+dropIn+"' >/run/systemd/system/dnsstandby.service.d/surge.conf"); err != nil {
+		return fmt.Errorf("surge drop-in: %w: %s", err, out)
+	}
+	if out, err := t.guest.Systemctl(ctx, "daemon-reload"); err != nil {
+		return fmt.Errorf("daemon-reload: %w: %s", err, out)
+	}
+	if err := t.cutKubeDNS(ctx, ev); err != nil {
+		return err
+	}
+	if _, err := t.guest.Systemctl(ctx, "stop", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("LocalDNS stopped")
+	sleep(ctx, 5*time.Second)
+	ev.mark(surgeMark)
+	// Type=notify: systemd-run returns once the second is ready, that is
+	// once the first has handed over and stopped.
+	args := append([]string{"--unit=" + surgeUnit, "--property=Type=notify", "--property=NotifyAccess=main",
+		"--property=TimeoutStartSec=60s", "--setenv=GOMEMLIMIT=200MiB", standbyPath, "run"}, standbyOptions(t.setup)...)
+	args = append(args, "--handover-from", "/run/dnsstandby/admin.sock")
+	if out, err := t.guest.Exec(ctx, "systemd-run", args...); err != nil {
+		return fmt.Errorf("start the second dnsstandby: %w: %s", err, out)
+	}
+	ev.mark("dnsstandby surged")
+	if err := waitInactive(ctx, t, "dnsstandby.service", 10*time.Second); err != nil {
+		return err
+	}
+	ev.mark("first dnsstandby gone")
+	sleep(ctx, 15*time.Second)
+	return t.bothBack(ev)
+}
+
+// waitInactive waits until unit is no longer active.
+func waitInactive(ctx context.Context, t *topology, unit string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		props, err := t.guest.Show(ctx, unit, "ActiveState", "Result")
+		if err != nil {
+			return err
+		}
+		if props["ActiveState"] == "inactive" || props["ActiveState"] == "failed" {
+			if props["Result"] != "success" {
+				return fmt.Errorf("%s ended with %s", unit, props["Result"])
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still %s %v after the handover", unit, props["ActiveState"], within)
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
 }
 
 // cutKubeDNS takes the node's link to kube-dns down: the ClusterIP stops
