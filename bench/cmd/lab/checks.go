@@ -179,6 +179,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 			}
 		}
 	}
+	out = append(out, gapChecks(scenario, runs)...)
 	if !hedges || !slices.Contains(setups, setupStandby) {
 		return out
 	}
@@ -202,7 +203,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 				Require: rule.require, Pass: pass, Found: found})
 		}
 	}
-	return append(out, gapChecks(scenario, runs)...)
+	return out
 }
 
 // losslessChecks are the two checks of one run: queries, glibc lookups.

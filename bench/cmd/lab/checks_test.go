@@ -7,6 +7,12 @@ import (
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
 
+// gapRun is r with its longest first-try gap set to ms.
+func gapRun(r lab.LabRun, ms float64) lab.LabRun {
+	r.MaxGapMs = ms
+	return r
+}
+
 func TestCheckRuns(t *testing.T) {
 	run := func(scenario, setup, client string, a *lab.AfterFault) lab.LabRun {
 		return lab.LabRun{Scenario: scenario, Setup: setup, Client: client, Listener: listenerOf(client), AfterFault: a}
@@ -72,6 +78,16 @@ func TestCheckRuns(t *testing.T) {
 				run("crash-storm", setupStandby, clientNode, nil),
 			},
 			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "FAIL node a run"},
+		},
+		{
+			// With hedge checks off (as this table runs), the handover's
+			// gap check still applies.
+			name: "a surge handover leaves a gap", scenario: "standby-surge", setups: []string{setupStandby}, clients: both,
+			runs: []lab.LabRun{
+				gapRun(run("standby-surge", setupStandby, clientPod, clean()), 3),
+				gapRun(run("standby-surge", setupStandby, clientNode, clean()), 25),
+			},
+			want: []string{"PASS pod no gap over 20 ms", "FAIL node no gap over 20 ms"},
 		},
 		{
 			name: "without the node's client only the pods are checked", scenario: "crash-storm", setups: all, clients: []string{clientPod},
