@@ -109,14 +109,17 @@ const nsidCheckName = "kubernetes.default.svc.cluster.local."
 // until dnsstandby mirrors with LocalDNS's sockets adopted, warms up,
 // measures, and stops both.
 func (n *node) measureFeed(ctx context.Context, feed string) (res result, err error) {
-	mirrorArg, dnstapPath := feed, ""
-	if feed == "dnstap" {
+	mirrorArg, dnstapPath, hedge := feed, "", "true"
+	switch feed {
+	case "dnstap":
 		dnstapPath = filepath.Join(n.Scratch, "dnstap.sock")
 		mirrorArg = "dnstap:" + dnstapPath
+	case tapNoHedge:
+		mirrorArg, hedge = "tap", "false"
 	}
 	args := []string{"run", "--listen", listenAddr, "--upstream", testbed.UpstreamAddr,
 		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "", "--lock-file", "",
-		"--steering", "adopt", "--mirror", mirrorArg}
+		"--steering", "adopt", "--mirror", mirrorArg, "--hedge=" + hedge}
 
 	// dnsstandby first, for every feed: CoreDNS 1.13.1 connects to its
 	// dnstap socket only at start-up (mirror/dnstap/README.md), and the
@@ -256,8 +259,10 @@ func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, 
 			return false, fmt.Sprintf("steering level %v", s.By("dnsstandby_steer_level", "level", nil))
 		case s.Sum("dnsstandby_peer_sockets_adopted", nil) < 1:
 			return false, "no LocalDNS socket adopted"
-		case feed == "tap" && s.Sum("dnsstandby_mirror_tap_enabled", nil) != 1:
+		case (feed == "tap" || feed == tapNoHedge) && s.Sum("dnsstandby_mirror_tap_enabled", nil) != 1:
 			return false, "tap not enabled"
+		case feed == "tap" && s.Sum("dnsstandby_hedge_tracking", nil) != 1:
+			return false, "hedger not tracking"
 		case feed == "dnstap" && s.Sum("dnsstandby_mirror_dnstap_connections", nil) < 1:
 			return false, "no dnstap connection from LocalDNS"
 		}

@@ -66,7 +66,7 @@ func TestPrintTable(t *testing.T) {
 }
 
 func TestParseMirrors(t *testing.T) {
-	if f, err := parseMirrors("tap, dnstap,none"); err != nil || strings.Join(f, ",") != "tap,dnstap,none" {
+	if f, err := parseMirrors("tap, tap-nohedge,dnstap,none"); err != nil || strings.Join(f, ",") != "tap,tap-nohedge,dnstap,none" {
 		t.Errorf("%v %v", f, err)
 	}
 	for _, bad := range []string{"tap,tap", "pcap", ""} {
