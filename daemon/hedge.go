@@ -40,7 +40,7 @@ type answers struct {
 }
 
 func (a *answers) Cached(dst, query []byte) (int, bool) { return a.run.Cached(dst, query) }
-func (a *answers) Fresh(dst, query []byte) bool         { return a.tap.Fresh(dst, query) }
+func (a *answers) Fresh(query []byte) bool              { return a.tap.Fresh(query) }
 
 func (a *answers) Resolve(client netip.AddrPort, query []byte, send func([]byte)) {
 	a.pipe.Resolve(query, client, true, send)

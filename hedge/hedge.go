@@ -38,8 +38,8 @@ type Answerer interface {
 	// dnsstandby's cache, fresh or stale; 0 when the cache has none.
 	Cached(dst, query []byte) (n int, stale bool)
 	// Fresh reports whether the cache holds a fresh answer to query,
-	// counting and refreshing nothing; dst is scratch space.
-	Fresh(dst, query []byte) bool
+	// counting and refreshing nothing.
+	Fresh(query []byte) bool
 	// Resolve answers query from the upstreams in the background and
 	// calls send with the reply once (never if there is none). It must not
 	// block, and must copy query: it is only valid during the call.
@@ -200,8 +200,7 @@ type Hedger struct {
 	qbuf [wire.MaxQueryLen]byte
 	dst  [4096]byte
 	// The tap's goroutine only.
-	tapQ   [wire.MaxQueryLen]byte
-	tapDst [4096]byte
+	tapQ [wire.MaxQueryLen]byte
 
 	st   counters
 	hist prometheus.Histogram
@@ -407,7 +406,7 @@ func (h *Hedger) Reply(at int64, client netip.AddrPort, msg []byte) (own bool) {
 // faster than classifyAbove cannot lift the cache deadline above CacheMin
 // and are not looked up, so this costs a lookup for the few slow replies.
 func (h *Hedger) classify(at, lat int64, query []byte) {
-	hit := h.ans.Fresh(h.tapDst[:], query)
+	hit := h.ans.Fresh(query)
 	h.mu.Lock()
 	h.latency(at, lat, !hit)
 	h.mu.Unlock()

@@ -64,8 +64,8 @@ func (a *fakeAnswerer) Cached(dst, query []byte) (int, bool) {
 	return copy(dst, b), a.stale
 }
 
-func (a *fakeAnswerer) Fresh(dst, query []byte) bool {
-	n, stale := a.Cached(dst, query)
+func (a *fakeAnswerer) Fresh(query []byte) bool {
+	n, stale := a.Cached(make([]byte, 4096), query)
 	return n > 0 && !stale
 }
 

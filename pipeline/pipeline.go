@@ -391,12 +391,11 @@ func (w *Worker) Cached(dst, msg []byte) (n int, stale bool) {
 	return n, false
 }
 
-// Fresh reports whether the cache holds a fresh answer to msg, counting
-// nothing and refreshing nothing: the hedger asks it of a query LocalDNS
-// answered slowly, to tell its hits (LocalDNS had the answer too) from
-// its misses. dst is scratch space of at least 512 bytes. It does not
-// allocate.
-func (w *Worker) Fresh(dst, msg []byte) bool {
+// Fresh reports whether the cache holds a fresh answer to msg, writing,
+// counting and refreshing nothing, nor moving the entry in the LRU order:
+// the hedger asks it of a query LocalDNS answered slowly, to tell its hits
+// (LocalDNS had the answer too) from its misses. It does not allocate.
+func (w *Worker) Fresh(msg []byte) bool {
 	msg, ok := clip(msg, true)
 	if !ok || wire.CheckHeader(msg) != wire.Accept || wire.ParseQuery(msg, &w.q) != nil {
 		return false
@@ -405,7 +404,7 @@ func (w *Worker) Fresh(dst, msg []byte) bool {
 	if r == nil || r.Cache == nil {
 		return false
 	}
-	return r.Cache.WriteFresh(dst, &w.q, limitFor(&w.q, true)) > 0
+	return r.Cache.Status(&w.q).IsFresh()
 }
 
 // answer is Answer's decision: what to write, and for a reply, its source

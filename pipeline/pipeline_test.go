@@ -1333,7 +1333,7 @@ func TestCachedForHedge(t *testing.T) {
 			calls := up.count(name)
 			buf := make([]byte, MaxUDPAnswer)
 			before := (*p.routes.Load())[0].Cache.Stats()
-			if fresh := w.Fresh(buf, msg); fresh != (tt.wantN && !tt.wantStale) {
+			if fresh := w.Fresh(msg); fresh != (tt.wantN && !tt.wantStale) {
 				t.Fatalf("Fresh = %v, want %v", fresh, tt.wantN && !tt.wantStale)
 			}
 			if after := (*p.routes.Load())[0].Cache.Stats(); after.Hits != before.Hits || after.Misses != before.Misses || after.StaleHits != before.StaleHits {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -134,19 +133,18 @@ func kernelStats(fd int) (packets, drops uint32, err error) {
 	return st.Packets, st.Drops, nil
 }
 
-// waiter blocks the reader's thread until the socket has packets, a
-// while passes, or Close writes to the eventfd. Waiting in ppoll rather
-// than in Go's poller costs one system call per wait and no wake-up per
-// packet; the goroutine keeps its thread while it waits (a goroutine in a
-// system call does not hold a P, so nothing else is held up).
+// waiter blocks the reader's thread until the socket has packets or Close
+// writes to the eventfd: only when the queue was empty after a pause.
+// Waiting in ppoll rather than in Go's poller costs one system call per
+// wait and no wake-up per packet; the goroutine keeps its thread while it
+// waits (a goroutine in a system call does not hold a P, so nothing else
+// is held up).
 type waiter struct {
-	fds     [2]unix.PollFd // [0] the packet socket, [1] the wake eventfd
-	pauseTS unix.Timespec
-	timeout unix.Timespec // the system call writes the time left into it
+	fds [2]unix.PollFd // [0] the packet socket, [1] the wake eventfd
 }
 
-func newWaiter(sock, wake int, pause time.Duration) *waiter {
-	w := &waiter{pauseTS: unix.NsecToTimespec(int64(pause))}
+func newWaiter(sock, wake int) *waiter {
+	w := &waiter{}
 	w.fds[0] = unix.PollFd{Fd: int32(sock), Events: unix.POLLIN}
 	w.fds[1] = unix.PollFd{Fd: int32(wake), Events: unix.POLLIN}
 	return w
@@ -160,15 +158,6 @@ func (w *waiter) forPackets() (woken bool, err error) {
 		return false, err
 	}
 	return w.fds[1].Revents != 0, nil
-}
-
-// pause sleeps for the batch pause, or until woken, and reports whether
-// it was woken (to stop).
-func (w *waiter) pause() (woken bool) {
-	w.fds[1].Revents = 0
-	w.timeout = w.pauseTS
-	_, _ = unix.Ppoll(w.fds[1:], &w.timeout, nil) // EINTR only shortens the pause
-	return w.fds[1].Revents != 0
 }
 
 // mmsghdr is struct mmsghdr from recvmmsg(2).
