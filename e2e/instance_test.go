@@ -65,3 +65,46 @@ func TestOneInstanceAndCleanup(t *testing.T) {
 		t.Fatalf("second cleanup: %q %v", out, err)
 	}
 }
+
+// TestSecondInstanceLeavesMirror: a second `dnsstandby run` started
+// without --handover-from beside one that mirrors a healthy LocalDNS at
+// level adopt exits 1 and changes nothing: the first stays in mirror at
+// adopt with its tap inserting, and LocalDNS still gets every query (a
+// second instance used to attach its own steering program before it failed,
+// and dnsstandby then answered everything).
+func TestSecondInstanceLeavesMirror(t *testing.T) {
+	l := newLab(t)
+	l.startReference(t)
+	lock := t.TempDir() + "/dnsstandby.lock"
+	s := l.startStandby(t, "--steering", "adopt", "--mirror", "tap", "--lock-file", lock)
+	mirroring := func() bool {
+		return l.metric(t, s, "dnsstandby_mode", "mode", "mirror") == 1 &&
+			l.metric(t, s, "dnsstandby_steer_level", "level", "adopt") == 1 &&
+			l.metric(t, s, "dnsstandby_mirror_tap_enabled") == 1
+	}
+	l.eventuallyMetric(t, s, 10*time.Second, "mirror at adopt, tap inserting", mirroring, "dnsstandby_mode", "dnsstandby_steer_level", "tap_enabled")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := l.node.Run(ctx, binary, "run", "--listen", standbyAddr, "--upstream", kubeDNS, "--metrics-addr", "127.0.0.1:9356",
+		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir(), "--lock-file", lock, "--steering", "adopt")
+	if err == nil || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
+		t.Fatalf("second run: %v, want exit 1 saying another runs", err)
+	}
+	if !mirroring() {
+		t.Fatal("the first dnsstandby left mirror at adopt after the second's attempt")
+	}
+	byLocalDNS, total := 0, 400
+	for i := range total {
+		m := svcQuery(l.zones.Services[i%len(l.zones.Services)].FQDN)
+		m.SetEdns0(1232, false)
+		m.IsEdns0().Option = []dns.EDNS0{&dns.EDNS0_NSID{Code: dns.EDNS0NSID}}
+		r, err := l.node.Exchange("udp", "", standbyAddr, m, time.Second)
+		if err == nil && strings.HasPrefix(nsid(r), "localdns") {
+			byLocalDNS++
+		}
+	}
+	if byLocalDNS*1000 < total*999 {
+		t.Errorf("after the second's attempt LocalDNS answered %d of %d queries, want at least 99.9%%", byLocalDNS, total)
+	}
+}
