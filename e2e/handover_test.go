@@ -126,6 +126,26 @@ func (s *fakeStore) contents() ([]string, []*os.File) {
 	return slices.Clone(s.names), slices.Clone(s.files)
 }
 
+// copies returns the stored names and a copy of each file, as systemd
+// passes them to the next process; the caller closes the copies. They
+// are made under the store's lock: the store closes a file it is told to
+// remove, and the new process may tell it so while it starts.
+func (s *fakeStore) copies(t *testing.T) ([]string, []*os.File) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	files := make([]*os.File, len(s.files))
+	for i, f := range s.files {
+		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = os.NewFile(uintptr(fd), f.Name())
+		t.Cleanup(func() { files[i].Close() })
+	}
+	return slices.Clone(s.names), files
+}
+
 func (s *fakeStore) has(name string) bool {
 	names, _ := s.contents()
 	return slices.Contains(names, name)
@@ -262,12 +282,10 @@ func TestHandoverFdStore(t *testing.T) {
 		stray, err = pc.(*net.UDPConn).File()
 		return err
 	}))
-	defer stray.Close()
-	names, files := store.contents()
-	names, files = append(names, "udp-stray"), append(files, stray)
 	store.mu.Lock()
-	store.names, store.files = names, files // the store holds it now
+	store.names, store.files = append(store.names, "udp-stray"), append(store.files, stray) // the store holds it now
 	store.mu.Unlock()
+	names, files := store.copies(t)
 
 	second, secondOut := l.startUnderStore(t, store, t.TempDir(), lock, names, files)
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
