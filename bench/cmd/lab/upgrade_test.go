@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
 
 // TestRunningBuild: the status must come from the unit's main process and
@@ -109,4 +111,18 @@ func inode(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// TestUpgradeReplacesExecStart: the file standby-upgrade replaces is the
+// one the unit runs.
+func TestUpgradeReplacesExecStart(t *testing.T) {
+	for _, l := range strings.Split(lab.DnsstandbyUnit(), "\n") {
+		if exe, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			if f := strings.Fields(exe); len(f) == 0 || f[0] != standbyPath {
+				t.Errorf("the unit runs %q, the upgrade replaces %s", exe, standbyPath)
+			}
+			return
+		}
+	}
+	t.Error("the unit has no ExecStart")
 }
