@@ -353,8 +353,8 @@ func standbyUpgrade(ctx context.Context, t *topology, ev *events) error {
 	}
 	ev.mark("LocalDNS stopped")
 	sleep(ctx, 5*time.Second)
-	if out, err := t.guest.Exec(ctx, "sh", "-c", installScript, "sh", nextPath, standbyPath); err != nil {
-		return fmt.Errorf("upgrade: install %s over %s: %w: %s", nextPath, standbyPath, err, out)
+	if err := t.installNext(ctx); err != nil {
+		return err
 	}
 	ev.mark(upgradeMark)
 	// Installing replaced a file and nothing else: the old build answers.
@@ -368,18 +368,37 @@ func standbyUpgrade(ctx context.Context, t *topology, ev *events) error {
 	ev.mark("dnsstandby restarted")
 	// The observation and bothBack run even when the check fails: the
 	// runs' numbers are the same evidence either way.
-	var checkErr error
-	if out, err := t.guest.Exec(ctx, standbyPath, "version"); err != nil {
-		checkErr = fmt.Errorf("upgrade: %s version: %w", standbyPath, err)
-	} else if got := strings.TrimSpace(out); got != b.nextVersion {
-		checkErr = fmt.Errorf("upgrade: %s version says %q, want %q", standbyPath, got, b.nextVersion)
-	} else if err := t.runsBuild(ctx, b.nextVersion); err != nil {
-		checkErr = fmt.Errorf("upgrade: after the restart: %w", err)
-	} else {
+	checkErr := t.upgraded(ctx)
+	if checkErr == nil {
 		ev.mark("next build running")
 	}
 	sleep(ctx, 15*time.Second)
 	return errors.Join(checkErr, t.bothBack(ev))
+}
+
+// installNext installs the next build over the unit's binary
+// (installScript).
+func (t *topology) installNext(ctx context.Context) error {
+	if out, err := t.guest.Exec(ctx, "sh", "-c", installScript, "sh", nextPath, standbyPath); err != nil {
+		return fmt.Errorf("upgrade: install %s over %s: %w: %s", nextPath, standbyPath, err, out)
+	}
+	return nil
+}
+
+// upgraded checks, after the restart, that the unit's binary says the next
+// build's version and that the unit's process is that build.
+func (t *topology) upgraded(ctx context.Context) error {
+	out, err := t.guest.Exec(ctx, standbyPath, "version")
+	if err != nil {
+		return fmt.Errorf("upgrade: %s version: %w", standbyPath, err)
+	}
+	if got := strings.TrimSpace(out); got != t.bins.nextVersion {
+		return fmt.Errorf("upgrade: %s version says %q, want %q", standbyPath, got, t.bins.nextVersion)
+	}
+	if err := t.runsBuild(ctx, t.bins.nextVersion); err != nil {
+		return fmt.Errorf("upgrade: after the restart: %w", err)
+	}
+	return nil
 }
 
 // runsBuild checks that the unit's running process is the build whose

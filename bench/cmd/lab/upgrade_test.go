@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
 // TestRunningBuild: the status must come from the unit's main process and
@@ -125,4 +127,69 @@ func TestUpgradeReplacesExecStart(t *testing.T) {
 		}
 	}
 	t.Error("the unit has no ExecStart")
+}
+
+// TestUnitUpgrade runs standby-upgrade's upgrade on one node while
+// LocalDNS is healthy: the next build installed as dpkg does leaves the
+// old process running its build; `systemctl restart` starts the next
+// build, which takes the sockets from the fd store and answers.
+func TestUnitUpgrade(t *testing.T) {
+	bins := testBinaries(t) // skips without root
+	bins.next = filepath.Join(t.TempDir(), "dnsstandby-next")
+	root, err := nstest.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-buildvcs=false", "-ldflags",
+		"-X github.com/dnsstandby/dnsstandby/internal/buildinfo.linkedVersion=v0.0.0-test-upgrade", "-o", bins.next, "./cmd/dnsstandby")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the next dnsstandby: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	if err := bins.readNext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
+	top, err := buildTopology(ctx, "unit-upgrade", setupStandby, bins, zones, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := top.close(); err != nil {
+			t.Errorf("tear down: %v", err)
+		}
+	})
+
+	if err := top.runsBuild(ctx, bins.version); err != nil {
+		t.Fatalf("before: %v", err)
+	}
+	old := mainPID(t, top, "dnsstandby.service")
+	if err := top.installNext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := top.runsBuild(ctx, bins.version); err != nil {
+		t.Errorf("installed, not restarted: %v", err)
+	}
+	if err := top.upgraded(ctx); err == nil {
+		t.Error("installed, not restarted: the check says upgraded")
+	}
+	answered(t, top, "installed, not restarted")
+	if out, err := top.guest.Systemctl(ctx, "restart", "dnsstandby.service"); err != nil {
+		t.Fatalf("restart: %v: %s", err, out)
+	}
+	if err := top.upgraded(ctx); err != nil {
+		t.Error(err)
+	}
+	if now := mainPID(t, top, "dnsstandby.service"); now == old || now == 0 {
+		t.Errorf("main PID %d after the restart, was %d", now, old)
+	}
+	answered(t, top, "upgraded")
+	journal, err := top.guest.Journal(ctx, "dnsstandby.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(journal, "handover: took") {
+		t.Errorf("the next build did not take the stored sockets; journal:\n%s", tail(journal, 30))
+	}
 }
