@@ -165,10 +165,18 @@ bench-mirror: bin/coredns
 ## (LocalDNS under a real systemd in namespaces, a pod, kube-dns), the same
 ## load and fault side by side; writes bench/out/lab.json, lab.md and
 ## timeline-<scenario>.svg. `make lab SCENARIO=crash-storm` runs one.
+## standby-upgrade replaces dnsstandby with $(PEERS_BIN)/dnsstandby-next,
+## the same source stamped $(LAB_NEXT_VERSION).
 SCENARIO ?= all
+LAB_NEXT_VERSION ?= v0.0.0-lab-upgrade
+# The next build gets -buildvcs=false: in a git clone the go command's own
+# stamp would win over the linked version, and both builds would say the
+# same.
 lab: bin/coredns
 	@[ "$$(id -u)" = 0 ] || { echo "the lab needs root (network namespaces, a systemd guest)"; exit 1; }
 	$(GO) build -o $(PEERS_BIN)/dnsstandby ./cmd/dnsstandby
+	$(GO) build -buildvcs=false -ldflags '-X $(BUILDINFO).linkedVersion=$(LAB_NEXT_VERSION)' \
+		-o $(PEERS_BIN)/dnsstandby-next ./cmd/dnsstandby
 	cd bench && $(GO) build -o out/bin/lab ./cmd/lab
 	$(PEERS_BIN)/lab -scenario $(SCENARIO) -out bench/out -coredns bin/coredns \
-		-dnsstandby $(PEERS_BIN)/dnsstandby $(LAB_FLAGS)
+		-dnsstandby $(PEERS_BIN)/dnsstandby -dnsstandby-next $(PEERS_BIN)/dnsstandby-next $(LAB_FLAGS)

@@ -130,9 +130,10 @@ type LabRun struct {
 	Client     string      `json:"client,omitempty"`      // who asked: "pod", "node"
 	AfterFault *AfterFault `json:"after_fault,omitempty"` // the queries and lookups begun from the fault on
 	Note       string      `json:"note,omitempty"`
-	Hedges     *Hedges     `json:"hedges,omitempty"` // dnsstandby's hedged answers on the run's listener; nil where it does not report them
-	Down       []Interval  `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
-	Events     []Event     `json:"events,omitempty"` // marks on the timeline
+	FaultError string      `json:"fault_error,omitempty"` // what went wrong applying the fault (also in Note), "" when nothing did
+	Hedges     *Hedges     `json:"hedges,omitempty"`      // dnsstandby's hedged answers on the run's listener; nil where it does not report them
+	Down       []Interval  `json:"down,omitempty"`        // LocalDNS down, shaded on the timeline
+	Events     []Event     `json:"events,omitempty"`      // marks on the timeline
 	Timeline   Timeline    `json:"timeline"`
 }
 

@@ -18,16 +18,48 @@ type losslessRule struct {
 // losslessRules are the lab's pass/fail checks: where LocalDNS's process
 // dies or its link goes while kube-dns and the VNet DNS stay up, dnsstandby
 // must answer for LocalDNS on both listeners without losing a query; and
-// where dnsstandby itself is restarted or handed over while it answers
-// alone, from its cache, nothing may be lost either.
+// where dnsstandby itself is restarted, upgraded or handed over while it
+// answers alone, from its cache, nothing may be lost either.
 func losslessRules() []losslessRule {
 	return []losslessRule{
 		{"crash-storm", setupStandby},
 		{"permanent-failure", setupStandby},
 		{"interface-teardown", setupStandby},
 		{"standby-restart", setupStandby},
+		{"standby-upgrade", setupStandby},
 		{"standby-surge", setupStandby},
 	}
+}
+
+// faultRules are the scenarios whose fault checks its own outcome, and
+// what it checks: there an error from the fault fails the dnsstandby
+// setup's runs (elsewhere it is a note on them).
+func faultRules() map[string]string {
+	return map[string]string{
+		"standby-upgrade": "the unit's binary and its running process are the new build after the upgrade (no fault error)",
+	}
+}
+
+// faultChecks checks each client's run of setupStandby in scenario
+// against faultRules.
+func faultChecks(scenario string, runs []lab.LabRun) []lab.Check {
+	require, ok := faultRules()[scenario]
+	if !ok {
+		return nil
+	}
+	var out []lab.Check
+	for _, r := range runs {
+		if r.Scenario != scenario || r.Setup != setupStandby {
+			continue
+		}
+		c := lab.Check{Scenario: r.Scenario, Setup: r.Setup, Listener: r.Listener, Client: r.Client,
+			Require: require, Pass: r.FaultError == "", Found: "no error"}
+		if !c.Pass {
+			c.Found = r.FaultError
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // hedgeRule is one requirement on the dnsstandby setup's run of a
@@ -130,7 +162,7 @@ func noMismatched(r lab.LabRun) (bool, string) {
 // on its first try: a handover shares the sockets, so nothing waits for
 // a bind or a program.
 func maxGapRules() map[string]float64 {
-	return map[string]float64{"standby-restart": 20, "standby-surge": 20}
+	return map[string]float64{"standby-restart": 20, "standby-upgrade": 20, "standby-surge": 20}
 }
 
 // gapChecks checks each run of setupStandby in scenario against
@@ -189,6 +221,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 		}
 	}
 	out = append(out, gapChecks(scenario, runs)...)
+	out = append(out, faultChecks(scenario, runs)...)
 	if !hedges || !slices.Contains(setups, setupStandby) {
 		return out
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +15,12 @@ func gapRun(r lab.LabRun, ms float64) lab.LabRun {
 	a := *r.AfterFault
 	a.MaxGapMs = ms
 	r.AfterFault, r.MaxGapMs = &a, 900
+	return r
+}
+
+// faultRun is r with the fault's error err.
+func faultRun(r lab.LabRun, err string) lab.LabRun {
+	r.FaultError = err
 	return r
 }
 
@@ -94,6 +102,34 @@ func TestCheckRuns(t *testing.T) {
 				"PASS pod no gap over 20 ms", "FAIL node no gap over 20 ms"},
 		},
 		{
+			name: "an upgrade: lossless, no gap, the new build running", scenario: "standby-upgrade", setups: []string{setupStandby}, clients: both,
+			runs: []lab.LabRun{
+				gapRun(run("standby-upgrade", setupStandby, clientPod, clean()), 4),
+				gapRun(run("standby-upgrade", setupStandby, clientNode, clean()), 0),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS node 0 queries", "PASS node 0 glibc",
+				"PASS pod no gap over 20 ms", "PASS node no gap over 20 ms",
+				"PASS pod the unit's binary and its running process are the new build",
+				"PASS node the unit's binary and its running process are the new build"},
+		},
+		{
+			name: "an upgrade that left the old build running fails however clean", scenario: "standby-upgrade", setups: []string{setupStandby}, clients: both,
+			runs: []lab.LabRun{
+				faultRun(gapRun(run("standby-upgrade", setupStandby, clientPod, clean()), 4), "upgrade: the running dnsstandby says old"),
+				faultRun(gapRun(run("standby-upgrade", setupStandby, clientNode, clean()), 0), "upgrade: the running dnsstandby says old"),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS node 0 queries", "PASS node 0 glibc",
+				"PASS pod no gap over 20 ms", "PASS node no gap over 20 ms",
+				"FAIL pod the unit's binary and its running process are the new build",
+				"FAIL node the unit's binary and its running process are the new build"},
+		},
+		{
+			// Elsewhere a fault's error is a note, not a verdict.
+			name: "a restart's fault error is not checked", scenario: "standby-restart", setups: []string{setupStandby}, clients: []string{clientPod},
+			runs: []lab.LabRun{faultRun(gapRun(run("standby-restart", setupStandby, clientPod, clean()), 4), "restart dnsstandby: exit status 1")},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS pod no gap over 20 ms"},
+		},
+		{
 			name: "without the node's client only the pods are checked", scenario: "crash-storm", setups: all, clients: []string{clientPod},
 			runs: []lab.LabRun{run("crash-storm", setupStandby, clientPod, clean())},
 			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc"},
@@ -131,6 +167,42 @@ func TestLosslessChecksFound(t *testing.T) {
 	} {
 		if got[i].String() != want {
 			t.Errorf("check %d:\n got %s\nwant %s", i, got[i], want)
+		}
+	}
+}
+
+// TestFaultChecksFound: a failed upgrade says what went wrong.
+func TestFaultChecksFound(t *testing.T) {
+	r := lab.LabRun{Scenario: "standby-upgrade", Setup: setupStandby, Client: clientPod, Listener: localDNS,
+		FaultError: `upgrade: /usr/local/bin/dnsstandby version says "dnsstandby (devel), go1.26.8", want "dnsstandby v0.0.0-lab-upgrade, go1.26.8"`}
+	got := faultChecks("standby-upgrade", []lab.LabRun{r})
+	want := `FAIL standby-upgrade dnsstandby pod → 169.254.10.11: the unit's binary and its running process are the new build after the upgrade (no fault error); found ` + r.FaultError
+	if len(got) != 1 || got[0].String() != want {
+		t.Errorf("got %v\nwant %s", got, want)
+	}
+}
+
+// TestRuleScenarios: every scenario a rule names is one the lab runs, on
+// a setup it runs there; a scenario that needs the next build runs only
+// where dnsstandby does.
+func TestRuleScenarios(t *testing.T) {
+	var named []string
+	for _, r := range losslessRules() {
+		named = append(named, r.scenario)
+	}
+	named = append(named, slices.Collect(maps.Keys(maxGapRules()))...)
+	named = append(named, slices.Collect(maps.Keys(faultRules()))...)
+	for _, r := range hedgeRules() {
+		named = append(named, r.scenario)
+	}
+	for _, name := range named {
+		if _, ok := findScenario(name); !ok {
+			t.Errorf("a rule names scenario %q, which the lab does not have", name)
+		}
+	}
+	for _, sc := range scenarios {
+		if sc.next && !sc.standbyOnly {
+			t.Errorf("%s installs the next dnsstandby build but runs on setups without dnsstandby", sc.name)
 		}
 	}
 }

@@ -54,6 +54,7 @@ func parseFlags() *options {
 	flag.BoolVar(&o.hedges, "hedge-checks", true, "check the dnsstandby setup against the hedged-answer rules in hang, lossy, brownout and healthy (a dnsstandby that does not hedge fails the first three)")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.bins.dnsstandby, "dnsstandby", "bench/out/bin/dnsstandby", "dnsstandby binary")
+	flag.StringVar(&o.bins.next, "dnsstandby-next", "bench/out/bin/dnsstandby-next", "the build standby-upgrade upgrades to: the same source stamped with another version (make lab builds it)")
 	flag.Parse()
 	return o
 }
@@ -104,6 +105,13 @@ func run(ctx context.Context, o *options) error {
 			}
 			list = append(list, s)
 		}
+	}
+	if slices.ContainsFunc(list, func(s scenario) bool { return s.next }) {
+		if err := o.bins.readNext(ctx); err != nil {
+			return err
+		}
+	} else {
+		o.bins.next = "" // nothing to bind into the nodes
 	}
 	if err := os.MkdirAll(o.outDir, 0o755); err != nil {
 		return err
@@ -378,6 +386,7 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		run.Events = n.ev.list(res.Start)
 		run.Note = sc.note
 		if faultErr != nil {
+			run.FaultError = faultErr.Error()
 			run.Note += "; fault error: " + faultErr.Error()
 		}
 		for _, note := range []string{warmNote(res, run.Events, run.Down), restartNote(res, run.Events, t)} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 type scenario struct {
 	name        string
 	standbyOnly bool // only setups that run dnsstandby
+	next        bool // installs the next build (binaries.next) in the nodes
 	// baseline is how long the load runs before the fault; observe is how
 	// long it runs after the fault function returns.
 	baseline, observe time.Duration
@@ -93,6 +95,11 @@ var scenarios = []scenario{
 		name: "standby-restart", standbyOnly: true, baseline: 10 * time.Second, observe: 15 * time.Second,
 		fault: standbyRestart,
 		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped (takeover, answers only from cache), then systemctl restart dnsstandby; both back after 20 s",
+	},
+	{
+		name: "standby-upgrade", standbyOnly: true, next: true, baseline: 10 * time.Second, observe: 15 * time.Second,
+		fault: standbyUpgrade,
+		note:  "after a 10 s warm-up through LocalDNS: kube-dns unreachable and LocalDNS stopped (takeover, answers only from cache), then another build of dnsstandby renamed over the unit's binary, as dpkg installs it, and systemctl restart dnsstandby; both back after 20 s",
 	},
 	{
 		name: "standby-surge", standbyOnly: true, baseline: 10 * time.Second, observe: 15 * time.Second,
@@ -304,6 +311,139 @@ func standbyRestart(ctx context.Context, t *topology, ev *events) error {
 	ev.mark("dnsstandby restarted")
 	sleep(ctx, 15*time.Second)
 	return t.bothBack(ev)
+}
+
+// installScript puts the file $1 at the path $2 as dpkg unpacks a
+// package: written beside it as $2.dpkg-new, then renamed over it, so
+// that the path never lacks a whole binary and the running process keeps
+// the inode it runs. The lab binds the first build over the path (an
+// installed package has a plain file there, and nothing renames over a
+// mount point): the bind is detached lazily first, which leaves the
+// running process its file as the rename would.
+const installScript = `set -eu
+cp "$1" "$2.dpkg-new"
+chmod 0755 "$2.dpkg-new"
+umount -l "$2"
+mv -f "$2.dpkg-new" "$2"
+`
+
+// upgradeMark labels the moment the next build is in place.
+const upgradeMark = "next build installed"
+
+// standbyUpgrade is standbyRestart with another build of dnsstandby
+// installed before the restart, as a package upgrade does it: the new
+// process, of the new build, must take the old one's sockets and caches
+// (the fd store's handover across builds). It fails unless the unit's
+// binary says the new version afterwards and the running process is the
+// new build; the node is left as standbyRestart leaves it, the new build
+// in place.
+func standbyUpgrade(ctx context.Context, t *topology, ev *events) error {
+	b := t.bins
+	if b.next == "" {
+		return errors.New("upgrade: no next build bound in the node (-dnsstandby-next)")
+	}
+	if err := t.runsBuild(ctx, b.version); err != nil {
+		return fmt.Errorf("upgrade: before: %w", err)
+	}
+	if err := t.cutKubeDNS(ctx, ev); err != nil {
+		return err
+	}
+	if _, err := t.guest.Systemctl(ctx, "stop", localDNSUnit); err != nil {
+		return err
+	}
+	ev.mark("LocalDNS stopped")
+	sleep(ctx, 5*time.Second)
+	if err := t.installNext(ctx); err != nil {
+		return err
+	}
+	ev.mark(upgradeMark)
+	// Installing replaced a file and nothing else: the old build answers.
+	if err := t.runsBuild(ctx, b.version); err != nil {
+		return fmt.Errorf("upgrade: installed, before the restart: %w", err)
+	}
+	ev.mark(restartMark)
+	if out, err := t.guest.Systemctl(ctx, "restart", "dnsstandby.service"); err != nil {
+		return errors.Join(fmt.Errorf("upgrade: restart dnsstandby: %w: %s", err, out), t.bothBack(ev))
+	}
+	ev.mark("dnsstandby restarted")
+	// The observation and bothBack run even when the check fails: the
+	// runs' numbers are the same evidence either way.
+	checkErr := t.upgraded(ctx)
+	if checkErr == nil {
+		ev.mark("next build running")
+	}
+	sleep(ctx, 15*time.Second)
+	return errors.Join(checkErr, t.bothBack(ev))
+}
+
+// installNext installs the next build over the unit's binary
+// (installScript).
+func (t *topology) installNext(ctx context.Context) error {
+	if out, err := t.guest.Exec(ctx, "sh", "-c", installScript, "sh", nextPath, standbyPath); err != nil {
+		return fmt.Errorf("upgrade: install %s over %s: %w: %s", nextPath, standbyPath, err, out)
+	}
+	return nil
+}
+
+// upgraded checks, after the restart, that the unit's binary says the next
+// build's version and that the unit's process is that build.
+func (t *topology) upgraded(ctx context.Context) error {
+	out, err := t.guest.Exec(ctx, standbyPath, "version")
+	if err != nil {
+		return fmt.Errorf("upgrade: %s version: %w", standbyPath, err)
+	}
+	if got := strings.TrimSpace(out); got != t.bins.nextVersion {
+		return fmt.Errorf("upgrade: %s version says %q, want %q", standbyPath, got, t.bins.nextVersion)
+	}
+	if err := t.runsBuild(ctx, t.bins.nextVersion); err != nil {
+		return fmt.Errorf("upgrade: after the restart: %w", err)
+	}
+	return nil
+}
+
+// runsBuild checks that the unit's running process is the build whose
+// `dnsstandby version` line is want, by its status: the status's version,
+// and its PID the unit's main PID. A process just started may not have
+// its admin socket yet: it is asked for up to 5 s.
+func (t *topology) runsBuild(ctx context.Context, want string) error {
+	var last error
+	for end := time.Now().Add(5 * time.Second); ; sleep(ctx, 100*time.Millisecond) {
+		last = t.checkBuild(ctx, want)
+		if last == nil || time.Now().After(end) || ctx.Err() != nil {
+			return last
+		}
+	}
+}
+
+func (t *topology) checkBuild(ctx context.Context, want string) error {
+	out, err := t.guest.Exec(ctx, standbyPath, "status", "--json")
+	if err != nil {
+		return fmt.Errorf("dnsstandby status: %w", err)
+	}
+	var st struct {
+		Version string `json:"version"`
+		PID     int    `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return fmt.Errorf("dnsstandby status --json: %w", err)
+	}
+	pid, err := t.guest.MainPID(ctx, "dnsstandby.service")
+	if err != nil {
+		return err
+	}
+	return runningBuild(st.Version, st.PID, pid, want)
+}
+
+// runningBuild says whether a status (version, pid) is the unit's main
+// process (mainPID) running the build want.
+func runningBuild(version string, pid, mainPID int, want string) error {
+	switch {
+	case version != want:
+		return fmt.Errorf("the running dnsstandby (PID %d) says %q, want %q", pid, version, want)
+	case pid == 0 || pid != mainPID:
+		return fmt.Errorf("the status comes from PID %d, the unit's main PID is %d", pid, mainPID)
+	}
+	return nil
 }
 
 // surgeMark labels the moment the second dnsstandby is started.

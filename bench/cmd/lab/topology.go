@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +31,10 @@ const (
 
 // standbyPath is where the guest sees the dnsstandby binary.
 const standbyPath = "/usr/local/bin/dnsstandby"
+
+// nextPath is where the guest sees the build standby-upgrade installs:
+// the package's payload, before it is unpacked to standbyPath.
+const nextPath = "/var/lib/lab/dnsstandby-next"
 
 // Setups, names as in the output format.
 const (
@@ -84,6 +90,7 @@ type topology struct {
 	pod   *nstest.Namespace
 	up    *lab.Upstreams
 	zones *nstest.Zones
+	bins  binaries
 
 	closers []func() error // run in reverse by close
 }
@@ -91,6 +98,41 @@ type topology struct {
 // binaries are the programs the lab runs.
 type binaries struct {
 	coredns, dnsstandby string
+	// next is the build standby-upgrade installs in place of dnsstandby,
+	// "" when no scenario that runs needs it; nextVersion and version are
+	// what `dnsstandby version` prints for it and for dnsstandby.
+	next, nextVersion, version string
+}
+
+// readNext makes next absolute and reads both builds' versions: an
+// upgrade to a build that says the same as the running one would prove
+// nothing.
+func (b *binaries) readNext(ctx context.Context) error {
+	abs, err := filepath.Abs(b.next)
+	if err != nil {
+		return fmt.Errorf("next build: %w", err)
+	}
+	b.next = abs
+	if b.nextVersion, err = buildVersion(ctx, b.next); err != nil {
+		return fmt.Errorf("next build: %w", err)
+	}
+	if b.version, err = buildVersion(ctx, b.dnsstandby); err != nil {
+		return err
+	}
+	if b.version == b.nextVersion {
+		return fmt.Errorf("next build %s says %q, as %s does: stamp it with another version (make lab's LAB_NEXT_VERSION)",
+			b.next, b.nextVersion, b.dnsstandby)
+	}
+	return nil
+}
+
+// buildVersion is the line `bin version` prints.
+func buildVersion(ctx context.Context, bin string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s version: %w", bin, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // buildTopology creates the namespaces, boots the guest, wires them and
@@ -98,7 +140,7 @@ type binaries struct {
 // not nil, rewrites LocalDNS's Corefile first (a scenario's fault that
 // must be in place from LocalDNS's start). On error it undoes what it did.
 func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones, corefile func(string) string) (t *topology, err error) {
-	t = &topology{setup: setup, zones: zones}
+	t = &topology{setup: setup, zones: zones, bins: bins}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("%s: %w", setup, err), t.close())
@@ -126,6 +168,9 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 	}
 	if isStandby(setup) {
 		cfg.Binds[standbyPath] = bins.dnsstandby
+		if bins.next != "" {
+			cfg.Binds[nextPath] = bins.next
+		}
 		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit()
 		opts, err := lab.DnsstandbyDefaults(standbyOptions(setup)...)
 		if err != nil {
