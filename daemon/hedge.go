@@ -25,10 +25,6 @@ import (
 // the mirror feed (only the tap sees queries).
 func (c *Config) hedging() bool { return c.Hedging && c.Mirror.Kind == MirrorTap }
 
-// hedgeConfig is the hedger of one listen address; OnSilent and Logger are
-// Run's.
-func (c *Config) hedgeConfig() hedge.Config { return c.Hedge }
-
 // answers is a hedger's Answerer over one view: its pipeline and the
 // responder's socket on its listen address.
 type answers struct {

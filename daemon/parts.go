@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/localanswer"
 	"github.com/dnsstandby/dnsstandby/mirror/dnstap"
 	"github.com/dnsstandby/dnsstandby/mirror/tap"
@@ -49,6 +50,10 @@ func tapConfig(ap netip.AddrPort) tap.Config {
 	tc.Addrs, tc.Port = []netip.Addr{ap.Addr()}, ap.Port()
 	return tc
 }
+
+// hedgeConfig is the hedger of one listen address; OnSilent and Logger are
+// Run's.
+func (c *Config) hedgeConfig() hedge.Config { return c.Hedge }
 
 // dnstapConfig is the dnstap receiver.
 func (c *Config) dnstapConfig() dnstap.Config {
