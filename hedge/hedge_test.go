@@ -219,7 +219,7 @@ func TestTableFull(t *testing.T) {
 	for i := range 8 {
 		x.h.Query(t0+ms, podB, query(uint16(i), "hit.example."))
 	}
-	x.advance(30 * time.Millisecond)
+	x.advance(pastCache)
 	if got := x.ans.sentCount(); got != 8 {
 		t.Fatalf("sent %d hedges, want 8", got)
 	}
@@ -253,11 +253,11 @@ func TestStages(t *testing.T) {
 			x := newHarness(t, DefaultConfig(), ans)
 			q := query(42, tt.qname)
 			x.h.Query(t0, podA, q)
-			x.advance(20 * time.Millisecond)
+			x.advance(DefaultConfig().CacheMin - 5*time.Millisecond)
 			if ans.lookups != 0 || ans.sentCount() != 0 {
 				t.Fatal("acted before the cache deadline")
 			}
-			x.advance(10 * time.Millisecond) // past 25 ms
+			x.advance(10 * time.Millisecond) // past it
 			if ans.lookups != 1 {
 				t.Fatalf("lookups %d at the cache deadline", ans.lookups)
 			}
@@ -271,11 +271,11 @@ func TestStages(t *testing.T) {
 				return
 			}
 			// A miss waits for the upstream deadline (300 ms).
-			x.advance(250 * time.Millisecond)
+			x.advance(DefaultConfig().UpstreamMin - DefaultConfig().CacheMin - 10*time.Millisecond)
 			if len(ans.resolves) != 0 {
 				t.Fatal("resolved before the upstream deadline")
 			}
-			x.advance(30 * time.Millisecond)
+			x.advance(20 * time.Millisecond)
 			if len(ans.resolves) != 1 || string(ans.resolves[0].query) != string(q) {
 				t.Fatalf("resolves %d", len(ans.resolves))
 			}
@@ -347,7 +347,7 @@ func TestOwnEchoAndOutcomes(t *testing.T) {
 			x := newHarness(t, DefaultConfig(), ans)
 			q := query(77, "hit.example.")
 			x.h.Query(t0, podA, q)
-			x.advance(30 * time.Millisecond)
+			x.advance(pastCache)
 			if ans.sentCount() != 1 {
 				t.Fatalf("sent %d", ans.sentCount())
 			}
@@ -394,7 +394,7 @@ func TestRateCap(t *testing.T) {
 	for i := range 50 {
 		x.h.Query(t0, podA, query(uint16(i), "hit.example."))
 	}
-	x.advance(30 * time.Millisecond)
+	x.advance(pastCache)
 	if got := ans.sentCount(); got != 10 {
 		t.Fatalf("sent %d, want the burst, 10", got)
 	}
@@ -435,7 +435,7 @@ func TestSetTrackingStillHedges(t *testing.T) {
 	x := newHarness(t, DefaultConfig(), ans)
 	x.h.Query(t0, podA, query(1, "hit.example."))
 	x.h.SetTracking(false)
-	x.advance(30 * time.Millisecond)
+	x.advance(pastCache)
 	if ans.sentCount() != 1 {
 		t.Fatalf("sent %d: a tracked entry must be hedged after tracking stops", ans.sentCount())
 	}
@@ -537,10 +537,14 @@ func TestFastHold(t *testing.T) {
 	})
 }
 
+// pastCache is a moment past the default cache deadline with no samples.
+var pastCache = DefaultConfig().CacheMin + 5*time.Millisecond
+
 func TestAdaptiveDeadline(t *testing.T) {
-	x := newHarness(t, DefaultConfig(), newFakeAnswerer("a.example."))
+	d := DefaultConfig()
+	x := newHarness(t, d, newFakeAnswerer("a.example."))
 	c, u := x.h.Deadlines()
-	if c != 25*time.Millisecond || u != 300*time.Millisecond {
+	if c != d.CacheMin || u != d.UpstreamMin {
 		t.Fatalf("with no samples: %v %v", c, u)
 	}
 	feedName := func(name string, lat time.Duration, n int) {
@@ -555,7 +559,7 @@ func TestAdaptiveDeadline(t *testing.T) {
 	}
 	feed := func(lat time.Duration, n int) { feedName("a.example.", lat, n) }
 	feed(time.Millisecond, 1000)
-	if c, _ := x.h.Deadlines(); c != 25*time.Millisecond {
+	if c, _ := x.h.Deadlines(); c != d.CacheMin {
 		t.Fatalf("1 ms latency: cache deadline %v, want the minimum", c)
 	}
 	// 5% slow misses (the cache has no answer: LocalDNS forwarded them)
@@ -564,8 +568,8 @@ func TestAdaptiveDeadline(t *testing.T) {
 		feed(time.Millisecond, 95)
 		feedName("miss.example.", 60*time.Millisecond, 5)
 	}
-	if c, u := x.h.Deadlines(); c != 25*time.Millisecond || u < 480*time.Millisecond {
-		t.Fatalf("5%% slow misses: deadlines %v %v, want 25 ms and about 8×60 ms", c, u)
+	if c, u := x.h.Deadlines(); c != d.CacheMin || u < min(480*time.Millisecond, d.UpstreamMax) {
+		t.Fatalf("5%% slow misses: deadlines %v %v, want %v and about 8×60 ms", c, u, d.CacheMin)
 	}
 	x.advance(11 * time.Second)
 	// LocalDNS slows to 20 ms: the deadline follows within a window.
@@ -580,14 +584,14 @@ func TestAdaptiveDeadline(t *testing.T) {
 	feed(time.Second, 1000)
 	x.advance(6 * time.Second)
 	feed(time.Second, 1000)
-	if c, u = x.h.Deadlines(); c != 150*time.Millisecond || u != time.Second {
+	if c, u = x.h.Deadlines(); c != d.CacheMax || u != d.UpstreamMax {
 		t.Fatalf("1 s latency: %v %v, want the maximums", c, u)
 	}
 	// Back to fast: once the window has passed, back to the minimum.
 	feed(time.Millisecond, 1000)
 	x.advance(11 * time.Second)
 	feed(time.Millisecond, 1000)
-	if c, _ = x.h.Deadlines(); c != 25*time.Millisecond {
+	if c, _ = x.h.Deadlines(); c != d.CacheMin {
 		t.Fatalf("fast again: %v", c)
 	}
 	// A few samples: the largest counts.
@@ -618,7 +622,7 @@ func TestMetrics(t *testing.T) {
 	x.h.Query(t0, podA, query(1, "hit.example."))
 	x.h.Query(t0, podA, query(2, "hit.example."))
 	x.h.Reply(t0+ms, podA, answer(query(2, "hit.example."), "10.0.0.1"))
-	x.advance(30 * time.Millisecond)
+	x.advance(DefaultConfig().CacheMin + 5*time.Millisecond)
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(x.h); err != nil {
 		t.Fatal(err)
@@ -649,8 +653,8 @@ func TestMetrics(t *testing.T) {
 		"dnsstandby_hedges_total/cache":              1,
 		"dnsstandby_hedge_replies_total/matched":     1,
 		"dnsstandby_localdns_reply_duration_seconds": 1,
-		"dnsstandby_hedge_deadline_seconds/cache":    0.025,
-		"dnsstandby_hedge_deadline_seconds/upstream": 0.3,
+		"dnsstandby_hedge_deadline_seconds/cache":    DefaultConfig().CacheMin.Seconds(),
+		"dnsstandby_hedge_deadline_seconds/upstream": DefaultConfig().UpstreamMin.Seconds(),
 		"dnsstandby_localdns_silent_total":           0,
 		"dnsstandby_hedge_entries":                   1,
 		"dnsstandby_hedge_tracking":                  1,
