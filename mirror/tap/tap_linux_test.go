@@ -179,9 +179,12 @@ func ask(t testing.TB, ns *nstest.Namespace, server, name string, qtype uint16) 
 func drained(t testing.TB, tp *Tap) Stats {
 	t.Helper()
 	var st Stats
-	testkit.Eventually(t, 10*time.Second, "the tap to read what the kernel queued", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the tap to read and handle what the kernel queued", func() bool {
 		st = tp.Stats()
-		return st.Seen+st.KernelDrops == st.KernelPackets
+		// Seen counts a packet as its handling starts: wait for its
+		// verdict too.
+		handled := st.Accepted + st.RejectedTotal() + st.Queries + st.QueriesRejectedTotal()
+		return st.Seen+st.KernelDrops == st.KernelPackets && handled == st.Seen
 	})
 	return st
 }
