@@ -73,7 +73,7 @@ func loadGroup(name string, udp bool) (*group, error) {
 		return nil, err
 	}
 	g.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "dnsstandby_steer",
+		Name:         programName,
 		Type:         ebpf.SkReuseport,
 		Instructions: insns,
 		License:      "Dual MIT/GPL",

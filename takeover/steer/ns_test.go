@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -1076,4 +1078,44 @@ func TestHandedOverSocket(t *testing.T) {
 	check(t, "successor on the handed-over socket, to-us", got, n, 0)
 	l.must(s2.Close())
 	assertDetached(t, our.conn)
+}
+
+// TestForeignPrograms: an sk_reuseport program someone else loaded is
+// listed, so that replacing it on a group is reported; dnsstandby's own
+// are not.
+func TestForeignPrograms(t *testing.T) {
+	nstest.RequireRoot(t)
+	foreign, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "other_steerer",
+		Type: ebpf.SkReuseport,
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 1), // SK_PASS
+			asm.Return(),
+		},
+		License: "GPL",
+	})
+	if err != nil {
+		t.Fatalf("load a foreign sk_reuseport program: %v", err)
+	}
+	ours, err := loadGroup("foreign-test", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ours.closeObjects()
+	listed := func() string {
+		t.Helper()
+		progs, err := foreignPrograms()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(progs, ", ")
+	}
+	got := listed()
+	if !strings.Contains(got, `name "other_steerer"`) || strings.Contains(got, programName) {
+		t.Errorf("foreign programs %q: want other_steerer, not %s", got, programName)
+	}
+	foreign.Close()
+	if got := listed(); strings.Contains(got, "other_steerer") {
+		t.Errorf("after unloading it: %q", got)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +128,17 @@ func New(cfg Config) (*Steerer, error) {
 		logf = s.log.Warn
 	}
 	logf("steering level", "level", s.level.String(), "want", cfg.Want, "why", s.why)
+	if s.level != Off {
+		// Reported, not refused: LocalDNS's groups have no program of their
+		// own on AKS, and one we cannot see must not keep us from serving.
+		switch foreign, err := foreignPrograms(); {
+		case err != nil:
+			s.log.Debug("steering: other sk_reuseport programs not listed", slog.Any("err", err))
+		case len(foreign) > 0:
+			s.log.Warn("steering: sk_reuseport programs that are not dnsstandby's are loaded on this node; one attached to a listen address's group is replaced by dnsstandby's",
+				"programs", strings.Join(foreign, ", "))
+		}
+	}
 	return s, nil
 }
 
