@@ -215,6 +215,23 @@ func TestSocketModeFromCreation(t *testing.T) {
 	}
 }
 
+// listenPublic serves h on a socket opened to everyone (mode 0666 in a
+// directory anyone may enter), as if its mode had been loosened, so that
+// only the peer check stands in the way. It is closed when the test ends.
+func listenPublic(t *testing.T, h Handler) (*Server, string) {
+	t.Helper()
+	path := filepath.Join(testkit.PublicDir(t), "admin.sock")
+	s, err := Listen(path, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
+}
+
 // TestPeerCredentials: only root is served. The socket is opened to
 // everyone here (mode 0666 in a directory anyone may enter), as if its
 // mode had been loosened, so that only the peer check stands in the way;
@@ -233,16 +250,8 @@ func TestPeerCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(testkit.PublicDir(t), "admin.sock")
 			h := &fakeHandler{}
-			s, err := Listen(path, h, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if err := os.Chmod(path, 0o666); err != nil {
-				t.Fatal(err)
-			}
+			_, path := listenPublic(t, h)
 			out, err := testkit.RunAs(t, tt.uid, tt.uid, "hold", socketEnv+"="+path)
 			if err != nil {
 				t.Fatalf("child: %v\n%s", err, out)
@@ -313,16 +322,8 @@ func TestHandoverRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(testkit.PublicDir(t), "admin.sock")
 			g := &giver{}
-			s, err := Listen(path, g, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if err := os.Chmod(path, 0o666); err != nil {
-				t.Fatal(err)
-			}
+			s, path := listenPublic(t, g)
 			out, err := testkit.RunAs(t, tt.uid, tt.uid, "handover", socketEnv+"="+path)
 			if err != nil {
 				t.Fatalf("child: %v\n%s", err, out)
