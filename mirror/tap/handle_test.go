@@ -476,35 +476,33 @@ func TestHandleObserverNoAllocs(t *testing.T) {
 // BenchmarkHandleQuery is the tap's user-space work per query, from the
 // read slot to the observer (here a no-op).
 func BenchmarkHandleQuery(b *testing.B) {
-	tp := socketless(b, func([]byte) error { return nil }, localDNS, localDNS6)
-	tp.spec.queries = true
-	tp.obs = nopObserver{}
-	pkts := make([][]byte, 64)
-	for i := range pkts {
-		pkts[i] = query(netip.AddrPortFrom(localDNS, 53), dnsQuery(b, fmt.Sprintf("svc-%d.default.svc.cluster.local", i)))
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		tp.handle(pkts[i%len(pkts)], arrival{at: int64(i), query: true})
-		i++
-	}
+	benchObserved(b, true, func(name string) []byte {
+		return query(netip.AddrPortFrom(localDNS, 53), dnsQuery(b, name))
+	})
 }
 
 // BenchmarkHandleReplyObserved is BenchmarkHandle with an observer (a
 // no-op): the reply is shown to it, then to the no-op sink.
 func BenchmarkHandleReplyObserved(b *testing.B) {
+	benchObserved(b, false, func(name string) []byte {
+		return reply(netip.AddrPortFrom(localDNS, 53), dnsReply(b, name))
+	})
+}
+
+// benchObserved runs handle over 64 packets made by packet, queries or
+// replies, with a no-op observer and sink.
+func benchObserved(b *testing.B, isQuery bool, packet func(name string) []byte) {
 	tp := socketless(b, func([]byte) error { return nil }, localDNS, localDNS6)
 	tp.spec.queries = true
 	tp.obs = nopObserver{}
 	pkts := make([][]byte, 64)
 	for i := range pkts {
-		pkts[i] = reply(netip.AddrPortFrom(localDNS, 53), dnsReply(b, fmt.Sprintf("svc-%d.default.svc.cluster.local", i)))
+		pkts[i] = packet(fmt.Sprintf("svc-%d.default.svc.cluster.local", i))
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		tp.handle(pkts[i%len(pkts)], arrival{at: int64(i)})
+		tp.handle(pkts[i%len(pkts)], arrival{at: int64(i), query: isQuery})
 		i++
 	}
 }
