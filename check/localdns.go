@@ -48,16 +48,13 @@ type localdnsListener struct {
 // except); this function only proposes the addresses to ask about. Bind
 // arguments that are interface names propose nothing.
 func corefileListeners(file string, data []byte) ([]localdnsListener, error) {
-	blocks, err := caddyfile.Parse(file, bytes.NewReader(data), nil)
+	// A Corefile CoreDNS refuses serves nowhere: LocalDNS does not start.
+	src, err := corefile.ReadFrom(file, bytes.NewReader(data))
 	if err != nil {
 		return nil, err
 	}
-	// Errors in block keys and bind come whatever the address asked
-	// about; port 0 is served by no block, so this finds only those.
-	if _, err := corefile.Parse(file, bytes.NewReader(data), []netip.AddrPort{netip.AddrPortFrom(netip.IPv4Unspecified(), 0)}); !errors.Is(err, corefile.ErrNoServerBlock) {
-		if err == nil {
-			err = errors.New("a block serves port 0")
-		}
+	blocks, err := caddyfile.Parse(file, bytes.NewReader(data), nil)
+	if err != nil {
 		return nil, err
 	}
 	candidates := localdnsDefaultListeners()
@@ -85,7 +82,7 @@ func corefileListeners(file string, data []byte) ([]localdnsListener, error) {
 	}
 	var out []localdnsListener
 	for _, c := range candidates {
-		_, err := corefile.Parse(file, bytes.NewReader(data), []netip.AddrPort{c})
+		_, err := src.Settings([]netip.AddrPort{c})
 		switch {
 		case errors.Is(err, corefile.ErrNoServerBlock):
 		case err != nil:

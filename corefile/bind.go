@@ -42,64 +42,78 @@ var interfaceAddrs = func(name string) ([]netip.Addr, bool) {
 
 // bind reads every bind directive of a block, as CoreDNS's bind plugin
 // does: addresses or interface names, less those in `except`. present is
-// false when the block has no bind at all (it listens everywhere).
-func (p *parser) bind(toks []caddyfile.Token) (addrs []netip.Addr, present bool, err error) {
+// false when the block has no bind at all (it listens everywhere). hosts
+// are the same addresses as CoreDNS keeps them: an address as written, an
+// interface's addresses in their canonical form.
+func (p *parser) bind(toks []caddyfile.Token) (addrs []netip.Addr, hosts []string, present bool, err error) {
 	if len(toks) == 0 {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	d := p.directive("bind", toks)
 	for {
 		ok, err := d.next()
 		if err != nil {
-			return nil, true, err
+			return nil, nil, true, err
 		}
 		if !ok {
 			break
 		}
 		args := d.RemainingArgs()
 		if len(args) == 0 {
-			return nil, true, d.errf("at least one address or interface name is expected")
+			return nil, nil, true, d.errf("at least one address or interface name is expected")
 		}
 		ips := d.bindAddrs(args)
-		var except []netip.Addr
+		var except []boundAddr
 		for d.NextBlock() {
 			switch d.Val() {
 			case "except":
 				ex := d.RemainingArgs()
 				if len(ex) == 0 {
-					return nil, true, d.errf("except: at least one address or interface name is expected")
+					return nil, nil, true, d.errf("at least one address or interface must be given to except subdirective")
 				}
 				except = append(except, d.bindAddrs(ex)...)
 			default:
-				return nil, true, d.errf("invalid option %q", d.Val())
+				return nil, nil, true, d.errf("invalid option %q", d.Val())
 			}
 		}
 		for _, ip := range ips {
-			if !slices.Contains(except, ip) && !slices.Contains(addrs, ip) {
-				addrs = append(addrs, ip)
+			if slices.ContainsFunc(except, func(e boundAddr) bool { return e.host == ip.host }) {
+				continue
+			}
+			hosts = append(hosts, ip.host)
+			if !slices.Contains(addrs, ip.addr) {
+				addrs = append(addrs, ip.addr)
 			}
 		}
 	}
-	return addrs, true, nil
+	return addrs, hosts, true, nil
+}
+
+// boundAddr is a bind address, and its text as CoreDNS keeps it.
+type boundAddr struct {
+	addr netip.Addr
+	host string
 }
 
 // bindAddrs resolves bind arguments. CoreDNS refuses a name that is
 // neither an address nor an interface; dnsstandby notes it and goes on,
 // because it must start while LocalDNS is down, and LocalDNS deletes its
 // `localdns` interface when it stops.
-func (d *directive) bindAddrs(args []string) []netip.Addr {
-	var out []netip.Addr
+func (d *directive) bindAddrs(args []string) []boundAddr {
+	var out []boundAddr
 	for _, a := range args {
-		if ip, err := netip.ParseAddr(a); err == nil {
-			out = append(out, ip.Unmap())
-			continue
-		}
 		ips, ok := interfaceAddrs(a)
-		if !ok {
-			d.notef("%q is neither an address nor an interface here; it binds nothing", a)
+		if ok {
+			for _, ip := range ips {
+				out = append(out, boundAddr{ip, ip.String()})
+			}
 			continue
 		}
-		out = append(out, ips...)
+		if ip, err := netip.ParseAddr(a); err == nil {
+			out = append(out, boundAddr{ip.Unmap(), a})
+			continue
+		}
+		d.notef("%q is neither an address nor an interface here; it binds nothing", a)
 	}
 	return out
 }

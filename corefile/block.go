@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -22,37 +23,104 @@ type parser struct {
 	notes  *[]Note          // always non-nil; Settings.Notes
 }
 
-// block returns the zones of one server block that serve a listen address,
-// with the block's settings. Keys and bind are read for every block, as
-// they decide; other plugins only for blocks that serve, so that a mistake
-// in a block dnsstandby never serves (a VnetDNS block bound to
-// 169.254.10.10, say) cannot stop it from starting.
-func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, error) {
-	keys := make([]key, 0, len(b.Keys))
+// head is what decides which addresses a server block serves: its keys
+// and its bind.
+type head struct {
+	keys []key
+	// bind holds the addresses of the block's bind directives, interface
+	// names resolved and `except` applied; hasBind is false without any
+	// bind (the block listens everywhere). hosts are the same addresses as
+	// CoreDNS keeps them, for its check of zones served twice.
+	bind    []netip.Addr
+	hosts   []string
+	hasBind bool
+}
+
+// readHead reads a block's keys and bind.
+func (p *parser) readHead(main string, b *Block) (head, error) {
+	var h head
 	for _, k := range b.Keys {
 		kk, err := parseKey(k)
 		if err != nil {
-			return nil, &Error{File: file, Line: line, Err: fmt.Errorf("server block key %q: %w", k, err)}
+			return h, &Error{File: b.file(main), Line: b.Line, Kind: KindServerBlock, Err: fmt.Errorf("server block key %q: %w", k, err)}
 		}
-		keys = append(keys, kk)
+		h.keys = append(h.keys, kk)
 	}
-	bind, hasBind, err := p.bind(b.Tokens["bind"])
+	var err error
+	h.bind, h.hosts, h.hasBind, err = p.bind(b.tokens(main, "bind"))
+	return h, err
+}
+
+// blockPlugins are the settings of a block's plugins that dnsstandby
+// imitates.
+type blockPlugins struct {
+	forwards  []forwardStanza
+	cache     *Cache
+	nsid      string
+	whoami    bool
+	hosts     *Hosts
+	templates []Template
+	order     []string // every directive, in the order they appear
+}
+
+// plugins reads every plugin of a block: those dnsstandby imitates into
+// their settings, the others only as far as CoreDNS's setup checks their
+// arguments (shapes.go).
+func (p *parser) plugins(main string, b *Block, h head) (blockPlugins, error) {
+	var (
+		bp  blockPlugins
+		err error
+	)
+	tokens := func(name string) []caddyfile.Token { return b.tokens(main, name) }
+	if bp.forwards, err = p.forwards(tokens("forward")); err != nil {
+		return bp, err
+	}
+	if bp.cache, err = p.cache(tokens("cache")); err != nil {
+		return bp, err
+	}
+	if bp.nsid, err = p.nsid(tokens("nsid")); err != nil {
+		return bp, err
+	}
+	if bp.whoami, err = p.whoami(tokens("whoami")); err != nil {
+		return bp, err
+	}
+	if bp.hosts, err = p.hosts(tokens("hosts"), tokens("root"), h.keys); err != nil {
+		return bp, err
+	}
+	if bp.templates, err = p.templates(tokens("template"), h.keys); err != nil {
+		return bp, err
+	}
+	bp.order = pluginOrder(b.Directives)
+	for _, name := range bp.order {
+		if err := p.checkShape(name, tokens(name)); err != nil {
+			return bp, err
+		}
+	}
+	return bp, nil
+}
+
+// block returns the zones of one server block that serve a listen
+// address, with the block's settings. A block that serves none is not
+// read further: Check has read every block already.
+func (p *parser) block(main string, b *Block) ([]Zone, error) {
+	h, err := p.readHead(main, b)
 	if err != nil {
 		return nil, err
 	}
-	if hasBind && len(bind) == 0 {
+	if h.hasBind && len(h.bind) == 0 {
 		// Every address was excepted or unknown: CoreDNS listens nowhere
 		// for this block, which is not the same as having no bind.
 		return nil, nil
 	}
+	file, line := b.file(main), b.Line
 
 	type served struct {
 		key  key
 		zone string
 	}
 	var zones []served
-	for _, k := range keys {
-		if !p.servesListen(k.port, bind) {
+	for _, k := range h.keys {
+		if !p.servesListen(k.port, h.bind) {
 			continue
 		}
 		if k.transport != transportDNS {
@@ -68,32 +136,17 @@ func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, 
 		return nil, nil
 	}
 
-	forwards, err := p.forwards(b.Tokens["forward"])
+	bp, err := p.plugins(main, b, h)
 	if err != nil {
 		return nil, err
 	}
-	cache, err := p.cache(b.Tokens["cache"])
-	if err != nil {
-		return nil, err
+	for _, name := range bp.order {
+		if unchecked(name) {
+			*p.notes = append(*p.notes, Note{File: file, Line: line,
+				Text: fmt.Sprintf("plugin %s: its arguments are not checked here; CoreDNS may refuse what dnsstandby accepts", name)})
+		}
 	}
-	nsid, err := p.nsid(b.Tokens["nsid"])
-	if err != nil {
-		return nil, err
-	}
-	whoami, err := p.whoami(b.Tokens["whoami"])
-	if err != nil {
-		return nil, err
-	}
-	hosts, err := p.hosts(b.Tokens["hosts"], b.Tokens["root"], keys)
-	if err != nil {
-		return nil, err
-	}
-	templates, err := p.templates(b.Tokens["template"], keys)
-	if err != nil {
-		return nil, err
-	}
-	plugins := pluginOrder(b.Tokens)
-
+	forwards := bp.forwards
 	used := make([]bool, len(forwards))
 	out := make([]Zone, 0, len(zones))
 	for _, s := range zones {
@@ -103,15 +156,15 @@ func (p *parser) block(b caddyfile.ServerBlock, line int, file string) ([]Zone, 
 			Key:     s.key.text,
 			File:    file,
 			Line:    line,
-			Bind:    slices.Clone(bind),
-			Plugins: slices.Clone(plugins),
-			NSID:    nsid,
-			Whoami:  whoami,
-			Hosts:   hosts.clone(),
+			Bind:    slices.Clone(h.bind),
+			Plugins: slices.Clone(bp.order),
+			NSID:    bp.nsid,
+			Whoami:  bp.whoami,
+			Hosts:   bp.hosts.clone(),
 		}
-		z.Templates = slices.Clone(templates)
-		if cache != nil {
-			c := *cache
+		z.Templates = slices.Clone(bp.templates)
+		if bp.cache != nil {
+			c := *bp.cache
 			c.Zones = slices.Clone(c.Zones)
 			c.DisabledSuccess = slices.Clone(c.DisabledSuccess)
 			c.DisabledDenial = slices.Clone(c.DisabledDenial)
@@ -154,23 +207,62 @@ func (p *parser) servesListen(port int, bind []netip.Addr) bool {
 	return false
 }
 
-// checkDuplicates refuses two zones of the same name served on the same
-// address, which CoreDNS refuses too ("it is already defined"), unless one
-// of the blocks has a view: CoreDNS lets a block with a view filter share
-// its zone with another. Views are not modelled here; ZoneFor returns the
-// first such block.
-func (p *parser) checkDuplicates(zones []Zone) error {
-	for j := range zones {
-		for i := range j {
-			a, b := &zones[i], &zones[j]
-			if a.Name != b.Name || a.Port != b.Port ||
-				slices.Contains(a.Plugins, "view") || slices.Contains(b.Plugins, "view") {
-				continue
-			}
-			for _, ap := range p.listen {
-				if a.Serves(ap) && b.Serves(ap) {
-					return &Error{File: b.File, Line: b.Line,
-						Err: fmt.Errorf("zone %s on %s is already served by the block at %s", b.Name, ap, place(a.File, a.Line))}
+// blockZones is a checked block's head and place, for checkAddresses.
+type blockZones struct {
+	head
+	view bool // the block has a view filter
+	file string
+	line int
+}
+
+// zoneAddr is what CoreDNS refuses to serve twice: a zone on a transport,
+// port and listen host ("" for a block without bind).
+type zoneAddr struct {
+	transport, zone, host string
+	port                  int
+}
+
+func (z zoneAddr) listen() string {
+	if z.host == "" {
+		return fmt.Sprintf("port %d", z.port)
+	}
+	return net.JoinHostPort(z.host, strconv.Itoa(z.port))
+}
+
+// checkAddresses refuses what CoreDNS's validateZonesAndListeningAddresses
+// refuses: one zone served twice on the same transport, port and listen
+// host, or on one port both by a block with bind and one without. A block
+// with a view filter may share its zone with others, as in CoreDNS.
+func checkAddresses(blocks []blockZones) error {
+	registered := map[zoneAddr]string{} // the place of the block serving it
+	unbound := map[zoneAddr]string{}    // the same, by the zoneAddr without host
+	for _, b := range blocks {
+		hosts := b.hosts
+		if !b.hasBind {
+			hosts = []string{""}
+		}
+		for _, k := range b.keys {
+			for _, zone := range k.zones {
+				for _, host := range hosts {
+					z := zoneAddr{transport: k.transport, zone: zone, host: host, port: k.port}
+					u := z
+					u.host = ""
+					prev, dup := registered[z]
+					if !dup {
+						if other, ok := unbound[u]; ok {
+							if _, unboundServed := registered[u]; host == "" || unboundServed {
+								prev, dup = other, true
+							}
+						}
+					}
+					if dup {
+						return &Error{File: b.file, Line: b.line, Kind: KindServerBlock,
+							Err: fmt.Errorf("zone %s on %s is already served by the block at %s", zone, z.listen(), prev)}
+					}
+					if !b.view {
+						registered[z] = place(b.file, b.line)
+						unbound[u] = place(b.file, b.line)
+					}
 				}
 			}
 		}
@@ -179,7 +271,7 @@ func (p *parser) checkDuplicates(zones []Zone) error {
 }
 
 // pluginOrder lists the directives of a block in the order they appear.
-func pluginOrder(tokens map[string][]caddyfile.Token) []string {
+func pluginOrder(tokens map[string][]Token) []string {
 	type first struct {
 		name string
 		line int
@@ -250,7 +342,7 @@ func (d *directive) once(stanza func() error) error {
 }
 
 func (d *directive) errf(format string, args ...any) error {
-	return &Error{File: d.File(), Line: d.Line(), Plugin: d.name, Err: fmt.Errorf(format, args...)}
+	return &Error{File: d.File(), Line: d.Line(), Plugin: d.name, Kind: KindPlugin, Err: fmt.Errorf(format, args...)}
 }
 
 // argErr is CoreDNS's "wrong argument count" error for the current token.
@@ -265,30 +357,31 @@ func (d *directive) notef(format string, args ...any) {
 	*d.notes = append(*d.notes, Note{File: d.File(), Line: d.Line(), Text: d.name + ": " + fmt.Sprintf(format, args...)})
 }
 
-// skipOption consumes an option this package does not know and notes it.
-// CoreDNS would refuse unknown options, but a newer CoreDNS than 1.13.1
-// may know more, and dnsstandby must not refuse a Corefile LocalDNS runs.
-func (d *directive) skipOption() {
-	d.notef("unknown option %q ignored", d.Val())
-	d.RemainingArgs()
-}
+// unknownOption is the error for an option the plugin does not have,
+// which CoreDNS refuses.
+func (d *directive) unknownOption() error { return d.errf("unknown property '%s'", d.Val()) }
 
 // caddyError matches the errors of the caddyfile parser, which put the
 // place first in their own format.
 var caddyError = regexp.MustCompile(`(?s)^(.*):(\d+) - (Syntax error|Error during parsing): (.*)$`)
 
-// syntaxError turns a caddyfile parser error into an *Error.
+// syntaxError turns a caddyfile parser error into an *Error: an unknown
+// directive, or a syntax error.
 func syntaxError(filename string, err error) error {
 	m := caddyError.FindStringSubmatch(err.Error())
 	if m == nil {
-		return &Error{File: filename, Err: err}
+		return &Error{File: filename, Kind: KindSyntax, Err: err}
 	}
 	line, _ := strconv.Atoi(m[2])
-	msg := m[4]
-	if m[3] == "Syntax error" {
+	msg, kind := m[4], KindSyntax
+	switch {
+	case strings.HasPrefix(msg, "Unknown directive "):
+		kind = KindDirective
+		msg = "unknown directive " + strings.TrimPrefix(msg, "Unknown directive ")
+	case m[3] == "Syntax error":
 		msg = "syntax error: " + msg
 	}
-	return &Error{File: m[1], Line: line, Err: errors.New(msg)}
+	return &Error{File: m[1], Line: line, Kind: kind, Err: errors.New(msg)}
 }
 
 // keyLine is where a top-level server block's keys are.

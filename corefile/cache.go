@@ -85,7 +85,8 @@ func (d *directive) cacheOption(c *Cache) error {
 			capTo, maxTo, minTo = &c.DenialCapacity, &c.MaxNegTTL, &c.MinNegTTL
 		}
 		args := d.RemainingArgs()
-		if len(args) == 0 || len(args) > 3 {
+		if len(args) == 0 {
+			// More than three are not an error: CoreDNS reads three.
 			return d.errf("%s: expects CAPACITY [TTL [MINTTL]], got %d arguments", opt, len(args))
 		}
 		n, err := strconv.Atoi(args[0])
@@ -182,7 +183,7 @@ func (d *directive) cacheOption(c *Cache) error {
 		}
 		c.KeepTTL = true
 	default:
-		d.skipOption()
+		return d.unknownOption()
 	}
 	return nil
 }

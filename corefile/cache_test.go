@@ -65,7 +65,9 @@ func TestCache(t *testing.T) {
 		{"disable denial for zones", "cache {\n disable denial example.org sub.example.com\n}", func(c *Cache) {
 			c.DisabledDenial = []string{"example.org.", "sub.example.com."}
 		}},
-		{"unknown option is noted and skipped", "cache {\n frobnicate 1 2\n success 9984\n}", func(c *Cache) {}},
+		{"success reads three arguments and ignores more", "cache {\n success 2048 60 10 extra\n}", func(c *Cache) {
+			c.SuccessCapacity, c.MaxTTL, c.MinTTL = 2048, 60*time.Second, 10*time.Second
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,17 +15,15 @@
 package corefile
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/coredns/caddy/caddyfile"
 	"github.com/miekg/dns"
 )
 
@@ -136,51 +134,43 @@ func (n Note) String() string { return place(n.File, n.Line) + ": " + n.Text }
 // are a few KiB; anything near this is not a Corefile.
 const maxCorefileSize = 16 << 20
 
-// Load reads the Corefile at path and calls Parse on it.
+// Load reads the Corefile at path and returns its Settings for listen:
+// Read, then Settings.
 func Load(path string, listen []netip.AddrPort) (Settings, error) {
-	f, err := os.Open(path)
+	src, err := Read(path)
 	if err != nil {
-		return Settings{File: path}, fmt.Errorf("load corefile: %w", err)
+		return Settings{File: path}, err
 	}
-	defer f.Close()
-	return Parse(path, f, listen)
+	return src.Settings(listen)
 }
 
-// Parse reads a Corefile from r and returns the zones of the server blocks
-// that would serve a query sent to one of listen: blocks whose key has the
-// plain DNS transport and the listen port, and that have no bind or bind
-// the listen address. filename names the input in errors and notes, and
-// is where relative `import` paths start from, as in CoreDNS.
+// Parse reads a Corefile from r and returns its Settings for listen:
+// ReadFrom, then Settings. filename names the input in errors and notes,
+// and is where relative `import` paths start from, as in CoreDNS.
+func Parse(filename string, r io.Reader, listen []netip.AddrPort) (Settings, error) {
+	src, err := ReadFrom(filename, r)
+	if err != nil {
+		return Settings{File: filename}, err
+	}
+	return src.Settings(listen)
+}
+
+// Settings returns the zones of the server blocks of s that would serve a
+// query sent to one of listen: blocks whose key has the plain DNS
+// transport and the listen port, and that have no bind or bind the listen
+// address.
 //
 // Errors are *Error values naming the file and line. When no block serves
 // any listen address the error wraps ErrNoServerBlock. With an error, the
 // Settings hold File and the notes made so far, no zones.
-func Parse(filename string, r io.Reader, listen []netip.AddrPort) (Settings, error) {
-	s := Settings{File: filename}
-	data, err := io.ReadAll(io.LimitReader(r, maxCorefileSize+1))
-	if err != nil {
-		return s, &Error{File: filename, Err: fmt.Errorf("read: %w", err)}
-	}
-	if len(data) > maxCorefileSize {
-		return s, &Error{File: filename, Err: fmt.Errorf("larger than %d bytes", maxCorefileSize)}
-	}
-	blocks, err := caddyfile.Parse(filename, bytes.NewReader(data), nil)
-	if err != nil {
-		return s, syntaxError(filename, err)
-	}
-
-	p := parser{file: filename, listen: normalizeListen(listen), notes: &s.Notes}
-	lines := keyLines(filename, data)
+func (s *Source) Settings(listen []netip.AddrPort) (Settings, error) {
+	out := Settings{File: s.File}
+	p := parser{file: s.File, listen: normalizeListen(listen), notes: &out.Notes}
 	var zones []Zone
-	for _, b := range blocks {
-		var (
-			line int
-			file string
-		)
-		line, file, lines = blockLine(b, filename, lines)
-		zs, err := p.block(b, line, file)
+	for i := range s.Blocks {
+		zs, err := p.block(s.File, &s.Blocks[i])
 		if err != nil {
-			return s, err
+			return out, err
 		}
 		zones = append(zones, zs...)
 	}
@@ -189,14 +179,11 @@ func Parse(filename string, r io.Reader, listen []netip.AddrPort) (Settings, err
 	slices.SortStableFunc(zones, func(a, b Zone) int {
 		return dns.CountLabel(b.Name) - dns.CountLabel(a.Name)
 	})
-	if err := p.checkDuplicates(zones); err != nil {
-		return s, err
-	}
 	if len(zones) == 0 {
-		return s, fmt.Errorf("%s: %w %s", filename, ErrNoServerBlock, listenString(p.listen))
+		return out, &Error{File: s.File, Kind: KindNoServerBlock, Err: fmt.Errorf("%w %s", ErrNoServerBlock, listenString(p.listen))}
 	}
-	s.Zones = zones
-	return s, nil
+	out.Zones = zones
+	return out, nil
 }
 
 // ZoneFor returns the zone a query for qname goes to: the longest zone
@@ -233,7 +220,7 @@ func (z *Zone) Serves(ap netip.AddrPort) bool {
 	return z.Port == int(ap.Port()) && bindCovers(z.Bind, ap.Addr())
 }
 
-// ErrNoServerBlock is wrapped by Parse's error when no server block of
+// ErrNoServerBlock is wrapped by Settings' error when no server block of
 // the Corefile serves any of the listen addresses.
 var ErrNoServerBlock = errors.New("no server block serves")
 
@@ -242,6 +229,7 @@ type Error struct {
 	File   string
 	Line   int    // 0 when not known
 	Plugin string // the directive the problem is in; "" for block keys and syntax
+	Kind   Kind
 	Err    error
 }
 
@@ -254,6 +242,50 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Kind says what an Error is about.
+type Kind int
+
+// The kinds of Error, each a Reason.
+const (
+	KindRead          Kind = iota // the file could not be read whole
+	KindSyntax                    // Caddyfile syntax: braces, quotes, imports
+	KindDirective                 // a directive CoreDNS 1.13.1 does not have
+	KindServerBlock               // a server block key, or a zone served twice
+	KindPlugin                    // a plugin's arguments
+	KindNoServerBlock             // no block serves the listen addresses
+)
+
+var kindReasons = [...]string{
+	KindRead:          "unreadable",
+	KindSyntax:        "syntax",
+	KindDirective:     "unknown_directive",
+	KindServerBlock:   "server_block",
+	KindPlugin:        "plugin",
+	KindNoServerBlock: "no_server_block",
+}
+
+// Reason names why a Corefile was refused, in a word fit for a metric
+// label: "missing" (no such file), "unreadable", "syntax",
+// "unknown_directive", "server_block", "plugin", "no_server_block", or
+// "other" for an error that is none of these.
+func Reason(err error) string {
+	var e *Error
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "missing"
+	case errors.As(err, &e) && int(e.Kind) < len(kindReasons):
+		return kindReasons[e.Kind]
+	case errors.Is(err, fs.ErrPermission), errors.As(err, new(*fs.PathError)):
+		return "unreadable"
+	}
+	return "other"
+}
+
+// Reasons lists every value Reason returns, for metrics to start at 0.
+func Reasons() []string {
+	return append([]string{"missing"}, append(kindReasons[:], "other")...)
+}
 
 func place(file string, line int) string {
 	if line > 0 {

@@ -35,7 +35,7 @@ func TestErrors(t *testing.T) {
 		// bind.
 		{"bind without address", ".:53 {\n  bind\n}\n", "localdns.corefile:2: bind: at least one address or interface name is expected"},
 		{"bind bad option", ".:53 {\n  bind 169.254.10.11 {\n    only 1.2.3.4\n  }\n}\n", `localdns.corefile:3: bind: invalid option "only"`},
-		{"bind empty except", ".:53 {\n  bind 169.254.10.11 {\n    except\n  }\n}\n", "localdns.corefile:3: bind: except: at least one address or interface name is expected"},
+		{"bind empty except", ".:53 {\n  bind 169.254.10.11 {\n    except\n  }\n}\n", "localdns.corefile:3: bind: at least one address or interface must be given to except subdirective"},
 
 		// cache.
 		{"cache zero TTL", head + "  cache 0" + tail, "localdns.corefile:4: cache: TTL can not be zero or negative: 0"},
@@ -54,6 +54,8 @@ func TestErrors(t *testing.T) {
 		{"servfail no argument", head + "  cache {\n    servfail\n  }" + tail, "localdns.corefile:5: cache: servfail: expects one argument, got 0"},
 		{"prefetch percentage", head + "  cache {\n    prefetch 2 1m 95%\n  }" + tail, `localdns.corefile:5: cache: prefetch: percentage must be 10%..90%, got "95%"`},
 		{"disable what", head + "  cache {\n    disable everything\n  }" + tail, `localdns.corefile:5: cache: disable: cache type must be "success" or "denial", got "everything"`},
+		{"cache unknown option", head + "  cache {\n    frobnicate 1 2\n  }" + tail, "localdns.corefile:5: cache: unknown property 'frobnicate'"},
+		{"template unknown option", head + "  template IN A {\n    frobnicate 1 2\n  }" + tail, "localdns.corefile:5: template: unknown property 'frobnicate'"},
 		{"keepttl argument", head + "  cache {\n    keepttl yes\n  }" + tail, "localdns.corefile:5: cache: keepttl: takes no arguments"},
 
 		// forward.
@@ -61,7 +63,7 @@ func TestErrors(t *testing.T) {
 		{"forward nothing", head + "  forward" + tail, `localdns.corefile:4: forward: wrong argument count or unexpected line ending after "forward"`},
 		{"forward bad FROM", head + "  forward a..b 10.0.0.10" + tail, `localdns.corefile:4: forward: unable to normalize "a..b"`},
 		{"forward bad policy", head + "  forward . 10.0.0.10 {\n    policy fastest\n  }" + tail, `localdns.corefile:5: forward: policy: unknown policy "fastest"`},
-		{"forward policy no argument", head + "  forward . 10.0.0.10 {\n    policy\n  }" + tail, "localdns.corefile:5: forward: policy: expects one argument, got 0"},
+		{"forward policy no argument", head + "  forward . 10.0.0.10 {\n    policy\n  }" + tail, "localdns.corefile:5: forward: policy: expects an argument"},
 		{"forward bad max_concurrent", head + "  forward . 10.0.0.10 {\n    max_concurrent lots\n  }" + tail, `localdns.corefile:5: forward: max_concurrent: invalid number "lots"`},
 		{"forward negative max_concurrent", head + "  forward . 10.0.0.10 {\n    max_concurrent -1\n  }" + tail, "localdns.corefile:5: forward: max_concurrent: can't be negative: -1"},
 		{"forward bad max_fails", head + "  forward . 10.0.0.10 {\n    max_fails -1\n  }" + tail, `localdns.corefile:5: forward: max_fails: invalid number "-1"`},
@@ -71,6 +73,9 @@ func TestErrors(t *testing.T) {
 		{"forward bad protocol", head + "  forward . https://1.1.1.1" + tail, `localdns.corefile:4: forward: "https" is not supported as a destination protocol: https://1.1.1.1`},
 		{"forward bad port", head + "  forward . 10.0.0.10:dns" + tail, `localdns.corefile:4: forward: invalid port in "10.0.0.10:dns"`},
 		{"forward empty target", head + "  forward . dns://" + tail, `localdns.corefile:4: forward: invalid address: "dns://"`},
+		{"forward unknown option", head + "  forward . 10.0.0.10 {\n    warp_speed 9\n  }" + tail, "localdns.corefile:5: forward: unknown property 'warp_speed'"},
+		{"forward extra argument", head + "  forward . 10.0.0.10 {\n    policy sequential now\n  }" + tail, "localdns.corefile:5: forward: unknown property 'now'"},
+		{"forward not an address", head + "  forward . 10.0.0.300" + tail, `localdns.corefile:4: forward: not an IP address or file: "10.0.0.300"`},
 		{"forward too many targets", head + "  forward ." + strings.Repeat(" 10.0.0.1", 16) + tail, "localdns.corefile:4: forward: more than 15 TOs configured: 16"},
 
 		// nsid.
@@ -79,7 +84,7 @@ func TestErrors(t *testing.T) {
 
 		// Two blocks for one zone on one address, which CoreDNS refuses.
 		{"duplicate zone", ".:53 {\n}\n.:53 {\n  bind 169.254.10.11\n}\n", "localdns.corefile:3: zone . on 169.254.10.11:53 is already served by the block at localdns.corefile:1"},
-		{"duplicate key", "cluster.local cluster.local:53 {\n}\n", "localdns.corefile:1: zone cluster.local. on 169.254.10.11:53 is already served by the block at localdns.corefile:1"},
+		{"duplicate key", "cluster.local cluster.local:53 {\n}\n", "localdns.corefile:1: zone cluster.local. on port 53 is already served by the block at localdns.corefile:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

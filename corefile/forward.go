@@ -80,9 +80,10 @@ func (p *parser) forwards(toks []caddyfile.Token) ([]forwardStanza, error) {
 	}
 }
 
-// forwardStanza reads one stanza as CoreDNS's parseStanza does. Targets
-// dnsstandby cannot use (DNS-over-TLS, resolv.conf files) are noted and
-// left out.
+// forwardStanza reads one stanza as CoreDNS's parseStanza does, token by
+// token: an option that takes one argument reads one, and what follows on
+// its line is read as the next option. Targets dnsstandby cannot use
+// (DNS-over-TLS, resolv.conf files) are noted and left out.
 func (d *directive) forwardStanza() (forwardStanza, error) {
 	f := forwardStanza{
 		file:       d.File(),
@@ -106,132 +107,183 @@ func (d *directive) forwardStanza() (forwardStanza, error) {
 	if len(to) == 0 {
 		return f, d.argErr()
 	}
-	if len(to) > maxUpstreams {
-		return f, d.errf("more than %d TOs configured: %d", maxUpstreams, len(to))
-	}
+	targets := 0
 	for _, t := range to {
-		ap, ok, err := d.forwardTarget(t)
+		aps, n, err := d.forwardTarget(t)
 		if err != nil {
 			return f, err
 		}
-		if ok {
-			f.upstreams = append(f.upstreams, ap)
-		}
+		f.upstreams = append(f.upstreams, aps...)
+		targets += n
 	}
-
+	if targets == 0 {
+		return f, d.errf("no nameservers found")
+	}
+	if targets > maxUpstreams {
+		return f, d.errf("more than %d TOs configured: %d", maxUpstreams, targets)
+	}
 	for d.NextBlock() {
-		opt := d.Val()
-		switch opt {
-		case "force_tcp", "prefer_udp", "failfast_all_unhealthy_upstreams":
-			if len(d.RemainingArgs()) != 0 {
-				return f, d.errf("%s: takes no arguments", opt)
-			}
-			switch opt {
-			case "force_tcp":
-				f.forceTCP = true
-			case "prefer_udp":
-				f.preferUDP = true
-			default:
-				f.failfast = true
-			}
-		case "policy":
-			v, err := d.oneArg(opt)
-			if err != nil {
-				return f, err
-			}
-			switch v {
-			case "random", "round_robin", "sequential":
-				f.policy = v
-			default:
-				return f, d.errf("policy: unknown policy %q", v)
-			}
-		case "max_concurrent":
-			v, err := d.oneArg(opt)
-			if err != nil {
-				return f, err
-			}
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return f, d.errf("max_concurrent: invalid number %q", v)
-			}
-			if n < 0 {
-				return f, d.errf("max_concurrent: can't be negative: %d", n)
-			}
-			f.maxConc = n
-		case "max_fails":
-			v, err := d.oneArg(opt)
-			if err != nil {
-				return f, err
-			}
-			n, err := strconv.ParseUint(v, 10, 32)
-			if err != nil {
-				return f, d.errf("max_fails: invalid number %q", v)
-			}
-			f.maxFails = int(n)
-		case "expire":
-			v, err := d.oneArg(opt)
-			if err != nil {
-				return f, err
-			}
-			if f.expire, err = d.duration(opt, v); err != nil {
-				return f, err
-			}
-		case "health_check":
-			if err := d.healthCheck(&f); err != nil {
-				return f, err
-			}
-		case "except":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return f, d.errf("except: at least one zone is expected")
-			}
-			for _, a := range args {
-				zs, err := zoneArg(a)
-				if err != nil {
-					// CoreDNS drops what it cannot normalize.
-					d.notef("except %q ignored: %v", a, err)
-					continue
-				}
-				f.except = append(f.except, zs...)
-			}
-		case "tls", "tls_servername", "next", "failover":
-			// Only matter for targets or answers dnsstandby does not use.
-			d.RemainingArgs()
-		default:
-			d.skipOption()
+		if err := d.forwardOption(&f); err != nil {
+			return f, err
 		}
 	}
 	return f, nil
 }
 
-// forwardTarget reads one TO as CoreDNS's parse.HostPortOrFile does.
-// ok is false for a target that is left out (and noted).
-func (d *directive) forwardTarget(t string) (ap netip.AddrPort, ok bool, err error) {
+// forwardOption reads one option of a forward block as CoreDNS's
+// parseBlock does.
+func (d *directive) forwardOption(f *forwardStanza) error {
+	opt := d.Val()
+	switch opt {
+	case "force_tcp", "prefer_udp":
+		if d.NextArg() {
+			return d.errf("%s: takes no arguments", opt)
+		}
+		if opt == "force_tcp" {
+			f.forceTCP = true
+		} else {
+			f.preferUDP = true
+		}
+	case "failfast_all_unhealthy_upstreams":
+		if len(d.RemainingArgs()) != 0 {
+			return d.errf("%s: takes no arguments", opt)
+		}
+		f.failfast = true
+	case "policy":
+		v, err := d.arg(opt)
+		if err != nil {
+			return err
+		}
+		switch v {
+		case "random", "round_robin", "sequential":
+			f.policy = v
+		default:
+			return d.errf("policy: unknown policy %q", v)
+		}
+	case "max_concurrent":
+		v, err := d.arg(opt)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return d.errf("max_concurrent: invalid number %q", v)
+		}
+		if n < 0 {
+			return d.errf("max_concurrent: can't be negative: %d", n)
+		}
+		f.maxConc = n
+	case "max_fails":
+		v, err := d.arg(opt)
+		if err != nil {
+			return err
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return d.errf("max_fails: invalid number %q", v)
+		}
+		f.maxFails = int(n)
+	case "expire":
+		v, err := d.arg(opt)
+		if err != nil {
+			return err
+		}
+		if f.expire, err = d.duration(opt, v); err != nil {
+			return err
+		}
+	case "health_check":
+		return d.healthCheck(f)
+	case "except":
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.errf("except: at least one zone is expected")
+		}
+		for _, a := range args {
+			zs, err := zoneArg(a)
+			if err != nil {
+				// CoreDNS drops what it cannot normalize.
+				d.notef("except %q ignored: %v", a, err)
+				continue
+			}
+			f.except = append(f.except, zs...)
+		}
+	case "tls":
+		// Certificates for TLS targets, which dnsstandby does not use;
+		// CoreDNS loads them, which this package does not model.
+		if len(d.RemainingArgs()) > 3 {
+			return d.argErr()
+		}
+	case "tls_servername":
+		if _, err := d.arg(opt); err != nil {
+			return err
+		}
+	case "next", "failover":
+		// Only matter for answers dnsstandby does not imitate: it
+		// never passes an upstream's answer on to another plugin.
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.argErr()
+		}
+		for _, rc := range args {
+			code, ok := dns.StringToRcode[strings.ToUpper(rc)]
+			if !ok {
+				return d.errf("%s: %s is not a valid rcode", opt, rc)
+			}
+			if opt == "failover" && code == dns.RcodeSuccess {
+				return d.errf("failover: NoError cannot be used in failover")
+			}
+		}
+	default:
+		return d.errf("unknown property '%s'", opt)
+	}
+	return nil
+}
+
+// forwardTarget reads one TO as CoreDNS's parse.HostPortOrFile does: an
+// address, with a port or not, or else a resolv.conf file, whose servers
+// count towards the 15 TOs. It returns the addresses dnsstandby uses (none
+// for a TLS target or a file, which are noted) and how many TOs the
+// argument is.
+func (d *directive) forwardTarget(t string) (aps []netip.AddrPort, n int, err error) {
 	trans, host := splitTransport(t)
 	if host == "" {
-		return ap, false, d.errf("invalid address: %q", t)
+		return nil, 0, d.errf("invalid address: %q", t)
 	}
 	if trans != transportDNS && trans != transportTLS {
-		return ap, false, d.errf("%q is not supported as a destination protocol: %s", trans, t)
+		return nil, 0, d.errf("%q is not supported as a destination protocol: %s", trans, t)
 	}
 	addr, port := host, defaultPorts[trans]
 	if h, ps, err := net.SplitHostPort(host); err == nil {
 		n, err := strconv.ParseUint(ps, 10, 16)
 		if err != nil {
-			return ap, false, d.errf("invalid port in %q", t)
+			return nil, 0, d.errf("invalid port in %q", t)
 		}
 		addr, port = h, int(n)
 	}
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
-		d.notef("target %q is not an IP address (CoreDNS reads it as a resolv.conf file); not used", t)
-		return ap, false, nil
+		servers, err := resolvConfServers(host)
+		if err != nil {
+			return nil, 0, d.errf("not an IP address or file: %q", host)
+		}
+		d.notef("target %q is a resolv.conf file (%d servers); not used", t, servers)
+		return nil, servers, nil
 	}
 	if trans == transportTLS {
 		d.notef("DNS-over-TLS target %q not used", t)
-		return ap, false, nil
+		return nil, 1, nil
 	}
-	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true, nil
+	return []netip.AddrPort{netip.AddrPortFrom(ip.Unmap(), uint16(port))}, 1, nil
+}
+
+// resolvConfServers counts the nameservers of a resolv.conf file, as
+// CoreDNS reads a forward target that is not an address.
+func resolvConfServers(path string) (int, error) {
+	c, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return len(c.Servers), nil
 }
 
 // healthCheck reads `health_check DURATION [no_rec] [domain NAME]` as
@@ -265,6 +317,15 @@ func (d *directive) healthCheck(f *forwardStanza) error {
 		}
 	}
 	return nil
+}
+
+// arg reads the one argument of option opt, as CoreDNS's c.NextArg does:
+// what follows it on the line is the next option.
+func (d *directive) arg(opt string) (string, error) {
+	if !d.NextArg() {
+		return "", d.errf("%s: expects an argument", opt)
+	}
+	return d.Val(), nil
 }
 
 // oneArg reads the single argument of option opt.

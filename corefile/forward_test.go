@@ -103,16 +103,16 @@ func TestForward(t *testing.T) {
 			}},
 		{name: "IPv4-mapped target is unmapped", body: "forward . ::ffff:10.0.0.10",
 			want: func(f *forwardView) { *f = defaultForward("10.0.0.10:53") }},
-		{name: "TLS and file targets are skipped", body: "forward . tls://1.1.1.1 /etc/resolv.conf 10.0.0.10 {\n  tls_servername cloudflare-dns.com\n}",
+		{name: "TLS and file targets are skipped", body: "forward . tls://1.1.1.1 testdata/resolv.conf 10.0.0.10 {\n  tls_servername cloudflare-dns.com\n}",
 			want: func(f *forwardView) { *f = defaultForward("10.0.0.10:53") },
 			notes: []string{
 				`test.corefile:2: forward: DNS-over-TLS target "tls://1.1.1.1" not used`,
-				`test.corefile:2: forward: target "/etc/resolv.conf" is not an IP address (CoreDNS reads it as a resolv.conf file); not used`,
+				`test.corefile:2: forward: target "testdata/resolv.conf" is a resolv.conf file (2 servers); not used`,
 			}},
-		{name: "only a resolv.conf", body: "forward . /etc/resolv.conf",
+		{name: "only a resolv.conf", body: "forward . testdata/resolv.conf",
 			want: func(f *forwardView) { *f = defaultForward() },
 			notes: []string{
-				`test.corefile:2: forward: target "/etc/resolv.conf" is not an IP address (CoreDNS reads it as a resolv.conf file); not used`,
+				`test.corefile:2: forward: target "testdata/resolv.conf" is a resolv.conf file (2 servers); not used`,
 			}},
 		{name: "FROM equal to the zone", zone: "cluster.local", body: "forward cluster.local 10.0.0.10",
 			want: func(f *forwardView) { *f = defaultForward("10.0.0.10:53") }},
@@ -138,9 +138,11 @@ func TestForward(t *testing.T) {
 			}},
 		{name: "options that do not matter to dnsstandby are accepted", body: "forward . 10.0.0.10 {\n  next NXDOMAIN\n  failover SERVFAIL\n  tls cert key ca\n}",
 			want: func(f *forwardView) { *f = defaultForward("10.0.0.10:53") }},
-		{name: "unknown option is noted", body: "forward . 10.0.0.10 {\n  warp_speed 9\n}",
-			want:  func(f *forwardView) { *f = defaultForward("10.0.0.10:53") },
-			notes: []string{`test.corefile:3: forward: unknown option "warp_speed" ignored`}},
+		{name: "an option's extra argument is read as the next option", body: "forward . 10.0.0.10 {\n  policy sequential prefer_udp\n}",
+			want: func(f *forwardView) {
+				*f = defaultForward("10.0.0.10:53")
+				f.Policy, f.PreferUDP = "sequential", true
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

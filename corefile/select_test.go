@@ -195,7 +195,7 @@ func TestBindResolved(t *testing.T) {
 	withInterfaces(t, map[string][]netip.Addr{
 		"localdns": addrs("169.254.10.10", "169.254.10.11"),
 	})
-	s := parseText(t, ".:53 {\n  bind localdns 169.254.10.11 ::ffff:10.0.0.1\n}\n")
+	s := parseText(t, ".:53 {\n  bind localdns ::ffff:10.0.0.1\n}\n")
 	if got, want := s.Zones[0].Bind, addrs("169.254.10.10", "169.254.10.11", "10.0.0.1"); !slices.Equal(got, want) {
 		t.Errorf("Bind = %v, want %v", got, want)
 	}
@@ -246,20 +246,21 @@ func TestNSID(t *testing.T) {
 }
 
 func TestPluginsInOrder(t *testing.T) {
-	s := parseText(t, ".:53 {\n  errors\n  hosts /etc/localdns/hosts {\n    fallthrough\n  }\n  forward . 10.0.0.10\n  log\n  errors\n  unknownplugin x y z\n}\n")
-	want := []string{"errors", "hosts", "forward", "log", "unknownplugin"}
+	s := parseText(t, ".:53 {\n  errors\n  hosts /etc/localdns/hosts {\n    fallthrough\n  }\n  forward . 10.0.0.10\n  log\n  log\n  rewrite name exact a.example. b.example.\n}\n")
+	want := []string{"errors", "hosts", "forward", "log", "rewrite"}
 	if got := s.Zones[0].Plugins; !slices.Equal(got, want) {
 		t.Errorf("Plugins = %v, want %v", got, want)
 	}
 }
 
-// TestUnusedBlocksNotRead checks that a broken plugin in a block that does
-// not serve the listen address does not stop Parse: dnsstandby must start
-// even if the node listener's blocks have something it cannot read.
-func TestUnusedBlocksNotRead(t *testing.T) {
-	s := parseText(t, ".:53 {\n  bind 169.254.10.10\n  cache 0\n  forward\n}\n.:53 {\n  bind 169.254.10.11\n}\n")
-	if got := zoneNames(s); !slices.Equal(got, []string{"."}) || s.Zones[0].Line != 6 {
-		t.Errorf("zones = %v", s.Zones)
+// TestUnservedBlocksChecked checks that a broken plugin in a block that
+// does not serve the listen address refuses the Corefile all the same:
+// CoreDNS refuses the whole file for it, so LocalDNS does not run it on
+// any listener.
+func TestUnservedBlocksChecked(t *testing.T) {
+	_, err := Parse("test.corefile", strings.NewReader(".:53 {\n  bind 169.254.10.10\n  forward\n}\n.:53 {\n  bind 169.254.10.11\n}\n"), []netip.AddrPort{podListener})
+	if want := `test.corefile:3: forward: wrong argument count or unexpected line ending after "forward"`; err == nil || err.Error() != want {
+		t.Errorf("Parse: %v, want %s", err, want)
 	}
 }
 

@@ -195,7 +195,7 @@ func (d *directive) template(blockZones []string) (Template, error) {
 			// Accepted and ignored by CoreDNS ("remove soon").
 			d.RemainingArgs()
 		default:
-			d.skipOption()
+			return t, d.unknownOption()
 		}
 	}
 	if len(t.Regexes) == 0 {

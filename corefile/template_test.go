@@ -165,13 +165,6 @@ func TestTemplate(t *testing.T) {
 				{Class: dns.ClassINET, Type: dns.TypeAAAA, Zones: []string{"b.org."}, Regexes: []string{".*"}, Rcode: dns.RcodeNotImplemented, Line: 4},
 			},
 		},
-		{
-			name:  "unknown option noted",
-			block: ".:53 {\n  template IN A {\n    frobnicate 1 2\n  }\n}\n",
-			zone:  ".",
-			want:  []tmplView{{Class: dns.ClassINET, Type: dns.TypeA, Zones: []string{"."}, Regexes: []string{".*"}, Line: 2}},
-			notes: []string{`test.corefile:3: template: unknown option "frobnicate" ignored`},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
