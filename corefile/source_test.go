@@ -131,7 +131,10 @@ func TestReason(t *testing.T) {
 		{"missing", func() error { _, err := Read(filepath.Join(dir, "none")); return err }, "missing"},
 		{"a directory", func() error { _, err := Read(unreadable); return err }, "unreadable"},
 		{"syntax", func() error { _, err := ReadFrom("f", strings.NewReader(".:53 {\n")); return err }, "syntax"},
-		{"unknown directive", func() error { _, err := ReadFrom("f", strings.NewReader(".:53 {\n froward . 1.1.1.1\n}\n")); return err }, "unknown_directive"},
+		{"unknown directive", func() error {
+			_, err := ReadFrom("f", strings.NewReader(".:53 {\n froward . 1.1.1.1\n}\n"))
+			return err
+		}, "unknown_directive"},
 		{"key", func() error { _, err := ReadFrom("f", strings.NewReader("a..b {\n}\n")); return err }, "server_block"},
 		{"plugin", func() error { _, err := ReadFrom("f", strings.NewReader(".:53 {\n loop x\n}\n")); return err }, "plugin"},
 		{"no server block", func() error {
