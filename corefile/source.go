@@ -150,9 +150,14 @@ func (s *Source) Check() error {
 		if len(b.Keys) == 0 {
 			return &Error{File: b.file(s.File), Line: b.Line, Kind: KindServerBlock, Err: fmt.Errorf("server block without keys")}
 		}
-		for name := range b.Directives {
+		for name, toks := range b.Directives {
 			if !slices.Contains(Directives, name) {
 				return &Error{File: b.file(s.File), Line: b.Line, Kind: KindDirective, Err: fmt.Errorf("unknown directive '%s'", name)}
+			}
+			// As the Caddyfile parser groups them; only a Source made
+			// elsewhere can differ.
+			if len(toks) == 0 || toks[0].Text != name {
+				return &Error{File: b.file(s.File), Line: b.Line, Kind: KindSyntax, Err: fmt.Errorf("the tokens of directive %s do not start with it", name)}
 			}
 		}
 		h, err := p.readHead(s.File, b)

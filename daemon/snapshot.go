@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/cache"
+	"github.com/dnsstandby/dnsstandby/internal/atomicfile"
 )
 
 // snapshotPath is where the cache of zone on the listen address ap keeps
@@ -34,41 +35,6 @@ func snapshotPath(dir string, ap netip.AddrPort, zone string) string {
 	return filepath.Join(dir, fmt.Sprintf("cache-%s-%d-%s.snapshot", ap.Addr(), ap.Port(), name))
 }
 
-// writeAtomic writes a file so that a crash at any moment leaves either the
-// old file or the new one, never a torn one: a temporary file in the same
-// directory, fsynced, renamed over the old, and the directory fsynced.
-func writeAtomic(path string, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: sync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync directory: %w", path, err)
-	}
-	return nil
-}
-
 // snapshots keeps a cache's snapshot in the file path.
 type snapshots struct {
 	path string
@@ -80,7 +46,7 @@ type snapshots struct {
 func (s snapshots) save(c *cache.Cache, level slog.Level) error {
 	start := time.Now()
 	var n int
-	err := writeAtomic(s.path, func(w io.Writer) error {
+	err := atomicfile.Write(s.path, func(w io.Writer) error {
 		var err error
 		n, err = c.Save(w)
 		return err
