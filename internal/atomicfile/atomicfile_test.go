@@ -27,4 +27,3 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("%d files in the directory, want 1", len(ents))
 	}
 }
-
