@@ -12,13 +12,14 @@ import (
 	"github.com/coredns/caddy/caddyfile"
 
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/status"
 )
 
 // localdnsDefaultListeners are the listeners AgentBaker's Corefile gives
 // LocalDNS: the node's (kubelet, hostNetwork and dnsPolicy:Default pods)
 // and the pods' (dnsPolicy:ClusterFirst).
 func localdnsDefaultListeners() []netip.AddrPort {
-	return []netip.AddrPort{netip.MustParseAddrPort("169.254.10.10:53"), netip.MustParseAddrPort("169.254.10.11:53")}
+	return []netip.AddrPort{status.NodeListen, status.DefaultListen}
 }
 
 // corefileFacts is where LocalDNS's Corefile says LocalDNS listens, or

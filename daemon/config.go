@@ -86,14 +86,20 @@ type Config struct {
 	// finish once Run's context is done.
 	ShutdownTimeout time.Duration
 
-	// Reload re-reads the settings when a file of Watch changes (the
-	// command line passes its own layering of defaults, Corefile,
-	// environment and flags); nil: no reload. The routes it gives take
-	// effect at once; other changed settings at the next start.
-	// ReloadInterval is how often Watch is checked (0: never).
-	Reload         func() (Config, error)
+	// Layer makes the configuration again from a Corefile (the command
+	// line's layering of defaults, Corefile, environment and flags), for
+	// Resolve at start and at every change of a file of Watch; nil: no
+	// Corefile and no reload. Provenance says where the configuration
+	// came from (Resolve sets it). ReloadInterval is how often Watch is
+	// checked (0: never). The routes of a reload take effect at once;
+	// other changed settings at the next start.
+	Layer          Layer
+	Provenance     Provenance
 	Watch          []string
 	ReloadInterval time.Duration
+	// Fallback is where misses go when neither the Corefile nor the last
+	// known good can be used (Resolve).
+	Fallback Fallback
 }
 
 // Route is one zone's server block on one listen address: the answers
@@ -298,6 +304,10 @@ func DefaultConfig() Config {
 		LockFile:        DefaultLockFile,
 		ShutdownTimeout: 5 * time.Second,
 		ReloadInterval:  time.Second,
+		Fallback: Fallback{
+			NodeListen: status.NodeListen,
+			ResolvConf: "/run/systemd/resolve/resolv.conf",
+		},
 	}
 }
 

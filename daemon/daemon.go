@@ -52,6 +52,8 @@ type Daemon struct {
 	// watched is what the files of Watch held at New; the reload's
 	// goroutine owns it from Run on.
 	watched string
+	// config is the configuration in force, for status and metrics.
+	config configState
 
 	// The parts, set by Run as it starts them; read by the status.
 	clk      *clock.Coarse
@@ -87,9 +89,10 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 // parts refuse what Validate refuses.
 func newUnchecked(cfg Config, log *slog.Logger) *Daemon {
 	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{}), surge: newSurge()}
-	if cfg.Reload != nil {
+	if cfg.Layer != nil {
 		d.watched = fingerprint(cfg.Watch)
 	}
+	d.config.set(cfg.Provenance)
 	return d
 }
 
@@ -152,8 +155,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// leaves it so.
 		stack.push("handover", func() error { t.refuse(errors.New("start failed: see its log")); return nil })
 	}
+	d.openStateDir()
+	// The configuration may change here, to a newer last known good the
+	// previous process handed over.
 	d.inherit()
+	cfg = d.cfg
 	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion, "pid", os.Getpid())
+	if p := cfg.Provenance; p.Refused != nil {
+		d.config.refused(p.Refused)
+	}
+	d.applied(cfg.Provenance)
+	d.logProvenance(d.config.provenance())
 	for _, line := range cfg.Ignored {
 		log.Info("LocalDNS does what dnsstandby does not", "corefile", cfg.Corefile, "what", line)
 	}
@@ -167,7 +179,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { clk.Run(life) })
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.build.Collector())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), d.build.Collector(), configCollector{&d.config})
 
 	d.clk = clk
 	if err := d.startViews(life, &stack, reg, clk); err != nil {
@@ -241,7 +253,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// the first mode in place: systemd may now start LocalDNS.
 	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(cfg.Listen), st.Mode, st.Steering.Level))
 	wg.Go(func() { sd.watchdog(life, d.srv.Healthy) })
-	if cfg.Reload != nil && len(cfg.Watch) > 0 && cfg.ReloadInterval > 0 {
+	if cfg.Layer != nil && len(cfg.Watch) > 0 && cfg.ReloadInterval > 0 {
 		wg.Go(func() { d.watch(life) })
 	}
 
@@ -260,6 +272,20 @@ func (d *Daemon) Run(ctx context.Context) error {
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// openStateDir makes the state directory if it is not there; without it
+// there are no cache snapshots and no last known good.
+func (d *Daemon) openStateDir() {
+	dir := d.cfg.StateDir
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		d.log.Error("state directory unusable: no cache snapshots, no last known good configuration", "dir", dir, slog.Any("err", err))
+		return
+	}
+	d.stateDir = dir
 }
 
 // view is what serves one listen address. LocalDNS answers each of its
@@ -291,13 +317,6 @@ type zoneCache struct {
 // caches and its pipeline, and registers their metrics under a listener
 // label.
 func (d *Daemon) startViews(life context.Context, stack *closers, reg *prometheus.Registry, clk *clock.Coarse) error {
-	if dir := d.cfg.StateDir; dir != "" {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			d.log.Error("state directory unusable: no cache snapshots", "dir", dir, slog.Any("err", err))
-		} else {
-			d.stateDir = dir
-		}
-	}
 	for _, ap := range d.cfg.Listen {
 		v := &view{listen: ap}
 		v.reg = prometheus.WrapRegistererWith(prometheus.Labels{"listener": ap.String()}, reg)

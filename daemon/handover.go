@@ -56,6 +56,9 @@ func (d *Daemon) inherit() {
 			h.log.Error("handover: cache file ignored: the caches load from the disk snapshots", slog.Any("err", err))
 		} else {
 			h.warm, h.fromPID, h.warmCache = w, w.FromPID, true
+			if b := w.Take(handover.LastGoodKey); b != nil {
+				d.takeHandedLastGood(b)
+			}
 		}
 	}
 	d.ho = h

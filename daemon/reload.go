@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
 )
 
 // This file is the live reload: LocalDNS's Corefile is rewritten on nodes
@@ -41,11 +43,13 @@ func fingerprint(paths []string) string {
 
 // watch checks the watched files every ReloadInterval until life ends
 // (against what they held when New was called, close to when the settings
-// were read),
-// and applies what Reload makes of them when they change. Route sets a
-// reload replaced are stopped once the resolutions that started with them
-// are done; the last at once when life ends. It runs on its own
-// goroutine, owned by Run.
+// were read), and when they change, resolves the configuration again
+// (Resolve) and applies it unless that would step down from what is in
+// force: a Corefile refused later leaves the one in force, a good one
+// replaces the last known good or the fallback. Route sets a reload
+// replaced are stopped once the resolutions that started with them are
+// done; the last at once when life ends. It runs on its own goroutine,
+// owned by Run.
 func (d *Daemon) watch(life context.Context) {
 	cfg := d.cfg
 	t := time.NewTicker(cfg.ReloadInterval)
@@ -78,9 +82,9 @@ func (d *Daemon) watch(life context.Context) {
 				continue
 			}
 			last = fp
-			sets, err := d.reload(life)
+			sets, err := d.reloadChanged(life)
 			if err != nil {
-				d.log.Error("Corefile change not applied: the configuration in force stays", "corefile", strings.Join(cfg.Watch, ","), slog.Any("err", err))
+				d.log.Error("Corefile change not applied: the configuration in force stays", "corefile", strings.Join(cfg.Watch, ","), "source", d.config.provenance().Source, slog.Any("err", err))
 				continue
 			}
 			// A resolution lasts at most UpstreamTimeout, a stale answer's
@@ -93,16 +97,39 @@ func (d *Daemon) watch(life context.Context) {
 	}
 }
 
-// reload re-reads the settings and puts their routes in force on every
-// listen address at once, returning the route sets they replaced. A zone
-// still routed keeps its cache; one whose cache policy changed gets a new
-// cache holding the old one's entries. Settings other than the routes and
-// their caches take effect at the next start.
-func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
-	next, err := d.cfg.Reload()
+// reloadChanged resolves the configuration after a change of a watched
+// file and applies it, or says why not.
+func (d *Daemon) reloadChanged(life context.Context) ([]*routeSet, error) {
+	next, prov, err := Resolve(d.cfg.Layer)
 	if err != nil {
 		return nil, err
 	}
+	if prov.Refused != nil {
+		d.config.refused(prov.Refused)
+	}
+	if cur := d.config.provenance(); rank(prov.Source) < rank(cur.Source) {
+		return nil, fmt.Errorf("refused (%s): %w", corefile.Reason(prov.Refused), prov.Refused)
+	}
+	sets, err := d.reload(life, next)
+	if err != nil {
+		return nil, err
+	}
+	prev := d.config.provenance()
+	d.applied(prov)
+	now := d.config.provenance()
+	d.log.Info("Corefile reloaded", "corefile", next.Corefile, "source", now.Source, "sha256", now.SHA256, "ignored", len(next.Ignored))
+	if prev.Source != now.Source {
+		d.logProvenance(now)
+	}
+	return sets, nil
+}
+
+// reload puts the routes of next in force on every listen address at
+// once, returning the route sets they replaced. A zone
+// still routed keeps its cache; one whose cache policy changed gets a new
+// cache holding the old one's entries. Settings other than the routes and
+// their caches take effect at the next start.
+func (d *Daemon) reload(life context.Context, next Config) ([]*routeSet, error) {
 	if err := next.Validate(); err != nil {
 		return nil, err
 	}
@@ -114,6 +141,7 @@ func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
 		v.mu.Lock()
 		prev := v.set
 		v.mu.Unlock()
+		var err error
 		if sets[i], err = d.buildRoutes(life, &next, v, prev, d.clk); err != nil {
 			for _, s := range sets[:i] {
 				s.stop.closeAll(d.log)
@@ -145,6 +173,5 @@ func (d *Daemon) reload(life context.Context) ([]*routeSet, error) {
 		}
 		replaced = append(replaced, prev)
 	}
-	d.log.Info("Corefile reloaded", "corefile", next.Corefile, "ignored", len(next.Ignored))
 	return replaced, nil
 }

@@ -33,12 +33,8 @@ func TestCorefileReload(t *testing.T) {
 		return fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), listen.Addr(), up)
 	}
 	write(forwardTo(upA))
-	layer := corefileLayer(base, path)
-	cfg, err := layer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Reload, cfg.Watch, cfg.ReloadInterval = layer, []string{path}, 100*time.Millisecond
+	cfg := resolved(t, corefileLayer(base, path))
+	cfg.ReloadInterval = 100 * time.Millisecond
 	r := start(t, cfg)
 
 	var n atomic.Int64
@@ -132,12 +128,8 @@ func TestReloadCaches(t *testing.T) {
 	}
 	write := func(text string) { t.Helper(); rewrite(t, path, text) }
 	write(corefileText(upA, 3600, "cluster.local"))
-	layer := corefileLayer(base, path)
-	cfg, err := layer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Reload, cfg.Watch, cfg.ReloadInterval = layer, []string{path}, 50*time.Millisecond
+	cfg := resolved(t, corefileLayer(base, path))
+	cfg.ReloadInterval = 50 * time.Millisecond
 	r := start(t, cfg)
 	caches := func() map[string]*zoneCache {
 		v := r.d.views[0]
@@ -227,17 +219,34 @@ func rewrite(t *testing.T, path, text string) {
 	}
 }
 
-// corefileLayer returns what Config.Reload is given in these tests: base
-// with the routes of the Corefile at path, as the command line layers it.
-func corefileLayer(base Config, path string) func() (Config, error) {
-	return func() (Config, error) {
+// corefileLayer returns what Config.Layer is given in these tests: base
+// with the routes of a Corefile, as the command line layers it, and path
+// as the Corefile to read.
+func corefileLayer(base Config, path string) Layer {
+	return func(src *corefile.Source) (Config, error) {
 		cfg := base
+		cfg.Corefile = path
+		if src == nil {
+			return cfg, nil
+		}
 		cfg.Routes = nil
-		s, err := corefile.Load(path, cfg.Listen)
+		s, err := src.Settings(cfg.Listen)
 		if err != nil {
 			return Config{}, err
 		}
 		ApplyCorefile(&cfg, s)
 		return cfg, nil
 	}
+}
+
+// resolved is Resolve of layer, ready to run: its Layer and Provenance
+// set as the command line sets them.
+func resolved(t *testing.T, layer Layer) Config {
+	t.Helper()
+	cfg, prov, err := Resolve(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Layer, cfg.Provenance = layer, prov
+	return cfg
 }

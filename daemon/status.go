@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/takeover"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
@@ -28,6 +29,7 @@ func (d *Daemon) Status() status.Daemon {
 			Mirror:     cfg.Mirror.String(),
 			AnchorLink: cfg.Anchor.Link,
 			Listen:     []string{},
+			Source:     statusSource(d.config.provenance()),
 		},
 		Upstreams: []status.Upstream{},
 	}
@@ -107,3 +109,16 @@ func (h handler) Release() error             { return h.d.ctrl.Release() }
 
 // Give is admin.Giver (surge.go).
 func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.d.Give(c, peer) }
+
+// statusSource is the status's view of p.
+func statusSource(p Provenance) *status.Source {
+	s := &status.Source{From: p.Source, Corefile: p.Corefile, SHA256: p.SHA256,
+		Refused: errString(p.Refused), LastGood: errString(p.LastGood)}
+	if p.Refused != nil {
+		s.Reason = corefile.Reason(p.Refused)
+	}
+	if !p.Applied.IsZero() {
+		s.Applied = p.Applied.UTC().Format(time.RFC3339)
+	}
+	return s
+}

@@ -164,6 +164,9 @@ func (d *Daemon) writeCacheFile() (*os.File, int, error) {
 	if len(saves) == 0 {
 		return nil, 0, nil
 	}
+	if lg := d.lastGoodSave(); lg != nil {
+		saves = append(saves, *lg)
+	}
 	return handover.WriteCaches(os.Getpid(), handoverLimit(&d.cfg), saves)
 }
 

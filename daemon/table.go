@@ -3,8 +3,13 @@ package daemon
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/lastgood"
 )
 
 // WriteTable writes what the daemon would run with, for a person: per
@@ -12,6 +17,7 @@ import (
 // cache; and what LocalDNS does that dnsstandby does not imitate.
 // `dnsstandby run --validate` prints it.
 func (c *Config) WriteTable(w io.Writer) error {
+	c.writeProvenance(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LISTENER\tZONE\tLOCAL\tUPSTREAMS\tPOLICY\tTRANSPORT\tMAX_CONCURRENT\tMAX_FAILS\tHEALTH_CHECK")
 	for _, ap := range c.Listen {
@@ -74,6 +80,69 @@ func (c *Config) WriteTable(w io.Writer) error {
 	}
 	return nil
 }
+
+// writeProvenance says where the configuration comes from, and the rule
+// that chose it.
+func (c *Config) writeProvenance(w io.Writer) {
+	p := c.Provenance
+	switch p.Source {
+	case SourceFile:
+		fmt.Fprintf(w, "configuration: from the Corefile %s (sha256 %s)\n", p.Corefile, short(p.SHA256))
+	case SourceLastGood:
+		fmt.Fprintf(w, "configuration: the LAST KNOWN GOOD, from %s (sha256 %s, first applied %s, %s ago)\n", p.Corefile, short(p.SHA256),
+			p.Applied.Format(time.RFC3339), time.Since(p.Applied).Round(time.Second))
+		fmt.Fprintf(w, "  the Corefile is refused (%s): %v\n", corefile.Reason(p.Refused), p.Refused)
+	case SourceFallback:
+		fmt.Fprintln(w, "configuration: the FALLBACK")
+		fmt.Fprintf(w, "  the Corefile is refused (%s): %v\n", corefile.Reason(p.Refused), p.Refused)
+		if p.LastGood != nil {
+			fmt.Fprintf(w, "  the last known good is unusable: %v\n", p.LastGood)
+		} else if c.StateDir != "" {
+			fmt.Fprintf(w, "  no last known good in %s\n", c.StateDir)
+		}
+	case SourceFlags:
+		fmt.Fprintln(w, "configuration: from the flags (no --localdns-corefile)")
+	}
+	if p.Source != SourceFlags {
+		lg := "none (no --state-dir)"
+		if c.StateDir != "" {
+			lg = lastgood.Path(c.StateDir)
+		}
+		fmt.Fprintf(w, "rule: the Corefile, else the last known good (%s), else the fallback (%s)\n\n", lg, c.fallbackString())
+	} else {
+		fmt.Fprintln(w)
+	}
+}
+
+// fallbackString says where the fallback sends misses.
+func (c *Config) fallbackString() string {
+	f := c.Fallback
+	kube := "no --fallback-upstream"
+	if len(f.Upstreams) > 0 {
+		kube = "kube-dns " + joinAddrPorts(f.Upstreams)
+	}
+	node := "none"
+	if f.ResolvConf != "" {
+		node = f.ResolvConf
+		if rs := c.nodeResolvers(); len(rs) > 0 {
+			node += ": " + joinAddrPorts(rs)
+		} else {
+			node += ": none usable"
+		}
+	}
+	return fmt.Sprintf("%s; names outside cluster.local on %s: the node's resolvers, %s", kube, f.NodeListen, node)
+}
+
+func joinAddrPorts(aps []netip.AddrPort) string {
+	s := make([]string, len(aps))
+	for i, ap := range aps {
+		s[i] = ap.String()
+	}
+	return strings.Join(s, " ")
+}
+
+// short is the first 12 digits of a hash, as git shows a commit.
+func short(h string) string { return h[:min(len(h), 12)] }
 
 // localAnswers says which answers the route makes itself, in the order
 // they are asked: "templates 2, hosts", "whoami", or "-".

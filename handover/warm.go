@@ -34,6 +34,11 @@ const seals = unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F
 // CacheKey names a cache in the file: its listen address and zone.
 func CacheKey(ap netip.AddrPort, zone string) string { return ap.String() + " " + zone }
 
+// LastGoodKey names the record that carries the last known good
+// configuration (package lastgood) in the file, beside the caches: no
+// cache key has no address.
+const LastGoodKey = "last-good"
+
 // CacheSave is one cache as the writer takes it: its key and how to
 // write its snapshot.
 type CacheSave struct {

@@ -32,6 +32,24 @@ type Config struct {
 	Mirror     string   `json:"mirror"`      // tap, dnstap:PATH, none
 	Listen     []string `json:"listen"`      // ADDR:PORT
 	AnchorLink string   `json:"anchor_link"` // "" for none
+	// Source is where the configuration in force comes from: the rule
+	// is the Corefile, else the last known good, else the fallback.
+	Source *Source `json:"source,omitempty"`
+}
+
+// Source is where the configuration in force comes from.
+type Source struct {
+	From     string `json:"from"`               // file, last-good, fallback or flags
+	Corefile string `json:"corefile,omitempty"` // the Corefile in force (for last-good: the one it was read from)
+	SHA256   string `json:"sha256,omitempty"`   // of that Corefile's content
+	// Applied is when that content was first applied (RFC 3339); its
+	// age says how old what dnsstandby serves from is.
+	Applied string `json:"applied,omitempty"`
+	// Refused is why the Corefile is not in force, Reason its kind
+	// (corefile.Reason); LastGood why the last known good is not used.
+	Refused  string `json:"refused,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	LastGood string `json:"last_good,omitempty"`
 }
 
 // Upstream is one upstream server of one zone on one listen address.
@@ -95,3 +113,7 @@ type Cache struct {
 // DefaultListen is where the daemon serves unless told otherwise, and so
 // where its clients look first: LocalDNS's listener for ClusterFirst pods.
 var DefaultListen = netip.MustParseAddrPort("169.254.10.11:53")
+
+// NodeListen is LocalDNS's other listener, the node's own: kubelet,
+// hostNetwork and dnsPolicy:Default pods.
+var NodeListen = netip.MustParseAddrPort("169.254.10.10:53")

@@ -148,6 +148,11 @@ func parseAddrPort(s string) (netip.AddrPort, error) {
 	if ip, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
 		return netip.AddrPortFrom(ip, 53), nil
 	}
+	if strings.Contains(s, "$(") {
+		// A Kubernetes $(VAR) the kubelet left as it was: it expands only
+		// variables the container has.
+		return netip.AddrPort{}, fmt.Errorf("%q is not an IP address with optional :port: a Kubernetes variable that was not expanded (for $(KUBE_DNS_SERVICE_HOST), the pod needs enableServiceLinks and the kube-dns Service in its namespace)", s)
+	}
 	return netip.AddrPort{}, fmt.Errorf("%q is not an IP address with optional :port", s)
 }
 

@@ -36,25 +36,13 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(o, stderr)
-	if o.corefileErr != nil {
-		log.Error("LocalDNS Corefile unusable, continuing with the flags' upstreams", slog.Any("err", o.corefileErr))
-	}
-	if cfg.Corefile != "" {
-		cfg.Reload = func() (daemon.Config, error) { return reloadConfig(args, os.LookupEnv) }
-	}
 	d, err := daemon.New(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
+		fmt.Fprintf(stderr, "dnsstandby run: %v%s\n", err, unusableHint(cfg.Provenance))
 		return exitUsage
 	}
 	if o.validate {
-		fmt.Fprintln(stdout, "dnsstandby run: options valid")
-		fmt.Fprintln(stdout)
-		if err := cfg.WriteTable(stdout); err != nil {
-			fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
-			return exitFail
-		}
-		return exitOK
+		return validate(cfg, stdout, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -65,34 +53,89 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// runOptions are the settings of `dnsstandby run` that are not the
-// daemon's: how to log, whether only to validate, and what went wrong
-// with the Corefile when the flags could do without it.
-type runOptions struct {
-	validate    bool
-	logFormat   string
-	logLevel    slog.Level
-	corefileErr error
+// validate is `dnsstandby run --validate`: where the configuration comes
+// from and what it serves. It exits 0 when dnsstandby would run from the
+// Corefile (or the flags, without one), 1 when it would run from the last
+// known good or the fallback because the Corefile is refused.
+func validate(cfg daemon.Config, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stdout, "dnsstandby run: options valid")
+	fmt.Fprintln(stdout)
+	if err := cfg.WriteTable(stdout); err != nil {
+		fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
+		return exitFail
+	}
+	if s := cfg.Provenance.Source; s == daemon.SourceLastGood || s == daemon.SourceFallback {
+		return exitFail
+	}
+	return exitOK
 }
 
-// runConfig layers the settings of `dnsstandby run`, each layer winning
-// over those before it: the defaults, the LocalDNS Corefile, the
-// DNSSTANDBY_* environment (lookup), the command line. The Corefile's
-// path and the listen addresses it is read for come from the last two, so
-// they are parsed once to find it and once more over what it gave.
+// unusableHint says, after the daemon's own error, why a configuration
+// from the fallback has nothing to serve.
+func unusableHint(p daemon.Provenance) string {
+	if p.Source != daemon.SourceFallback {
+		return ""
+	}
+	hint := "; the Corefile is refused (" + errText(p.Refused) + ")"
+	if p.LastGood != nil {
+		hint += ", the last known good is unusable (" + p.LastGood.Error() + ")"
+	} else {
+		hint += ", there is no last known good"
+	}
+	return hint + ", and the fallback has no servers: give --fallback-upstream KUBE_DNS_CLUSTER_IP:53"
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "none"
+	}
+	return err.Error()
+}
+
+// runOptions are the settings of `dnsstandby run` that are not the
+// daemon's: how to log, and whether only to validate.
+type runOptions struct {
+	validate  bool
+	logFormat string
+	logLevel  slog.Level
+}
+
+// runConfig makes the configuration `dnsstandby run` starts with, by the
+// daemon's rule (daemon.Resolve): from the LocalDNS Corefile, else the
+// last known good, else the fallback. Its error is for the flags and
+// environment; a Corefile that cannot be used is in the Provenance.
 func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config, runOptions, error) {
-	cfg := daemon.DefaultConfig()
-	o, err := parseRunFlags(&cfg, args, lookup)
-	if err != nil || cfg.Corefile == "" {
+	var o runOptions
+	layer := func(src *corefile.Source) (daemon.Config, error) {
+		cfg, opts, err := layerConfig(args, lookup, src)
+		o = opts
+		return cfg, err
+	}
+	cfg, prov, err := daemon.Resolve(layer)
+	if err != nil {
 		return cfg, o, err
 	}
-	s, err := corefile.Load(firstExisting(cfg.Corefile), cfg.Listen)
+	cfg.Provenance = prov
+	if prov.Source != daemon.SourceFlags {
+		cfg.Layer = layer
+	}
+	return cfg, o, nil
+}
+
+// layerConfig layers the settings of `dnsstandby run`, each layer winning
+// over those before it: the defaults, the Corefile src (nil: none), the
+// DNSSTANDBY_* environment (lookup), the command line. The listen
+// addresses the Corefile is read for come from the last two, so they are
+// parsed once to find them and once more over what the Corefile gave.
+func layerConfig(args []string, lookup func(string) (string, bool), src *corefile.Source) (daemon.Config, runOptions, error) {
+	cfg := daemon.DefaultConfig()
+	o, err := parseRunFlags(&cfg, args, lookup)
+	if err != nil || src == nil {
+		return cfg, o, err
+	}
+	s, err := src.Settings(cfg.Listen)
 	if err != nil {
-		if len(cfg.Routes) == 0 {
-			return cfg, o, fmt.Errorf("no upstream: --upstream not given and %w", err)
-		}
-		o.corefileErr = err
-		return cfg, o, nil
+		return cfg, o, err
 	}
 	layered := daemon.DefaultConfig()
 	layered.Listen = cfg.Listen // the Corefile's routes are per listen address
@@ -101,36 +144,7 @@ func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config
 		return layered, o, err
 	}
 	layered.Corefile = s.File // the one read, of those the flag lists
-	layered.Watch = strings.Split(cfg.Corefile, ",")
-	if len(layered.Routes) == 0 {
-		return layered, o, fmt.Errorf("no upstream: --upstream not given and no block of %s bound to %v forwards anywhere", s.File, cfg.Listen)
-	}
 	return layered, o, nil
-}
-
-// reloadConfig layers the settings again, as at start, for a Corefile
-// that changed; a Corefile that cannot be used is an error here, so that
-// the routes in force stay rather than fall back to the flags'.
-func reloadConfig(args []string, lookup func(string) (string, bool)) (daemon.Config, error) {
-	cfg, o, err := runConfig(args, lookup)
-	if err == nil {
-		err = o.corefileErr
-	}
-	return cfg, err
-}
-
-// firstExisting returns the first of the comma-separated paths that
-// exists, or the first when none does (its error then says which):
-// LocalDNS runs updated.localdns.corefile, which localdns.sh writes from
-// localdns.corefile at its start, so a node may have either.
-func firstExisting(paths string) string {
-	list := strings.Split(paths, ",")
-	for _, p := range list {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return list[0]
 }
 
 // parseRunFlags sets cfg from the command line, then from the environment
@@ -154,8 +168,8 @@ func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (strin
 			}
 		}
 	})
-	if len(cfg.Routes) == 0 && cfg.Corefile == "" {
-		return *o, errors.New("no upstream: give --upstream ADDR:PORT (the kube-dns ClusterIP) or a --localdns-corefile whose blocks forward somewhere")
+	if len(cfg.Routes) == 0 && cfg.Corefile == "" && len(cfg.Fallback.Upstreams) == 0 {
+		return *o, errors.New("no upstream: give --upstream ADDR:PORT or --fallback-upstream ADDR:PORT (the kube-dns ClusterIP), or a --localdns-corefile whose blocks forward somewhere")
 	}
 	return *o, nil
 }
@@ -186,6 +200,9 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(&upstreamFlag{cfg: cfg}, "upstream", "`ADDR:PORT` misses are forwarded to, repeatable, tried in order (the kube-dns ClusterIP); replaces the Corefile's forwards")
 	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`, or several separated by commas of which the first that exists is read: take upstreams, zones, cache policy, templates and hosts from its blocks bound to the listen addresses; flags override")
 	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: never)")
+	fs.Var(&addrList{p: &cfg.Fallback.Upstreams}, "fallback-upstream", "kube-dns's `ADDR:PORT` (its ClusterIP), repeatable: where misses go when neither the Corefile nor the last known good in --state-dir can be used (every listener's cluster.local, and all names but on --fallback-node-listen)")
+	fs.Var(parsed[netip.AddrPort]{&cfg.Fallback.NodeListen, parseAddrPort, netip.AddrPort.String}, "fallback-node-listen", "the node's own listener (LocalDNS's `ADDR:PORT` for kubelet and the node): in the fallback, its names outside cluster.local go to the node's resolvers, never to kube-dns")
+	fs.StringVar(&cfg.Fallback.ResolvConf, "fallback-resolv-conf", cfg.Fallback.ResolvConf, "resolv.conf `PATH` listing the node's upstream resolvers (systemd-resolved's), for the fallback of --fallback-node-listen; loopback and the listen addresses are left out")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "`ADDR:PORT` for /metrics, /healthz and /readyz (empty: off)")
 
 	fs.Var(positive(&c.MaxEntries), "cache-max-entries", "cache bound in entries")
@@ -237,11 +254,11 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&h.UpstreamMax), "hedge-upstream-max", "most wait before a query the cache cannot answer is hedged from the upstreams")
 	fs.Var(hedgeRate{h}, "hedge-rate", "most hedges per second (and in one burst): a LocalDNS outage or forged queries cannot make dnsstandby send more")
 	fs.Var(positive(&h.MinQueries), "silent-after", "cached queries LocalDNS must leave unanswered, with no reply of its in between, before it is held at once (below this many a second, the probes detect a hang)")
-	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshot, loaded at start and written periodically and on SIGTERM (empty: none)")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshots, loaded at start and written periodically and on SIGTERM, and the last known good Corefile (empty: none)")
 	fs.Var(positive(&cfg.SnapshotInterval), "snapshot-interval", "how often the cache snapshot is written")
 	fs.Var(positive(&cfg.ShutdownTimeout), "shutdown-timeout", "on SIGTERM, how long queries in flight may take to finish")
 
-	fs.BoolVar(&o.validate, "validate", false, "check the options (and the Corefile) and exit: 0 if dnsstandby would start with them, 2 if not")
+	fs.BoolVar(&o.validate, "validate", false, "check the options and the Corefile, print what would be served and from where, and exit: 0 if dnsstandby would start from the Corefile (or the flags), 1 if from the last known good or the fallback because the Corefile is refused, 2 if it would not start")
 	fs.Var(parsed[string]{&o.logFormat, parseLogFormat, identity}, "log-format", "json or text")
 	fs.TextVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	return fs, o

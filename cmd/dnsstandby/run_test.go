@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -230,19 +231,26 @@ cluster.local:53 {
 			fromCorefile("19968/10m0s/10s/immediate") + "maxttl=1h0m0s stale=10s mode=verify " + others, ""},
 		{"flags over Corefile", []string{"--localdns-corefile", path, "--upstream", "10.9.9.9", "--serve-stale", "10s", "--stale-mode", "immediate", "--cache-max-ttl", "5m"}, nil,
 			flagRoute("10.9.9.9:53", "19968/5m0s/10s/immediate") + "maxttl=5m0s stale=10s mode=immediate " + others, ""},
+		// A Corefile that cannot be used is no error of the flags: the
+		// configuration is the fallback (summary and refusal after "|").
 		{"broken Corefile, upstream given", []string{"--localdns-corefile", broken, "--upstream", "10.0.0.10"}, nil,
-			defaults(flagRoute("10.0.0.10:53", "-")), ""},
-		{"broken Corefile alone", []string{"--localdns-corefile", broken}, nil, "", "Broken:3"},
+			defaults(flagRoute("10.0.0.10:53", "-")) + "|fallback Broken:3", ""},
+		{"broken Corefile, fallback given", []string{"--localdns-corefile", broken, "--fallback-upstream", "10.0.0.10"}, nil,
+			defaults(".[10.0.0.10:53] tcp=false conc=0 fails=2 hc=500ms exp=10s cache=-; ") + "|fallback Broken:3", ""},
+		{"broken Corefile alone", []string{"--localdns-corefile", broken}, nil, defaults("") + "|fallback Broken:3", ""},
 		{"the first Corefile that exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + path}, nil,
 			defaults(fromCorefile("19968/10m0s/1h0m0s/immediate")), ""},
-		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil, "", "absent: no such file"},
-		{"Corefile without a block for the listen address", []string{"--localdns-corefile", path, "--listen", "169.254.10.10:53"}, nil, "", "no server block serves 169.254.10.10:53"},
-		{"Corefile whose blocks forward nowhere", []string{"--localdns-corefile", noForward}, nil, "", "forwards anywhere"},
+		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil, defaults("") + "|fallback absent: no such file", ""},
+		{"Corefile without a block for the listen address", []string{"--localdns-corefile", path, "--listen", "169.254.10.10:53"}, nil, defaults("") + "|fallback no server block serves 169.254.10.10:53", ""},
+		{"Corefile whose blocks forward nowhere", []string{"--localdns-corefile", noForward}, nil, defaults("") + "|fallback no Routes", ""},
+		{"no upstream at all", nil, nil, "", "no upstream"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lookup := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
-			cfg, o, err := runConfig(tt.args, lookup)
+			// A state directory of the test's: no last known good.
+			args := append(slices.Clone(tt.args), "--state-dir", filepath.Join(t.TempDir(), "state"))
+			cfg, _, err := runConfig(args, lookup)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -252,16 +260,21 @@ cluster.local:53 {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := summary(cfg); got != tt.want {
-				t.Errorf("\n got %s\nwant %s", got, tt.want)
+			want, refused, fallback := strings.Cut(tt.want, "|fallback ")
+			if got := summary(cfg); got != want {
+				t.Errorf("\n got %s\nwant %s", got, want)
 			}
 			if strings.Contains(tt.name, "first Corefile") && cfg.Corefile != path {
 				t.Errorf("Corefile %q, want the one read, %q", cfg.Corefile, path)
 			}
-			if strings.Contains(tt.name, "broken") && o.corefileErr == nil {
-				t.Error("the broken Corefile is not reported")
+			p := cfg.Provenance
+			switch {
+			case fallback && (p.Source != daemon.SourceFallback || p.Refused == nil || !strings.Contains(p.Refused.Error(), refused)):
+				t.Errorf("provenance %s, refused %v; want fallback, refused with %q", p.Source, p.Refused, refused)
+			case !fallback && p.Refused != nil:
+				t.Errorf("provenance %s, refused %v; want no refusal", p.Source, p.Refused)
 			}
-			if fmt.Sprint(cfg.Listen) != "[169.254.10.11:53]" {
+			if !slices.Contains(tt.args, "--listen") && fmt.Sprint(cfg.Listen) != "[169.254.10.11:53]" {
 				t.Errorf("listen %v", cfg.Listen)
 			}
 		})
