@@ -99,6 +99,35 @@ func daemonResult(d daemonFacts, groups []groupFacts) Result {
 }
 
 // steeringResult judges the steering level: adopt is what the design
+// configResult says where the daemon's configuration comes from: the
+// Corefile passes; the last known good or the fallback warn, since the
+// Corefile they stand in for is one LocalDNS's CoreDNS refuses too.
+func configResult(d daemonFacts) (Result, bool) {
+	const name = "config"
+	if d.Status == nil || d.Status.Config == nil || d.Status.Config.Source == nil {
+		return Result{}, false
+	}
+	s := d.Status.Config.Source
+	switch s.From {
+	case "file":
+		return Result{Name: name, Status: Pass, Found: fmt.Sprintf("from the Corefile %s (sha256 %.12s)", s.Corefile, s.SHA256)}, true
+	case "flags":
+		return Result{Name: name, Status: Pass, Found: "from the flags: no --localdns-corefile"}, true
+	}
+	found := fmt.Sprintf("the Corefile is refused (%s): %s", s.Reason, s.Refused)
+	fix := "fix the Corefile (LocalDNS's CoreDNS refuses it too: journalctl -u localdns.service); dnsstandby applies it as soon as it is good"
+	switch s.From {
+	case "last-good":
+		found += fmt.Sprintf("; dnsstandby serves the last known good, from %s, first applied %s", s.Corefile, s.Applied)
+	default:
+		found += "; dnsstandby serves the fallback upstreams: no last known good"
+		if s.LastGood != "" {
+			found += " (" + s.LastGood + ")"
+		}
+	}
+	return Result{Name: name, Status: Warn, Found: found, Fix: fix}, true
+}
+
 // needs for a LocalDNS that gets every query in mirror and none in hold;
 // anything less is reported with the daemon's reason.
 func steeringResult(d daemonFacts) (Result, bool) {

@@ -117,6 +117,41 @@ func TestSteeringResult(t *testing.T) {
 	}
 }
 
+func TestConfigResult(t *testing.T) {
+	src := func(s status.Source) *status.Daemon {
+		return daemon(func(d *status.Daemon) { d.Config.Source = &s })
+	}
+	refused := "/opt/azure/containers/localdns/updated.localdns.corefile:59: unknown directive 'froward'"
+	tests := []struct {
+		name      string
+		st        *status.Daemon
+		want      Status
+		wantFound string
+		wantFix   string
+	}{
+		{"the Corefile", src(status.Source{From: "file", Corefile: "/c", SHA256: "0123456789abcdef"}), Pass, "from the Corefile /c (sha256 0123456789ab)", ""},
+		{"flags", src(status.Source{From: "flags"}), Pass, "from the flags", ""},
+		{"last known good", src(status.Source{From: "last-good", Corefile: "/c", Applied: "2026-12-01T10:00:00Z", Refused: refused, Reason: "unknown_directive"}), Warn,
+			"the Corefile is refused (unknown_directive): " + refused + "; dnsstandby serves the last known good, from /c, first applied 2026-12-01T10:00:00Z", "fix the Corefile"},
+		{"fallback", src(status.Source{From: "fallback", Refused: refused, Reason: "unknown_directive", LastGood: "decode: unexpected EOF"}), Warn,
+			"dnsstandby serves the fallback upstreams: no last known good (decode: unexpected EOF)", "applies it as soon as it is good"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, ok := configResult(daemonFacts{Status: tt.st})
+			if !ok || r.Name != "config" || r.Status != tt.want {
+				t.Fatalf("%v %s %s, want %s: %s (fix: %s)", ok, r.Name, r.Status, tt.want, r.Found, r.Fix)
+			}
+			checkRow(t, r, tt.wantFound, tt.wantFix)
+		})
+	}
+	for _, d := range []daemonFacts{{Err: errors.New("down")}, {Status: daemon(func(s *status.Daemon) { s.Config.Source = nil })}} {
+		if _, ok := configResult(d); ok {
+			t.Errorf("a config row for %+v", d)
+		}
+	}
+}
+
 func TestMirrorResult(t *testing.T) {
 	later := daemon(func(s *status.Daemon) { s.Mirror.Accepted = 1250 })
 	tests := []struct {

@@ -102,6 +102,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	add(daemonResult(daemon, groups))
 	add(localdnsListenersResult(localdns, daemon))
+	addIf(configResult(daemon))
 	addIf(steeringResult(daemon))
 	add(upstreamResult(probes, daemon.Status != nil && daemon.Status.Upstreams != nil))
 	addIf(mirrorResult(daemon))

@@ -145,9 +145,11 @@ func localdnsListenersResult(f corefileFacts, d daemonFacts) Result {
 			Found: "LocalDNS's Corefile is not at " + strings.Join(f.Tried, " nor ") + ": which listeners LocalDNS serves is not known",
 			Fix:   fixPath}
 	case f.Err != nil:
-		return Result{Name: name, Status: Warn,
-			Found: fmt.Sprintf("cannot read LocalDNS's Corefile %s: %v", f.Path, f.Err),
-			Fix:   "fix the Corefile, or " + fixPath}
+		found := fmt.Sprintf("cannot read LocalDNS's Corefile %s: %v", f.Path, f.Err)
+		if ce := (*corefile.Error)(nil); errors.As(f.Err, &ce) {
+			found = fmt.Sprintf("LocalDNS's Corefile %s is refused (%s): CoreDNS would not start with it either: %v", f.Path, corefile.Reason(f.Err), f.Err)
+		}
+		return Result{Name: name, Status: Warn, Found: found, Fix: "fix the Corefile, or " + fixPath}
 	case len(f.Listeners) == 0:
 		return Result{Name: name, Status: Warn,
 			Found: fmt.Sprintf("no block of %s serves plain DNS on %s or on an address it binds", f.Path, joinAddrPorts(localdnsDefaultListeners())),

@@ -76,6 +76,9 @@ func printStatus(w io.Writer, st *status.Daemon) {
 		}
 		fmt.Fprintf(w, "hold:      operator hold %s\n", until)
 	}
+	if st.Config != nil && st.Config.Source != nil {
+		printSource(w, st.Config.Source)
+	}
 	fmt.Fprintf(w, "steering:  %s", st.Steering.Level)
 	if st.Steering.Why != "" {
 		fmt.Fprintf(w, " (%s)", st.Steering.Why)
@@ -118,6 +121,26 @@ func printStatus(w io.Writer, st *status.Daemon) {
 	}
 	for _, e := range evs {
 		fmt.Fprintf(w, "  %s  %-8s %-16s %8.1fs  answered %d\n", e.Start.Format(time.RFC3339), e.Mode, e.Reason, e.DurationS, e.Answered)
+	}
+}
+
+// printSource is the status's config line: where the configuration in
+// force comes from, and, when it is not the Corefile, why not and how old
+// what stands in is.
+func printSource(w io.Writer, s *status.Source) {
+	fmt.Fprintf(w, "config:    %s", s.From)
+	if s.Corefile != "" {
+		fmt.Fprintf(w, " %s sha256 %.12s", s.Corefile, s.SHA256)
+	}
+	if t, err := time.Parse(time.RFC3339, s.Applied); err == nil {
+		fmt.Fprintf(w, " applied %s (%s ago)", s.Applied, time.Since(t).Round(time.Second))
+	}
+	fmt.Fprintln(w)
+	if s.Refused != "" {
+		fmt.Fprintf(w, "WARNING:   the Corefile is refused (%s): %s\n", s.Reason, s.Refused)
+	}
+	if s.LastGood != "" {
+		fmt.Fprintf(w, "WARNING:   the last known good is unusable: %s\n", s.LastGood)
 	}
 }
 

@@ -110,7 +110,7 @@ func TestStatusForCheck(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	if code := dispatch([]string{"status", "--admin-socket", sock}, &out, &errb); code != exitOK || !strings.Contains(out.String(), "mode:      takeover (start)") ||
-		!strings.Contains(out.String(), "adopted=none") || !strings.Contains(out.String(), "mirror:    dnstap running=true inserting=true") {
+		!strings.Contains(out.String(), "adopted=none") || !strings.Contains(out.String(), "config:    flags\n") || !strings.Contains(out.String(), "mirror:    dnstap running=true inserting=true") {
 		t.Fatalf("status: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 
@@ -145,6 +145,7 @@ func TestStatusForCheck(t *testing.T) {
 		"upstreams":                          check.Pass,
 		"mirror":                             check.Warn, // no CoreDNS streams dnstap here
 		"cache":                              check.Pass,
+		"config":                             check.Pass, // from the flags
 		// No LocalDNS Corefile on this machine: not known what it serves.
 		"localdns-listeners": check.Warn,
 	} {
@@ -157,8 +158,8 @@ func TestStatusForCheck(t *testing.T) {
 			t.Errorf("%s: %s, want %s: %s (fix: %s)", name, r.Status, want, r.Found, r.Fix)
 		}
 	}
-	if len(got) != 10 {
-		t.Errorf("%d rows, want 10:\n%s", len(got), out.String())
+	if len(got) != 11 {
+		t.Errorf("%d rows, want 11:\n%s", len(got), out.String())
 	}
 	if u := got["upstreams"]; !strings.Contains(u.Found, up.String()+" NOERROR for SOA example.") {
 		t.Errorf("upstreams row (the cluster domain from kubelet's config): %s", u.Found)

@@ -53,44 +53,59 @@ func rootRoute(listener, upstream string) *regexp.Regexp {
 // "run" and read LocalDNS's Corefile from the node's directory) the ways a
 // node can have that directory: AgentBaker's Corefile as
 // updated.localdns.corefile (what LocalDNS runs), as localdns.corefile
-// only (before LocalDNS's first start), no Corefile (dnsstandby must not
-// start: it would have no upstream), and no Corefile with --upstream, the
-// documented override. Each listener must be served from its own blocks:
-// the node's root zone goes to the VNet DNS, the pods' to kube-dns.
+// only (before LocalDNS's first start), one CoreDNS refuses, and none. Each
+// listener must be served from its own blocks: the node's root zone goes
+// to the VNet DNS, the pods' to kube-dns. Without a usable Corefile (and
+// with an empty state directory: no last known good) dnsstandby runs from
+// the fallback and --validate exits 1 saying so; --upstream, given, then
+// wins over the fallback's kube-dns.
 func validateWithCorefile(t *testing.T, bin string, args []string) {
+	refused := strings.Replace(string(readFile(t, agentBakerCorefile)), "forward .", "froward .", 1)
 	for _, tc := range []struct {
-		name   string
-		file   string   // what the Corefile is written as; "" for none
-		extra  []string // more args
-		wantOK bool
-		want   []*regexp.Regexp
+		name     string
+		file     string   // what the Corefile is written as; "" for none
+		text     string   // its content; "" for AgentBaker's
+		extra    []string // more args
+		wantCode int
+		want     []*regexp.Regexp
 	}{
-		{"updated.localdns.corefile (what LocalDNS runs)", "updated.localdns.corefile", nil, true, []*regexp.Regexp{
+		{"updated.localdns.corefile (what LocalDNS runs)", "updated.localdns.corefile", "", nil, 0, []*regexp.Regexp{
+			rootRoute("169.254.10.10:53", "168.63.129.16:53"), rootRoute("169.254.10.11:53", "10.0.0.10:53"),
+			regexp.MustCompile(`configuration: from the Corefile .*updated\.localdns\.corefile`),
+		}},
+		{"only localdns.corefile (before LocalDNS's first start)", "localdns.corefile", "", nil, 0, []*regexp.Regexp{
 			rootRoute("169.254.10.10:53", "168.63.129.16:53"), rootRoute("169.254.10.11:53", "10.0.0.10:53"),
 		}},
-		{"only localdns.corefile (before LocalDNS's first start)", "localdns.corefile", nil, true, []*regexp.Regexp{
-			rootRoute("169.254.10.10:53", "168.63.129.16:53"), rootRoute("169.254.10.11:53", "10.0.0.10:53"),
+		{"a Corefile CoreDNS refuses: the fallback", "updated.localdns.corefile", refused, nil, 1, []*regexp.Regexp{
+			regexp.MustCompile(`configuration: the FALLBACK`), regexp.MustCompile(`unknown directive 'froward'`),
+			rootRoute("169.254.10.11:53", "10.0.0.10:53"),
 		}},
-		{"no Corefile: no upstream and no start", "", nil, false, []*regexp.Regexp{
-			regexp.MustCompile(`no upstream`), regexp.MustCompile(`updated\.localdns\.corefile: no such file`),
+		{"no Corefile: the fallback", "", "", nil, 1, []*regexp.Regexp{
+			regexp.MustCompile(`configuration: the FALLBACK`), regexp.MustCompile(`updated\.localdns\.corefile: no such file`),
+			rootRoute("169.254.10.11:53", "10.0.0.10:53"),
 		}},
-		{"no Corefile but --upstream (the override for such nodes)", "", []string{"--upstream=10.0.0.10:53"}, true, []*regexp.Regexp{
-			rootRoute("169.254.10.10:53", "10.0.0.10:53"), rootRoute("169.254.10.11:53", "10.0.0.10:53"),
+		{"no Corefile but --upstream", "", "", []string{"--upstream=10.0.0.20:53"}, 1, []*regexp.Regexp{
+			rootRoute("169.254.10.10:53", "10.0.0.20:53"), rootRoute("169.254.10.11:53", "10.0.0.20:53"),
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run, dir := inLocalDNSDir(t, args)
 			if tc.file != "" {
-				if err := os.WriteFile(filepath.Join(dir, tc.file), readFile(t, agentBakerCorefile), 0o644); err != nil {
+				text := readFile(t, agentBakerCorefile)
+				if tc.text != "" {
+					text = []byte(tc.text)
+				}
+				if err := os.WriteFile(filepath.Join(dir, tc.file), text, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			run = append(append(slices.Clone(run), tc.extra...), "--validate")
+			// A state directory of the test's: no last known good.
+			run = append(append(slices.Clone(run), tc.extra...), "--state-dir="+filepath.Join(dir, "state"), "--validate")
 			cmd := exec.Command(bin, run...)
 			cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // no DNSSTANDBY_* from the test's environment
 			out, err := cmd.CombinedOutput()
-			if (err == nil) != tc.wantOK {
-				t.Fatalf("dnsstandby %s: %v, want success %v\n%s", strings.Join(run, " "), err, tc.wantOK, out)
+			if code := cmd.ProcessState.ExitCode(); code != tc.wantCode {
+				t.Fatalf("dnsstandby %s: %v, want exit %d\n%s", strings.Join(run, " "), err, tc.wantCode, out)
 			}
 			for _, re := range tc.want {
 				if !re.Match(out) {

@@ -701,6 +701,10 @@ func buildDNSStandby(t testing.TB) string {
 
 // expandArgs does what the kubelet does to $(VAR) in args, with hostIP as
 // the value of fieldRef status.hostIP.
+// serviceEnv is the environment the kubelet gives a kube-system pod with
+// enableServiceLinks for AKS's kube-dns Service.
+var serviceEnv = map[string]string{"KUBE_DNS_SERVICE_HOST": "10.0.0.10", "KUBE_DNS_SERVICE_PORT": "53"}
+
 func (m *manifest) expandArgs(hostIP string) ([]string, error) {
 	var out []string
 	ref := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
@@ -709,6 +713,9 @@ func (m *manifest) expandArgs(hostIP string) ([]string, error) {
 		a = ref.ReplaceAllStringFunc(a, func(s string) string {
 			name := ref.FindStringSubmatch(s)[1]
 			v, ok := m.env(name)
+			if sv, isService := serviceEnv[name]; !ok && isService && m.pod.EnableServiceLinks != nil && *m.pod.EnableServiceLinks {
+				v, ok = sv, true
+			}
 			switch {
 			case !ok:
 				missing = fmt.Errorf("%s: no environment variable %s (the kubelet would pass it unexpanded)", a, name)
@@ -1017,6 +1024,17 @@ var alertCases = []alertCase{
 	{"DNSStandbyAnchorNotReady", "not ready", []promSeries{{`dnsstandby_anchor_ready{` + node + `}`, "0x5"}}, "3m",
 		[]map[string]string{nodeLabels()}},
 	{"DNSStandbyAnchorNotReady", "ready", []promSeries{{`dnsstandby_anchor_ready{` + node + `}`, "1x5"}}, "3m", nil},
+	{"DNSStandbyCorefileRefused", "last known good", []promSeries{
+		{`dnsstandby_config_source{` + node + `,source="last-good"}`, "1x10"},
+		{`dnsstandby_config_source{` + node + `,source="file"}`, "0x10"},
+	}, "6m", []map[string]string{nodeLabels("source", "last-good")}},
+	{"DNSStandbyCorefileRefused", "from the file", []promSeries{
+		{`dnsstandby_config_source{` + node + `,source="last-good"}`, "0x10"},
+		{`dnsstandby_config_source{` + node + `,source="file"}`, "1x10"},
+	}, "6m", nil},
+	{"DNSStandbyCorefileRefused", "refused for a moment", []promSeries{
+		{`dnsstandby_config_source{` + node + `,source="fallback"}`, "1 1 0 0 0 0 0 0 0 0"},
+	}, "6m", nil},
 	{"DNSStandbyDown", "down", []promSeries{{`up{` + node + `}`, "0x10"}}, "6m", []map[string]string{nodeLabels()}},
 	{"DNSStandbyDown", "another job down", []promSeries{{`up{instance="10.224.0.4:10250",job="kubelet"}`, "0x10"}}, "6m", nil},
 	{"DNSStandbyUpstreamDown", "down", []promSeries{{`dnsstandby_upstream_healthy{` + node + `,server="10.0.0.10:53",zone="."}`, "0x10"}}, "6m",
