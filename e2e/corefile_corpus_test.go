@@ -37,6 +37,10 @@ const (
 	// corpusProbeEvery is how often the probe is sent again while CoreDNS
 	// starts: a probe sent before its listener exists is lost.
 	corpusProbeEvery = 10 * time.Millisecond
+	// corpusLinger is how long CoreDNS is watched after it started on a
+	// Corefile marked Linger: the loop plugin ends it within milliseconds
+	// of start-up, after it answered.
+	corpusLinger = 3 * time.Second
 	// corpusDumpEnv names a file to write every mutation's verdicts to, as
 	// JSON lines (what the work list for the loader is written from).
 	corpusDumpEnv = "DNSSTANDBY_CORPUS_DUMP"
@@ -49,8 +53,9 @@ const (
 // coreDNSVerdict is what CoreDNS made of a Corefile.
 type coreDNSVerdict struct {
 	Accepted bool   `json:"coredns_accepted"`
-	Reason   string `json:"coredns_error,omitempty"` // the last line CoreDNS printed before it exited, or why it counts as refused
-	Output   string `json:"-"`
+	Late     bool   `json:"coredns_exited_after_start,omitempty"` // started and answered, then exited (counts as refused)
+	Reason   string `json:"coredns_error,omitempty"`              // the last line CoreDNS printed before it exited, or why it counts as refused
+	Output   string `json:"coredns_output"`                       // for the dump
 }
 
 // corpusResult is one mutation with both verdicts.
@@ -256,8 +261,11 @@ func (w *corpusWorker) run(m mutation) corpusResult {
 		res.Reason = "test: " + err.Error()
 		return res
 	}
-	res.coreDNSVerdict = w.coreDNS(path)
-	err := w.ns.Do(func() error { return load(path) })
+	res.coreDNSVerdict = w.coreDNS(path, m.Linger)
+	var err error
+	if derr := w.ns.Do(func() error { err = load(path); return nil }); derr != nil {
+		err = fmt.Errorf("test: run the loader: %w", derr)
+	}
 	if err != nil {
 		res.Standby = strings.ReplaceAll(err.Error(), w.dir+"/", "")
 		if res.Standby == "" {
@@ -272,8 +280,9 @@ func (w *corpusWorker) run(m mutation) corpusResult {
 var listenerLine = regexp.MustCompile(`(?m)^(\S*?):(\d+)(?: on (\S+))?$`)
 
 // coreDNS starts CoreDNS on the Corefile at path, and returns once it has
-// answered a probe, has exited, or corpusAnswerTimeout has passed.
-func (w *corpusWorker) coreDNS(path string) coreDNSVerdict {
+// answered a probe, has exited, or corpusAnswerTimeout has passed; for a
+// Corefile marked linger, it then watches CoreDNS for corpusLinger more.
+func (w *corpusWorker) coreDNS(path string, linger bool) coreDNSVerdict {
 	p, err := w.ns.StartIn(w.dir, w.bin, "-conf", path)
 	if err != nil {
 		return coreDNSVerdict{Reason: "test: " + err.Error()}
@@ -303,7 +312,16 @@ drain: // answers to an earlier CoreDNS's probes
 	for {
 		out := p.Output()
 		if answered && strings.Contains(out, coreDNSBanner) {
-			return coreDNSVerdict{Accepted: true, Output: out}
+			if !linger {
+				return coreDNSVerdict{Accepted: true, Output: out}
+			}
+			select {
+			case <-p.Done():
+				out := p.Output()
+				return coreDNSVerdict{Late: true, Reason: w.lastLine(out, p.Err()), Output: out}
+			case <-time.After(corpusLinger):
+				return coreDNSVerdict{Accepted: true, Output: p.Output()}
+			}
 		}
 		if !answered {
 			for _, a := range probeTargets(out) {
