@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 	"unicode"
 )
 
@@ -28,9 +29,48 @@ const (
 	catValid      = "valid-edit"
 )
 
+// corpusCategories lists the categories in report order.
 var corpusCategories = []string{
 	catDeleted, catDuplicated, catSwapped, catUnknown, catMisspelt,
 	catBadArg, catTruncated, catBrace, catEmpty, catValid,
+}
+
+// TestCorpusGenerator checks the corpus without running anything: the
+// same on every build, each mutation with a label of its own, every
+// category present, and every edit table entry found in its rendering
+// (buildCorpus panics on one that is not). It needs no root, so a broken
+// table shows everywhere.
+func TestCorpusGenerator(t *testing.T) {
+	paths, err := filepath.Glob("../corefile/testdata/*.corefile")
+	must(t, err)
+	a, err := buildCorpus(paths)
+	must(t, err)
+	b, err := buildCorpus(paths)
+	must(t, err)
+	if !slices.Equal(a, b) {
+		t.Fatal("two builds of the corpus differ")
+	}
+	labels := map[string]bool{}
+	perCat := map[string]int{}
+	for _, m := range a {
+		if labels[m.label()] {
+			t.Errorf("label %q used twice", m.label())
+		}
+		labels[m.label()] = true
+		perCat[m.Category]++
+		if !slices.Contains(corpusCategories, m.Category) {
+			t.Errorf("%s: unknown category", m.label())
+		}
+	}
+	for _, c := range corpusCategories {
+		if perCat[c] == 0 {
+			t.Errorf("no mutation of category %s", c)
+		}
+	}
+	if len(a) < 300 {
+		t.Errorf("%d mutations, want at least 300", len(a))
+	}
+	t.Logf("%d mutations: %v", len(a), perCat)
 }
 
 // mainRendering is the rendering most edits apply to: it has every block
@@ -315,7 +355,7 @@ func (c *corpus) once(key string) bool {
 type edit struct {
 	plugin string // directive whose line (or block) is edited; "key" for a server block key line
 	opt    string // option line in the directive's block; "" for the directive's own line
-	op     string // "set" replaces the line, "block" the line and its block, "add" inserts after it, "before" inserts before it
+	op     string // "set" replaces the line, "block" the line and its block, "add" inserts after it, "before" inserts before it, "twice" repeats the line and its block
 	with   string // new lines, "\n"-separated, indented like the line (a block's contents one step more)
 	desc   string
 	file   string // rendering; "" is mainRendering
@@ -340,6 +380,9 @@ func (c *corpus) apply(rs map[string]*rendering, cat string, e edit) {
 		text, diff = r.splice(i, i+1, indented(l.indent, e.with)...)
 	case "block":
 		text, diff = r.splice(i, max(i, l.close)+1, indented(l.indent, e.with)...)
+	case "twice":
+		end := max(i, l.close) + 1
+		text, diff = r.splice(end, end, textsOf(r.lines[i:end])...)
 	case "add":
 		indent := l.indent
 		if l.opens() {
@@ -493,7 +536,7 @@ func misspellings(c *corpus, r *rendering) {
 }
 
 // truncations cuts the file after every line of its first ".:53" block,
-// in the middle of each of that block's lines in the main rendering, and
+// in the middle of every other of that block's lines in the main rendering, and
 // just before and just after the last line of every other block (once for
 // blocks the renderings share).
 func truncations(c *corpus, r *rendering) {
@@ -513,7 +556,7 @@ func truncations(c *corpus, r *rendering) {
 	}
 	for i := first; i <= r.lines[first].close; i++ {
 		cut(i, "", fmt.Sprintf("end before line %d %q (first .:53 block)", i+1, r.lines[i].trimmed()))
-		if t := r.lines[i].text; r.name == mainRendering && r.lines[i].code() && len(strings.TrimSpace(t)) > 2 {
+		if t := r.lines[i].text; r.name == mainRendering && r.lines[i].code() && len(strings.TrimSpace(t)) > 2 && (i-first)%2 == 1 {
 			half := len(r.lines[i].indent) + len(strings.TrimSpace(t))/2
 			cut(i, t[:half], fmt.Sprintf("end in the middle of line %d %q", i+1, r.lines[i].trimmed()))
 		}
@@ -546,8 +589,8 @@ var unknownNames = []string{
 }
 
 // unknownDirectives adds unknown directives: every name in the first
-// ".:53" block, and the first two in every other kind of block, at the top
-// level and at the end of the file.
+// ".:53" block, and the first in every other block, at the top level and
+// at the end of the file.
 func unknownDirectives(c *corpus, r *rendering) {
 	for i, l := range r.lines {
 		if !l.code() || l.depth != 1 || l.tokens[0] != "bind" {
@@ -555,7 +598,7 @@ func unknownDirectives(c *corpus, r *rendering) {
 		}
 		where := r.blockName(i)
 		for n, name := range unknownNames {
-			if n >= 2 && !strings.HasPrefix(where, ".:53@169.254.10.10") {
+			if n >= 1 && !strings.HasPrefix(where, vnetRoot) {
 				continue
 			}
 			text, diff := r.splice(i+1, i+1, l.indent+name)
@@ -698,8 +741,16 @@ var badArguments = []edit{
 	{plugin: "bind", op: "set", with: "bind 169.254.10.11", desc: "bind: cluster.local block moved to .11 beside the other cluster.local block", block: vnetLocal},
 	{plugin: "bind", op: "set", with: "bind 169.254.10.11", desc: "bind: 169.254.10.10 override block moved to .11", block: "testdomain456"},
 	{plugin: "prometheus", op: "add", with: "}\nexample.org:53 {\nbind 169.254.10.12\nforward . 10.0.0.10\n", desc: "bind: a new block bound to an address on no link (169.254.10.12)", block: override},
+	{plugin: "bind", op: "set", with: "bind 169.254.10.10 169.254.10.10", desc: "bind: the same address twice", block: vnetRoot},
+	// Mistakes in blocks dnsstandby does not serve (another port, another
+	// address): CoreDNS reads every block.
+	{plugin: "prometheus", op: "add", with: "}\nexample.org:5353 {\nbind 169.254.10.11\nforward . 10.0.0.300\n", desc: "forward: invalid IP in a new block on port 5353", block: override},
+	{plugin: "prometheus", op: "add", with: "}\nexample.org:53 {\nbind 127.0.0.1\ncache 0\n", desc: "cache: TTL 0 in a new block bound to 127.0.0.1", block: override},
+	{plugin: "prometheus", op: "add", with: "}\ntls://.:853 {\nbind 169.254.10.10\ntemplate FOO ANY\n", desc: "template: unknown class in a new tls:// block", block: override},
+	{plugin: "bind", op: "set", with: "bind 127.0.0.1\nforward example.com 10.0.0.300", desc: "forward: invalid IP in the testdomain567 block moved to 127.0.0.1", block: override},
 
 	// forward
+	{plugin: "forward", op: "twice", desc: "forward: the whole stanza twice", block: vnetRoot},
 	{plugin: "forward", op: "set", with: "forward {", desc: "forward: no FROM and no TO", block: vnetRoot},
 	{plugin: "forward", op: "set", with: "forward . {", desc: "forward: no TO", block: vnetRoot},
 	{plugin: "forward", op: "set", with: "forward . 10.0.0.300 {", desc: "forward: invalid IP 10.0.0.300", block: vnetRoot},
@@ -765,6 +816,7 @@ var badArguments = []edit{
 	{plugin: "cache", op: "set", with: "cache -1 {", desc: "cache: TTL -1", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 99999999999999999999 {", desc: "cache: TTL huge (over int64)", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 1h {", desc: "cache: TTL as a duration (1h)", block: vnetRoot},
+	{plugin: "cache", op: "set", with: "cache 4294967296 {", desc: "cache: TTL 2^32 s", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 3600 3600 {", desc: "cache: extra argument 3600", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 3600 cluster..local {", desc: "cache: extra argument not a domain name", block: vnetLocal},
 	{plugin: "cache", op: "set", with: "cache 3600 {\n}", desc: "cache: empty block", block: kubeRoot},
@@ -793,7 +845,9 @@ var badArguments = []edit{
 	{plugin: "cache", opt: "servfail", op: "set", with: "servfail 10m", desc: "cache: servfail over 5 minutes", block: vnetRoot},
 	{plugin: "cache", opt: "servfail", op: "set", with: "servfail -1s", desc: "cache: servfail negative", block: vnetRoot},
 	{plugin: "cache", opt: "servfail", op: "set", with: "servfail 5", desc: "cache: servfail without a unit", block: vnetRoot},
+	{plugin: "cache", opt: "servfail", op: "set", with: "servfail 301s", desc: "cache: servfail 301s (just over 5 minutes)", block: vnetRoot},
 	{plugin: "cache", opt: "servfail", op: "set", with: "servfail 0 0", desc: "cache: servfail with two values", block: vnetRoot},
+	{plugin: "cache", op: "twice", desc: "cache: the whole stanza twice", block: vnetRoot},
 	{plugin: "cache", op: "add", with: "prefetch -1", desc: "cache: prefetch -1", block: vnetRoot},
 	{plugin: "cache", op: "add", with: "prefetch", desc: "cache: prefetch without a value", block: vnetRoot},
 	{plugin: "cache", op: "add", with: "prefetch 10 1m 95%", desc: "cache: prefetch percentage 95% (over 90)", block: vnetRoot},
@@ -808,6 +862,7 @@ var badArguments = []edit{
 	{plugin: "cache", op: "add", with: "ttl 5", desc: "cache: hosts's option ttl", block: kubeRoot},
 
 	// hosts
+	{plugin: "hosts", op: "twice", desc: "hosts: the whole stanza twice", block: kubeRoot},
 	{plugin: "hosts", op: "set", with: "hosts {", desc: "hosts: no file (/etc/hosts)", block: vnetRoot},
 	{plugin: "hosts", op: "set", with: "hosts /etc/localdns/hosts cluster..local {", desc: "hosts: extra argument not a domain name", block: vnetRoot},
 	{plugin: "hosts", op: "set", with: "hosts /etc/localdns/hosts example.com {", desc: "hosts: extra argument (a zone)", block: vnetRoot},
@@ -828,6 +883,7 @@ var badArguments = []edit{
 	{plugin: "hosts", opt: "fallthrough", op: "set", with: "fallthrough cluster..local", desc: "hosts: fallthrough zone not a domain name", block: vnetRoot},
 
 	// template
+	{plugin: "template", op: "twice", desc: "template: the whole stanza twice", block: kubeRoot},
 	{plugin: "template", op: "set", with: "template {", desc: "template: no class and type", block: vnetRoot},
 	{plugin: "template", op: "set", with: "template ANY {", desc: "template: no type", block: vnetRoot},
 	{plugin: "template", op: "set", with: "template FOO ANY internal.cloudapp.net {", desc: "template: unknown class FOO", block: vnetRoot},
@@ -859,11 +915,13 @@ var badArguments = []edit{
 	{plugin: "nsid", op: "set", with: "nsid localdns\nnsid again", desc: "nsid: twice", block: vnetRoot},
 
 	// whoami
+	{plugin: "whoami", op: "twice", desc: "whoami: twice", block: hcBlock},
 	{plugin: "whoami", op: "set", with: "whoami extra", desc: "whoami: an argument", block: hcBlock},
 	{plugin: "whoami", op: "set", with: "whoami {\n}", desc: "whoami: an empty block", block: hcBlock},
 	{plugin: "whoami", op: "set", with: "whoami {\nfoo\n}", desc: "whoami: a block with an option", block: hcBlock},
 
 	// log
+	{plugin: "log", op: "twice", desc: "log: twice", block: vnetRoot},
 	{plugin: "log", op: "set", with: "log {\nclass bogus\n}", desc: "log: unknown class", block: vnetRoot},
 	{plugin: "log", op: "set", with: "log {\nclass\n}", desc: "log: class without a value", block: vnetRoot},
 	{plugin: "log", op: "set", with: "log {\nformat combined\n}", desc: "log: unknown option format", block: vnetRoot},
@@ -946,6 +1004,8 @@ var validEdits = []edit{
 	{plugin: "forward", op: "set", with: "forward cluster.local 10.0.0.10 {", desc: "forward: FROM the block's zone", block: vnetLocal},
 	{plugin: "loop", op: "add", with: "forward example.com 10.0.0.10", desc: "forward: a second stanza for example.com", block: kubeRoot},
 	{plugin: "cache", op: "set", with: "cache 30 {", desc: "cache: TTL 30", block: vnetRoot},
+	{plugin: "cache", op: "set", with: "cache 2147483647 {", desc: "cache: TTL 2^31-1 s", block: kubeRoot},
+	{plugin: "cache", opt: "servfail", op: "set", with: "servfail 5m", desc: "cache: servfail 5m (the most allowed)", block: kubeRoot},
 	{plugin: "cache", op: "set", with: "cache {", desc: "cache: no TTL", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 3600 example.com {", desc: "cache: TTL and a zone", block: vnetRoot},
 	{plugin: "cache", op: "block", with: "cache 3600", desc: "cache: no block", block: vnetLocal},
@@ -958,6 +1018,7 @@ var validEdits = []edit{
 	{plugin: "cache", op: "add", with: "keepttl", desc: "cache: keepttl", block: vnetRoot},
 	{plugin: "cache", op: "add", with: "disable success example.com", desc: "cache: disable success example.com", block: vnetRoot},
 	{plugin: "hosts", opt: "ttl", op: "set", with: "ttl 30", desc: "hosts: ttl 30", block: vnetRoot},
+	{plugin: "hosts", opt: "ttl", op: "set", with: "ttl 65535", desc: "hosts: ttl 65535 (the most allowed)", block: kubeRoot},
 	{plugin: "hosts", opt: "reload", op: "set", with: "reload 0", desc: "hosts: reload 0", block: vnetRoot},
 	{plugin: "hosts", opt: "fallthrough", op: "add", with: "no_reverse", desc: "hosts: no_reverse", block: vnetRoot},
 	{plugin: "hosts", opt: "ttl", op: "before", with: "192.0.2.1 example.test", desc: "hosts: an inline entry", block: vnetRoot},
