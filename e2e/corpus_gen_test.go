@@ -819,7 +819,7 @@ var badArguments = []edit{
 	{plugin: "cache", op: "set", with: "cache 4294967296 {", desc: "cache: TTL 2^32 s", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 3600 3600 {", desc: "cache: extra argument 3600", block: vnetRoot},
 	{plugin: "cache", op: "set", with: "cache 3600 cluster..local {", desc: "cache: extra argument not a domain name", block: vnetLocal},
-	{plugin: "cache", op: "set", with: "cache 3600 {\n}", desc: "cache: empty block", block: kubeRoot},
+	{plugin: "cache", op: "block", with: "cache 3600 {\n}", desc: "cache: empty block", block: kubeRoot},
 	{plugin: "cache", opt: "success", op: "set", with: "success", desc: "cache: success without a value", block: vnetRoot},
 	{plugin: "cache", opt: "success", op: "set", with: "success many", desc: "cache: success not a number", block: vnetRoot},
 	{plugin: "cache", opt: "success", op: "set", with: "success 9984 0", desc: "cache: success TTL 0", block: vnetRoot},
