@@ -259,8 +259,8 @@ func (r *rendering) splice(from, to int, with ...string) (text, diff string) {
 	for i := from; i < to; i++ {
 		fmt.Fprintf(&d, "-%d: %s\n", i+1, r.lines[i].text)
 	}
-	for _, l := range with {
-		fmt.Fprintf(&d, "+%d: %s\n", from+1, l)
+	for k, l := range with {
+		fmt.Fprintf(&d, "+%d: %s\n", from+1+k, l) // numbered as in the mutated file
 	}
 	if from == to && len(with) == 0 {
 		fmt.Fprintf(&d, "(nothing at line %d)\n", from+1)
