@@ -63,6 +63,10 @@ type corpusResult struct {
 	mutation
 	coreDNSVerdict
 	Standby string `json:"dnsstandby_error,omitempty"` // load's error; "" when dnsstandby accepts
+	// TestErr is why the test could not get a verdict (writing the file,
+	// starting CoreDNS, entering the namespace): a failure of the test,
+	// never counted as a refusal.
+	TestErr string `json:"test_error,omitempty"`
 }
 
 // TestCorefileCorpus holds dnsstandby's Corefile loader to CoreDNS 1.13.1
@@ -132,6 +136,10 @@ func TestCorefileCorpus(t *testing.T) {
 		tallies[c] = &tally{}
 	}
 	for _, r := range results {
+		if r.TestErr != "" {
+			t.Errorf("no verdict for %s: %s", r.label(), r.TestErr)
+			continue
+		}
 		for _, n := range []*tally{tallies[r.Category], all} {
 			n.total++
 			switch {
@@ -212,7 +220,7 @@ func newCorpusWorker(t *testing.T, i int, bin string) *corpusWorker {
 		replies: make(chan uint16, 64),
 		id:      uint16(i) << 12,
 	}
-	must(t, w.ns.AddLink("localdns", "", testkitAddrs()...))
+	must(t, w.ns.AddLink("localdns", "", listenerAddrs()...))
 	// Every forward target is routed onto the bridge, where it has no
 	// neighbour: queries CoreDNS forwards stay unanswered inside the
 	// namespace. Without a route, each send fails at once and forward
@@ -247,8 +255,8 @@ func newCorpusWorker(t *testing.T, i int, bin string) *corpusWorker {
 	return w
 }
 
-// testkitAddrs are the addresses of the renderings' bind lines.
-func testkitAddrs() []string {
+// listenerAddrs are LocalDNS's listener addresses, which the renderings bind.
+func listenerAddrs() []string {
 	var out []string
 	for _, a := range corpusListen {
 		out = append(out, a.Addr().String()+"/32")
@@ -261,13 +269,18 @@ func (w *corpusWorker) run(m mutation) corpusResult {
 	res := corpusResult{mutation: m}
 	path := filepath.Join(w.dir, "Corefile")
 	if err := os.WriteFile(path, []byte(m.Text), 0o644); err != nil {
-		res.Reason = "test: " + err.Error()
+		res.TestErr = err.Error()
 		return res
 	}
-	res.coreDNSVerdict = w.coreDNS(path, m.Linger)
 	var err error
+	res.coreDNSVerdict, err = w.coreDNS(path, m.Linger)
+	if err != nil {
+		res.TestErr = err.Error()
+		return res
+	}
 	if derr := w.ns.Do(func() error { err = load(path); return nil }); derr != nil {
-		err = fmt.Errorf("test: run the loader: %w", derr)
+		res.TestErr = "run the loader: " + derr.Error()
+		return res
 	}
 	if err != nil {
 		res.Standby = strings.ReplaceAll(err.Error(), w.dir+"/", "")
@@ -285,10 +298,11 @@ var listenerLine = regexp.MustCompile(`(?m)^(\S*?):(\d+)(?: on (\S+))?$`)
 // coreDNS starts CoreDNS on the Corefile at path, and returns once it has
 // answered a probe, has exited, or corpusAnswerTimeout has passed; for a
 // Corefile marked linger, it then watches CoreDNS for corpusLinger more.
-func (w *corpusWorker) coreDNS(path string, linger bool) coreDNSVerdict {
+// Its error means CoreDNS could not be run at all: no verdict.
+func (w *corpusWorker) coreDNS(path string, linger bool) (coreDNSVerdict, error) {
 	p, err := w.ns.StartIn(w.dir, w.bin, "-conf", path)
 	if err != nil {
-		return coreDNSVerdict{Reason: "test: " + err.Error()}
+		return coreDNSVerdict{}, err
 	}
 	defer p.Stop()
 
@@ -316,14 +330,14 @@ drain: // answers to an earlier CoreDNS's probes
 		out := p.Output()
 		if answered && strings.Contains(out, coreDNSBanner) {
 			if !linger {
-				return coreDNSVerdict{Accepted: true, Output: out}
+				return coreDNSVerdict{Accepted: true, Output: out}, nil
 			}
 			select {
 			case <-p.Done():
 				out := p.Output()
-				return coreDNSVerdict{Late: true, Reason: w.lastLine(out, p.Err()), Output: out}
+				return coreDNSVerdict{Late: true, Reason: w.lastLine(out, p.Err()), Output: out}, nil
 			case <-time.After(corpusLinger):
-				return coreDNSVerdict{Accepted: true, Output: p.Output()}
+				return coreDNSVerdict{Accepted: true, Output: p.Output()}, nil
 			}
 		}
 		if !answered {
@@ -334,14 +348,14 @@ drain: // answers to an earlier CoreDNS's probes
 		select {
 		case <-p.Done():
 			out := p.Output()
-			return coreDNSVerdict{Reason: w.lastLine(out, p.Err()), Output: out}
+			return coreDNSVerdict{Reason: w.lastLine(out, p.Err()), Output: out}, nil
 		case id := <-w.replies:
 			answered = answered || id == w.id
 		case <-timeout.C:
 			if strings.Contains(out, coreDNSBanner) {
-				return coreDNSVerdict{Reason: fmt.Sprintf("started, but no listener answered within %v", corpusAnswerTimeout), Output: out}
+				return coreDNSVerdict{Reason: fmt.Sprintf("started, but no listener answered within %v", corpusAnswerTimeout), Output: out}, nil
 			}
-			return coreDNSVerdict{Reason: fmt.Sprintf("neither answered nor exited within %v", corpusAnswerTimeout), Output: out}
+			return coreDNSVerdict{Reason: fmt.Sprintf("neither answered nor exited within %v", corpusAnswerTimeout), Output: out}, nil
 		case <-tick.C:
 		}
 	}
