@@ -62,7 +62,10 @@ func (p *parser) bind(toks []caddyfile.Token) (addrs []netip.Addr, hosts []strin
 		if len(args) == 0 {
 			return nil, nil, true, d.errf("at least one address or interface name is expected")
 		}
-		ips := d.bindAddrs(args)
+		ips, err := d.bindAddrs(args)
+		if err != nil {
+			return nil, nil, true, err
+		}
 		var except []boundAddr
 		for d.NextBlock() {
 			switch d.Val() {
@@ -71,7 +74,11 @@ func (p *parser) bind(toks []caddyfile.Token) (addrs []netip.Addr, hosts []strin
 				if len(ex) == 0 {
 					return nil, nil, true, d.errf("at least one address or interface must be given to except subdirective")
 				}
-				except = append(except, d.bindAddrs(ex)...)
+				exs, err := d.bindAddrs(ex)
+				if err != nil {
+					return nil, nil, true, err
+				}
+				except = append(except, exs...)
 			default:
 				return nil, nil, true, d.errf("invalid option %q", d.Val())
 			}
@@ -79,6 +86,9 @@ func (p *parser) bind(toks []caddyfile.Token) (addrs []netip.Addr, hosts []strin
 		for _, ip := range ips {
 			if slices.ContainsFunc(except, func(e boundAddr) bool { return e.host == ip.host }) {
 				continue
+			}
+			if !bindable(ip.addr) {
+				return nil, nil, true, d.errf("%s is not an address of this node: CoreDNS cannot listen on it", ip.host)
 			}
 			hosts = append(hosts, ip.host)
 			if !slices.Contains(addrs, ip.addr) {
@@ -95,11 +105,10 @@ type boundAddr struct {
 	host string
 }
 
-// bindAddrs resolves bind arguments. CoreDNS refuses a name that is
-// neither an address nor an interface; dnsstandby notes it and goes on,
-// because it must start while LocalDNS is down, and LocalDNS deletes its
-// `localdns` interface when it stops.
-func (d *directive) bindAddrs(args []string) []boundAddr {
+// bindAddrs resolves bind arguments as CoreDNS does: an interface name
+// gives the interface's addresses, anything else must be an address. An
+// address must be one CoreDNS can listen on: see bindable.
+func (d *directive) bindAddrs(args []string) ([]boundAddr, error) {
 	var out []boundAddr
 	for _, a := range args {
 		ips, ok := interfaceAddrs(a)
@@ -109,11 +118,45 @@ func (d *directive) bindAddrs(args []string) []boundAddr {
 			}
 			continue
 		}
-		if ip, err := netip.ParseAddr(a); err == nil {
-			out = append(out, boundAddr{ip.Unmap(), a})
-			continue
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return nil, d.errf("not a valid IP address or interface name: %q", a)
 		}
-		d.notef("%q is neither an address nor an interface here; it binds nothing", a)
+		out = append(out, boundAddr{ip.Unmap(), a})
+	}
+	return out, nil
+}
+
+// LocalDNSAddrs are the addresses localdns.sh puts on its link before it
+// starts CoreDNS: LocalDNS can always listen on them, whether they are on
+// this node at the moment or not (its link is deleted when it stops).
+var LocalDNSAddrs = []netip.Addr{netip.MustParseAddr("169.254.10.10"), netip.MustParseAddr("169.254.10.11")}
+
+// bindable reports whether CoreDNS, started as LocalDNS starts it, can
+// listen on ip: a wildcard, a loopback address (all of 127/8 is local),
+// one of LocalDNSAddrs, or an address of one of this node's interfaces.
+func bindable(ip netip.Addr) bool {
+	ip = ip.Unmap().WithZone("")
+	if ip.IsUnspecified() || ip.IsLoopback() || slices.Contains(LocalDNSAddrs, ip) {
+		return true
+	}
+	return slices.Contains(hostAddrs(), ip)
+}
+
+// hostAddrs returns the addresses of every interface of this node. It is
+// a variable so that tests do not depend on the machine's interfaces.
+var hostAddrs = func() []netip.Addr {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
 	}
 	return out
 }

@@ -51,6 +51,17 @@ func (p *parser) readHead(main string, b *Block) (head, error) {
 	return h, err
 }
 
+// listensOn reports whether the block listens on ap: a plain DNS key
+// with its port, and its bind covers the address (without bind, every
+// address of the node).
+func (h head) listensOn(ap netip.AddrPort) bool {
+	if !slices.ContainsFunc(h.keys, func(k key) bool { return k.transport == transportDNS && k.port == int(ap.Port()) }) {
+		return false
+	}
+	// A wildcard or no bind covers the node's own addresses only.
+	return bindable(ap.Addr()) && (!h.hasBind || len(h.bind) > 0 && bindCovers(h.bind, ap.Addr()))
+}
+
 // blockPlugins are the settings of a block's plugins that dnsstandby
 // imitates.
 type blockPlugins struct {
@@ -89,6 +100,16 @@ func (p *parser) plugins(main string, b *Block, h head) (blockPlugins, error) {
 	}
 	if bp.templates, err = p.templates(tokens("template"), h.keys); err != nil {
 		return bp, err
+	}
+	if _, loop := b.Directives["loop"]; loop {
+		for _, f := range bp.forwards {
+			for _, up := range f.upstreams {
+				if h.listensOn(up) {
+					return bp, &Error{File: f.file, Line: f.line, Plugin: "forward", Kind: KindPlugin,
+						Err: fmt.Errorf("target %s is this block's own listener: CoreDNS's loop plugin detects the loop and stops CoreDNS", up)}
+				}
+			}
+		}
 	}
 	bp.order = pluginOrder(b.Directives)
 	for _, name := range bp.order {

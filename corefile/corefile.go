@@ -199,7 +199,34 @@ func (s Settings) ZoneFor(qname string) *Zone {
 // ZoneForAddr is ZoneFor restricted to the zones that serve local, the
 // address and port the query was received on.
 func (s Settings) ZoneForAddr(local netip.AddrPort, qname string) *Zone {
-	return s.lookup(qname, func(z *Zone) bool { return z.Serves(local) })
+	return s.lookup(qname, func(z *Zone) bool { return s.ServesAt(z, local) })
+}
+
+// ServesAt reports whether a query for z's zone sent to ap reaches z: z
+// serves ap, and no other zone of the same name serves ap by its exact
+// address where z has only a wildcard (no bind, 0.0.0.0, ::): the kernel
+// gives a datagram to the socket bound to its exact address first.
+func (s Settings) ServesAt(z *Zone, ap netip.AddrPort) bool {
+	if !z.Serves(ap) {
+		return false
+	}
+	if z.servesExactly(ap) {
+		return true
+	}
+	for i := range s.Zones {
+		o := &s.Zones[i]
+		if o != z && o.Name == z.Name && o.servesExactly(ap) {
+			return false
+		}
+	}
+	return true
+}
+
+// servesExactly reports whether the zone's block binds ap's address
+// itself, not through a wildcard.
+func (z *Zone) servesExactly(ap netip.AddrPort) bool {
+	a := ap.Addr().Unmap().WithZone("")
+	return z.Port == int(ap.Port()) && slices.ContainsFunc(z.Bind, func(b netip.Addr) bool { return b.WithZone("") == a })
 }
 
 func (s Settings) lookup(qname string, ok func(*Zone) bool) *Zone {

@@ -10,6 +10,7 @@ import (
 // TestErrors checks that every error names the file and line, and the
 // plugin when there is one.
 func TestErrors(t *testing.T) {
+	withInterfaces(t, nil)
 	const (
 		head = "# LocalDNS\n.:53 {\n  bind 169.254.10.11\n" // the block starts on line 2
 		tail = "\n}\n"
@@ -34,6 +35,8 @@ func TestErrors(t *testing.T) {
 
 		// bind.
 		{"bind without address", ".:53 {\n  bind\n}\n", "localdns.corefile:2: bind: at least one address or interface name is expected"},
+		{"bind neither address nor interface", ".:53 {\n  bind dnsgone\n}\n", `localdns.corefile:2: bind: not a valid IP address or interface name: "dnsgone"`},
+		{"bind an address of no interface", ".:53 {\n  bind 192.0.2.99\n}\n", "localdns.corefile:2: bind: 192.0.2.99 is not an address of this node: CoreDNS cannot listen on it"},
 		{"bind bad option", ".:53 {\n  bind 169.254.10.11 {\n    only 1.2.3.4\n  }\n}\n", `localdns.corefile:3: bind: invalid option "only"`},
 		{"bind empty except", ".:53 {\n  bind 169.254.10.11 {\n    except\n  }\n}\n", "localdns.corefile:3: bind: at least one address or interface must be given to except subdirective"},
 
@@ -76,6 +79,8 @@ func TestErrors(t *testing.T) {
 		{"forward unknown option", head + "  forward . 10.0.0.10 {\n    warp_speed 9\n  }" + tail, "localdns.corefile:5: forward: unknown property 'warp_speed'"},
 		{"forward extra argument", head + "  forward . 10.0.0.10 {\n    policy sequential now\n  }" + tail, "localdns.corefile:5: forward: unknown property 'now'"},
 		{"forward not an address", head + "  forward . 10.0.0.300" + tail, `localdns.corefile:4: forward: not an IP address or file: "10.0.0.300"`},
+		{"forward to its own listener, with loop", ".:53 {\n  bind 169.254.10.10\n  forward . 169.254.10.10\n  loop\n}\n", "localdns.corefile:3: forward: target 169.254.10.10:53 is this block's own listener: CoreDNS's loop plugin detects the loop and stops CoreDNS"},
+		{"forward to its own listener through a wildcard", ".:53 {\n  bind 0.0.0.0\n  forward . 127.0.0.1\n  loop\n}\n", "localdns.corefile:3: forward: target 127.0.0.1:53 is this block's own listener: CoreDNS's loop plugin detects the loop and stops CoreDNS"},
 		{"forward too many targets", head + "  forward ." + strings.Repeat(" 10.0.0.1", 16) + tail, "localdns.corefile:4: forward: more than 15 TOs configured: 16"},
 
 		// nsid.

@@ -100,12 +100,19 @@ func withHostname(t *testing.T, name string) {
 // withInterfaces replaces the interface list for the test's duration.
 func withInterfaces(t *testing.T, ifaces map[string][]netip.Addr) {
 	t.Helper()
-	old := interfaceAddrs
+	old, oldHost := interfaceAddrs, hostAddrs
 	interfaceAddrs = func(name string) ([]netip.Addr, bool) {
 		a, ok := ifaces[name]
 		return a, ok
 	}
-	t.Cleanup(func() { interfaceAddrs = old })
+	hostAddrs = func() []netip.Addr {
+		var all []netip.Addr
+		for _, as := range ifaces {
+			all = append(all, as...)
+		}
+		return all
+	}
+	t.Cleanup(func() { interfaceAddrs, hostAddrs = old, oldHost })
 }
 
 // equalZones compares zones field by field so a failure says which.

@@ -14,7 +14,7 @@ import (
 func TestSelection(t *testing.T) {
 	withInterfaces(t, map[string][]netip.Addr{
 		"localdns": addrs("169.254.10.10", "169.254.10.11"),
-		"eth0":     addrs("10.224.0.5", "fe80::1%eth0"),
+		"eth0":     addrs("10.224.0.5", "fe80::1%eth0", "fd00::11"),
 	})
 	tests := []struct {
 		name   string
@@ -131,12 +131,6 @@ func TestSelection(t *testing.T) {
 			want: []string{".:53@1"},
 		},
 		{
-			name:  "bind to a missing interface binds nothing",
-			text:  ".:53 {\n  bind dnsgone\n}\ncluster.local {\n}\n",
-			want:  []string{"cluster.local.:53@4"},
-			notes: []string{`test.corefile:2: bind: "dnsgone" is neither an address nor an interface here; it binds nothing`},
-		},
-		{
 			name: "snippet and import of it",
 			text: "(common) {\n  bind 169.254.10.11\n}\n.:53 {\n  import common\n}\n",
 			want: []string{".:53@4"},
@@ -191,9 +185,23 @@ func TestSelection(t *testing.T) {
 	}
 }
 
+// TestServesAt checks that of two blocks for one zone, one bound to a
+// wildcard and one to the listen address itself, the second gets the
+// address's queries, as the kernel gives them to the exact socket.
+func TestServesAt(t *testing.T) {
+	s := parseText(t, ".:53 {\n  bind 0.0.0.0\n  forward . 10.0.0.1\n  loop\n}\n.:53 {\n  bind 169.254.10.11\n  forward . 10.0.0.2\n}\n", podListener, nodeListener)
+	if z := s.ZoneForAddr(podListener, "x.example."); z == nil || z.Upstreams[0].Addr().String() != "10.0.0.2" {
+		t.Errorf("pods' listener: %+v, want the block bound to it", z)
+	}
+	if z := s.ZoneForAddr(nodeListener, "x.example."); z == nil || z.Upstreams[0].Addr().String() != "10.0.0.1" {
+		t.Errorf("node listener: %+v, want the wildcard block", z)
+	}
+}
+
 func TestBindResolved(t *testing.T) {
 	withInterfaces(t, map[string][]netip.Addr{
 		"localdns": addrs("169.254.10.10", "169.254.10.11"),
+		"eth0":     addrs("10.0.0.1"),
 	})
 	s := parseText(t, ".:53 {\n  bind localdns ::ffff:10.0.0.1\n}\n")
 	if got, want := s.Zones[0].Bind, addrs("169.254.10.10", "169.254.10.11", "10.0.0.1"); !slices.Equal(got, want) {

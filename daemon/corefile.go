@@ -32,14 +32,15 @@ import (
 func ApplyCorefile(cfg *Config, s corefile.Settings) {
 	cfg.Corefile = s.File
 	var routes []Route
-	for _, z := range s.Zones {
-		cfg.Ignored = append(cfg.Ignored, ignored(z)...)
+	for i := range s.Zones {
+		z := &s.Zones[i]
+		cfg.Ignored = append(cfg.Ignored, ignored(*z)...)
 		if len(z.Upstreams) == 0 && len(z.Templates) == 0 && z.Hosts == nil && !z.Whoami {
 			continue
 		}
 		for _, ap := range cfg.Listen {
-			if z.Serves(ap) {
-				routes = append(routes, zoneRoute(cfg, ap, z))
+			if s.ServesAt(z, ap) {
+				routes = append(routes, zoneRoute(cfg, ap, *z))
 			}
 		}
 	}

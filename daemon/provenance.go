@@ -102,6 +102,26 @@ const clusterZone = "cluster.local."
 // Corefile: the defaults and flags alone. The result need not be valid.
 type Layer func(src *corefile.Source) (Config, error)
 
+// DefaultLayer is the Layer of the defaults, listening on listen, with no
+// flags: what a Corefile alone gives the daemon. With Validate after it,
+// it decides as Resolve does whether a Corefile is applied (the
+// differential test of the loader against CoreDNS uses it).
+func DefaultLayer(listen []netip.AddrPort) Layer {
+	return func(src *corefile.Source) (Config, error) {
+		cfg := DefaultConfig()
+		cfg.Listen = slices.Clone(listen)
+		if src == nil {
+			return cfg, nil
+		}
+		s, err := src.Settings(cfg.Listen)
+		if err != nil {
+			return cfg, err
+		}
+		ApplyCorefile(&cfg, s)
+		return cfg, nil
+	}
+}
+
 // Resolve makes the configuration in force by the rule above, and says
 // where it came from. Its error is for settings that are wrong whatever
 // the Corefile (the flags'); a Corefile or last known good that cannot be

@@ -77,12 +77,16 @@ func (d *Daemon) watch(life context.Context) {
 			return
 		case now := <-t.C:
 			stopRetired(now, false)
+			// While the Corefile is not in force it is tried at every tick,
+			// changed or not: whether CoreDNS takes it may depend on the
+			// node (an interface or an address a bind names).
 			fp := fingerprint(cfg.Watch)
-			if fp == last {
+			changed := fp != last
+			if !changed && d.config.provenance().Refused == nil {
 				continue
 			}
 			last = fp
-			sets, err := d.reloadChanged(life)
+			sets, err := d.reloadChanged(life, changed)
 			if err != nil {
 				d.log.Error("Corefile change not applied: the configuration in force stays", "corefile", strings.Join(cfg.Watch, ","), "source", d.config.provenance().Source, slog.Any("err", err))
 				continue
@@ -97,17 +101,33 @@ func (d *Daemon) watch(life context.Context) {
 	}
 }
 
-// reloadChanged resolves the configuration after a change of a watched
-// file and applies it, or says why not.
-func (d *Daemon) reloadChanged(life context.Context) ([]*routeSet, error) {
+// reloadChanged resolves the configuration again (changed: after a change
+// of a watched file; else the periodic retry of a refused Corefile) and
+// applies it, unless that steps down the rule: then the configuration in
+// force stays, as the last known good, and the error says why. A retry
+// that finds nothing new does nothing.
+func (d *Daemon) reloadChanged(life context.Context, changed bool) ([]*routeSet, error) {
 	next, prov, err := Resolve(d.cfg.Layer)
 	if err != nil {
 		return nil, err
 	}
+	cur := d.config.provenance()
+	if !changed && prov.Source == cur.Source && prov.SHA256 == cur.SHA256 && errString(prov.Refused) == errString(cur.Refused) {
+		return nil, nil
+	}
 	if prov.Refused != nil {
 		d.config.refused(prov.Refused)
 	}
-	if cur := d.config.provenance(); rank(prov.Source) < rank(cur.Source) {
+	sameContent := prov.Source == cur.Source && prov.SHA256 == cur.SHA256 && prov.Source != SourceFallback
+	if rank(prov.Source) < rank(cur.Source) || sameContent && prov.Refused != nil {
+		// What is in force was the Corefile's last good content: it is
+		// the last known good now.
+		kept := cur
+		if kept.Source == SourceFile {
+			kept.Source = SourceLastGood
+		}
+		kept.Refused = prov.Refused
+		d.config.set(kept)
 		return nil, fmt.Errorf("refused (%s): %w", corefile.Reason(prov.Refused), prov.Refused)
 	}
 	sets, err := d.reload(life, next)

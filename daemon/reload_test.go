@@ -108,6 +108,11 @@ func TestCorefileReload(t *testing.T) {
 	if len(st.Upstreams) != 1 || st.Upstreams[0].Server != upB.String() {
 		t.Errorf("status upstreams %+v, want only %s", st.Upstreams, upB)
 	}
+	// What stays in force is the Corefile's last good content: the last
+	// known good, the refusal said.
+	if src := st.Config.Source; src.From != SourceLastGood || src.Reason != "plugin" {
+		t.Errorf("status source after a refused change %+v, want last-good, refused for plugin", src)
+	}
 }
 
 // TestReloadCaches: each zone of a listener has a cache of its own; a

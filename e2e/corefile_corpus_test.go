@@ -17,13 +17,25 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/daemon"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
-// load is dnsstandby's verdict on a Corefile: nil means it would apply it.
-// TestCorefileCorpus holds it against CoreDNS's; point it at the daemon's
-// loader to test that instead.
-var load = func(p string) error { _, err := corefile.Load(p, corpusListen); return err }
+// load is dnsstandby's verdict on a Corefile, as the daemon decides it
+// (daemon.Resolve: read and checked as CoreDNS reads it, then the
+// configuration it gives valid): nil means it would apply it.
+// TestCorefileCorpus holds it against CoreDNS's.
+var load = func(p string) error {
+	src, err := corefile.Read(p)
+	if err != nil {
+		return err
+	}
+	cfg, err := daemon.DefaultLayer(corpusListen)(src)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	return err
+}
 
 // corpusListen are LocalDNS's listeners, which dnsstandby serves.
 var corpusListen = []netip.AddrPort{netip.MustParseAddrPort("169.254.10.10:53"), netip.MustParseAddrPort("169.254.10.11:53")}
