@@ -322,6 +322,20 @@ func (s *Server) closeAll() {
 	}
 }
 
+// CountReads has every read loop of the UDP sockets on listen add 1 to
+// reads per batch it receives: one atomic add, no system call and no
+// allocation per batch. Takeover passes the steering program's read
+// counter (steer.Steerer.Reads), whose read test then takes the traffic
+// away from a dnsstandby that stops reading. Call it after Start; nil
+// stops the counting.
+func (s *Server) CountReads(listen netip.AddrPort, reads *atomic.Uint64) {
+	for _, l := range s.loops {
+		if l.conn.LocalAddr().(*net.UDPAddr).AddrPort() == listen {
+			l.reads.Store(reads)
+		}
+	}
+}
+
 // stuckAfter is how long a read loop may spend on one batch before the
 // server counts as unhealthy: a batch normally takes microseconds.
 const stuckAfter = 5 * time.Second
