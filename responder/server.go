@@ -8,7 +8,8 @@
 // never reads the cache or asks an upstream itself. It does not decide
 // whether dnsstandby serves either: takeover steers traffic to these
 // sockets (it gets their descriptors from Sockets) and never reaches into
-// the read loops, the pipeline, the cache or the upstreams.
+// the read loops, the pipeline, the cache or the upstreams; the loops
+// only count their reads into a counter it hands them (CountReads).
 package responder
 
 import (

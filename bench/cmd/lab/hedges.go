@@ -63,7 +63,7 @@ func readTestNote(m testbed.Metrics, listener string) string {
 	if !m.Has(unreadMaxWaitMetric) || len(m.By(unreadMaxWaitMetric, "group", group)) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("steering read test: %.0f packets kept from dnsstandby for not reading, longest unread wait %.1f ms",
+	return fmt.Sprintf("steering read test of the dnsstandby running at the end: %.0f packets kept from dnsstandby for not reading, longest unread wait %.1f ms",
 		m.Sum(unreadBypassedMetric, group), 1000*m.Sum(unreadMaxWaitMetric, group))
 }
 
