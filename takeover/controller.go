@@ -148,6 +148,7 @@ type Controller struct {
 
 	mu       sync.Mutex // guards following
 	machine  *Machine
+	readTest bool // the read test as last set: on while LocalDNS answers (Machine.PeerAnswers)
 	peer     peer.State
 	adopted  map[string][]uint64 // group -> peer socket inodes handled: in its map, or MPTCP
 	mptcp    map[string]int      // group -> how many of those are MPTCP, so not in the map
@@ -284,6 +285,8 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 		return c, err
 	}
 	mode, reason, _ := c.machine.Mode()
+	c.readTest = c.machine.PeerAnswers()
+	c.setReadTest(c.readTest)
 	c.events = NewEventLog(mode, reason, now, cfg.Answered)
 	c.adopt(c.peer)
 	if err := c.apply(mode); err != nil {
@@ -493,11 +496,31 @@ func (c *Controller) handle(input func(*Machine, time.Time) *Transition) {
 	c.carry(c.step(input))
 }
 
-// step runs one input through the machine.
+// step runs one input through the machine, and turns the steering
+// program's read test on or off as LocalDNS now answers or not.
 func (c *Controller) step(input func(*Machine, time.Time) *Transition) *Transition {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return input(c.machine, time.Now())
+	tr := input(c.machine, time.Now())
+	on := c.machine.PeerAnswers()
+	changed := on != c.readTest
+	c.readTest = on
+	c.mu.Unlock()
+	if changed {
+		c.setReadTest(on)
+	}
+	return tr
+}
+
+// setReadTest turns the read test on while LocalDNS answers and off while
+// it does not: a dnsstandby that stops reading (or only seems to, off the
+// CPU for a moment) loses its traffic to LocalDNS within steer's
+// UnreadAfter, which helps only if LocalDNS answers it; in a hang the
+// heartbeat alone decides, so a scheduler stall of ours never hands the
+// traffic to the hung LocalDNS.
+func (c *Controller) setReadTest(on bool) {
+	if err := c.steer.SetReadTest(on); err != nil {
+		c.log.Warn("steering: read test not set", "on", on, slog.Any("err", err))
+	}
 }
 
 // carry carries out a transition (nil: none): steering, OnMirrorSafe,

@@ -47,6 +47,7 @@ type fakeSteer struct {
 	peers map[string]int // group -> sockets adopted
 	left  bool
 	reads map[string]*atomic.Uint64 // group -> read counter handed out
+	tests []bool                    // SetReadTest calls, in order
 }
 
 func (s *fakeSteer) Describe(chan<- *prometheus.Desc) {}
@@ -88,6 +89,19 @@ func (s *fakeSteer) Reads(name string) (*atomic.Uint64, error) {
 		s.reads[name] = new(atomic.Uint64)
 	}
 	return s.reads[name], nil
+}
+
+func (s *fakeSteer) SetReadTest(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tests = append(s.tests, on)
+	return nil
+}
+
+func (s *fakeSteer) readTests() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.tests)
 }
 
 func (s *fakeSteer) Adopt(name string, fd int) (int, error) {
@@ -681,6 +695,42 @@ func TestReadCountersHandedOver(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestReadTestFollowsLocalDNS: the read test is on while LocalDNS
+// answers, off from the moment it is seen not to (a failed probe, a
+// silence, a restart before its first good probe), and on again once a
+// probe passes; an operator hold leaves it on.
+func TestReadTestFollowsLocalDNS(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, true, steer.Adopt)
+		want := []bool{true} // at start: LocalDNS bound and trusted
+		check := func(when string, more ...bool) {
+			t.Helper()
+			want = append(want, more...)
+			if got := r.steer.readTests(); !slices.Equal(got, want) {
+				t.Errorf("%s: SetReadTest calls %v, want %v", when, got, want)
+			}
+		}
+		r.do("wait:2s")
+		check("healthy")
+		r.do("hold")
+		check("operator hold")
+		r.do("release")
+		r.do("silent")
+		check("silent", false)
+		r.do("hang")
+		r.do("wait:3s")
+		check("hung: still off")
+		r.do("answer")
+		r.do("wait:1s")
+		check("answering in the hold-down", true)
+		r.do("gone")
+		check("gone", false)
+		r.do("bound")
+		r.do("wait:1500ms")
+		check("restarted, a good probe", true)
+	})
 }
 
 // TestControllerMetrics: a crash is counted as a failover, and every

@@ -35,6 +35,7 @@ type (
 		SetProbe(src netip.AddrPort) error
 		Heartbeat() error
 		Reads(name string) (*atomic.Uint64, error)
+		SetReadTest(on bool) error
 		Adopt(name string, fd int) (slot int, err error)
 		ClearPeers(name string) error
 		Leave() error

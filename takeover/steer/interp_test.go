@@ -389,6 +389,7 @@ func wantSlot(mode Mode, fresh, reading, probe bool, filled [sockarraySize]bool,
 // must make of it.
 type liveState struct {
 	name                   string
+	off                    bool // the read test is off (an unread limit of 0)
 	reads, seen            uint64
 	pending                uint64 // CLOCK_MONOTONIC ns
 	reading                bool   // the read test passes
@@ -426,6 +427,8 @@ func TestProgramDecisions(t *testing.T) {
 		{name: "at-limit", reads: 7, seen: 7, pending: now - unread, reading: true, wait: unread, measured: true},
 		{name: "unread", reads: 7, seen: 7, pending: now - unread - 1, reading: false, wait: unread + 1, measured: true, initialByp: 41},
 		{name: "future", reads: 7, seen: 7, pending: now + 5, reading: true, wait: -5, measured: true},
+		{name: "off-unread", off: true, reads: 7, seen: 7, pending: now - unread - 1, reading: true, initialByp: 41},
+		{name: "off-read-since", off: true, reads: 7, seen: 6, pending: now - 10e9, reading: true},
 	}
 	slotSets := [][]int{{}, {0}, {1}, {0, 1}, {0, 3, 6}, {2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}}
 	prober4, prober6 := netip.MustParseAddr("10.224.0.4"), netip.MustParseAddr("fd00::4")
@@ -466,8 +469,12 @@ func TestProgramDecisions(t *testing.T) {
 							pr.addr.IsValid() && p.src == pr.addr && p.cut == 0
 						for _, set := range slotSets {
 							for hash := range uint32(2 * MaxPeers) {
+								limit := uint64(unread)
+								if lv.off {
+									limit = 0
+								}
 								m := &machine{
-									cfg:      configValue{Mode: mode, ProbePort: pr.port, ProbeAddr: pr.addr, Heartbeat: hb.hb, Stall: stall, Unread: unread}.encode(),
+									cfg:      configValue{Mode: mode, ProbePort: pr.port, ProbeAddr: pr.addr, Heartbeat: hb.hb, Stall: stall, Unread: limit}.encode(),
 									live:     make([]byte, liveSize),
 									pkt:      p.pkt,
 									net:      netHdr,

@@ -1297,10 +1297,22 @@ func TestReadTest(t *testing.T) {
 		t.Errorf("bypassed %v, want %d (the phase's datagrams and the %d kept from us before)", got, n+toPeer, toPeer)
 	}
 
+	// With the read test off (the peer does not answer: a hung LocalDNS)
+	// the datagrams wait for us, however long; the heartbeat decides.
+	l.must(l.s.SetReadTest(false))
+	l.sendUDP(n, port)
+	port += n
+	if got := settled(peer) - before[1]; got != toPeer+n {
+		t.Errorf("read test off, not reading: the peer got %d, want none of %d", got-toPeer-n, n)
+	} else {
+		res.add("to-us, not reading, read test off: all wait for us", []int64{n, 0})
+	}
+	l.must(l.s.SetReadTest(true))
+
 	// Reading again: the datagrams that waited are read, and the next
 	// ones are ours.
 	our.stopped.Store(false)
-	testkit.Eventually(t, 3*time.Second, "the waiting datagrams read", func() bool { return our.count()-before[0] == sent-toPeer })
+	testkit.Eventually(t, 3*time.Second, "the waiting datagrams read", func() bool { return our.count()-before[0] == sent-toPeer+n })
 	phase("to-us, reading again", n, 0)(our, peer)
 	if w := steerMetric(t, l.s, "dnsstandby_steer_unread_max_wait_seconds", "udp"); w <= 0 || w > testUnread.Seconds() {
 		t.Errorf("max wait %vs, want some, within the limit %v", w, testUnread)

@@ -70,7 +70,7 @@ const (
 	cfgHeartbeat  = 8  // u64: CLOCK_MONOTONIC ns of the last Heartbeat; 0 = never
 	cfgStall      = 16 // u64: heartbeat age in ns beyond which we count as stalled
 	cfgProbeAddr  = 24 // 16 bytes: the probe's source address as in the IP header (IPv4: the first 4)
-	cfgUnread     = 40 // u64: how long in ns packets may wait on our socket unread before we count as stalled
+	cfgUnread     = 40 // u64: how long in ns packets may wait on our socket unread before we count as stalled; 0 = no read test
 	configSize    = 48
 )
 
@@ -131,9 +131,10 @@ func netOrder16(v uint16) int32 {
 //     (kernel hash);
 //  2. counts us as fresh only if the heartbeat is set and no older than the
 //     stall limit (read before bpf_ktime_get_ns, so age is never negative),
-//     and, once our read loops count their reads, if no packet it gave our
-//     socket has waited longer than the unread limit with no read of ours
-//     since (the read test: fast when packets wait, silent when idle);
+//     and, once our read loops count their reads and unless the unread
+//     limit is 0, if no packet it gave our socket has waited longer than
+//     the limit with no read of ours since (the read test: fast when
+//     packets wait, silent when idle);
 //  3. sends a packet from the probe's source address and port to a peer
 //     (never to us): a pod may send from that port too, but not from that
 //     address, one of the node's own, which the kernel refuses as the
@@ -184,6 +185,8 @@ func Program() asm.Instructions {
 
 		// The read test: r9 = 2 if a packet given to us has waited longer
 		// than the unread limit with no read of ours since.
+		asm.LoadMem(asm.R3, asm.R7, cfgUnread, asm.DWord).WithSource(asm.Comment("r3 = the unread limit")),
+		asm.JEq.Imm(asm.R3, 0, "probe").WithSource(asm.Comment("read test off (LocalDNS does not answer either)")),
 		asm.LoadMem(asm.R1, asm.R8, liveReads, asm.DWord),
 		asm.JEq.Imm(asm.R1, 0, "probe").WithSource(asm.Comment("no reader counts reads: no read test")),
 		asm.LoadMem(asm.R2, asm.R8, liveSeen, asm.DWord),
@@ -191,9 +194,8 @@ func Program() asm.Instructions {
 		asm.LoadMem(asm.R2, asm.R8, livePending, asm.DWord).WithSource(asm.Comment("set with seen: the noted packet's time")),
 		asm.LoadMem(asm.R1, asm.RFP, nowOff, asm.DWord),
 		asm.Sub.Reg(asm.R1, asm.R2).WithSource(asm.Comment("r1 = how long it has waited unread (another CPU's note may make it negative)")),
-		asm.LoadMem(asm.R2, asm.R7, cfgUnread, asm.DWord),
 		asm.Mov.Imm(asm.R9, 2),
-		asm.JSGT.Reg(asm.R1, asm.R2, "probe").WithSource(asm.Comment("waited too long: we are not reading")),
+		asm.JSGT.Reg(asm.R1, asm.R3, "probe").WithSource(asm.Comment("waited too long: we are not reading")),
 		asm.Mov.Imm(asm.R9, 1).WithSource(asm.Comment("reading: fresh")),
 		asm.LoadMem(asm.R2, asm.R8, liveMaxWait, asm.DWord),
 		asm.JSGE.Reg(asm.R2, asm.R1, "probe"),
@@ -318,7 +320,7 @@ type configValue struct {
 	ProbeAddr netip.Addr // unmapped; invalid: none, and no packet is a probe
 	Heartbeat uint64     // CLOCK_MONOTONIC ns; 0 = never
 	Stall     uint64     // ns
-	Unread    uint64     // ns
+	Unread    uint64     // ns; 0 = no read test
 }
 
 // encode lays c out as the program reads it: host byte order, but the

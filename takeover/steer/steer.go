@@ -100,12 +100,13 @@ var (
 // Steerer steers the reuseport groups of our sockets. Its methods are safe
 // for concurrent use. It is a prometheus.Collector (see metrics.go).
 type Steerer struct {
-	log   *slog.Logger // always non-nil
-	level Level        // fixed by New
-	want  Level        // the highest level asked for (auto asks for adopt); fixed by New
-	why   string       // fixed by New
-	stall time.Duration
-	now   func() (uint64, error) // CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns
+	log    *slog.Logger // always non-nil
+	level  Level        // fixed by New
+	want   Level        // the highest level asked for (auto asks for adopt); fixed by New
+	why    string       // fixed by New
+	stall  time.Duration
+	unread time.Duration
+	now    func() (uint64, error) // CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns
 
 	configErrors    atomic.Uint64 // failed writes to a config map
 	sockarrayErrors atomic.Uint64 // failed writes to a sockarray (adopt, our slot)
@@ -141,6 +142,7 @@ func New(cfg Config) (*Steerer, error) {
 	s := &Steerer{
 		log:    log.With("component", "steer"),
 		stall:  cfg.StallAfter,
+		unread: cfg.UnreadAfter,
 		now:    monotonicNow,
 		groups: map[string]*group{},
 	}
@@ -246,6 +248,27 @@ func (s *Steerer) SetProbe(src netip.AddrPort) error {
 	s.cfg.ProbePort, s.cfg.ProbeAddr = src.Port(), addr
 	if err := s.writeConfigLocked(); err != nil {
 		return fmt.Errorf("set probe source %s: %w", src, err)
+	}
+	return nil
+}
+
+// SetReadTest turns the read test (Reads) on or off in every group; it is
+// on from New. Turn it off while the peers are known not to answer (a
+// hung LocalDNS): then giving them the packets that wait on a dnsstandby
+// that does not read, or only seems not to (off the CPU for a moment),
+// loses them for sure, and the heartbeat alone decides.
+func (s *Steerer) SetReadTest(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.cfg.Unread = 0
+	if on {
+		s.cfg.Unread = uint64(s.unread)
+	}
+	if err := s.writeConfigLocked(); err != nil {
+		return fmt.Errorf("set read test %v: %w", on, err)
 	}
 	return nil
 }
