@@ -55,21 +55,19 @@ type Config struct {
 // StallAfter is 2 s: with a heartbeat every 250 ms that is eight missed
 // beats, so a GC pause or a slow syscall never trips it. It is the slow
 // test, for what the read test does not cover: TCP listeners, a reader
-// that does not count its reads, a dnsstandby that stops beating because
-// it finds its own loops stuck.
+// that does not count its reads, the read test turned off (SetReadTest),
+// a dnsstandby that stops beating because it finds its own loops stuck.
 //
 // UnreadAfter is 150 ms. A dnsstandby that stops reading must lose its
 // UDP traffic within 250 ms (issue 20): the program notices at the first
 // packet after the limit (about 1 ms later at a pod's 1,000 queries a
-// second), and LocalDNS answers in about a millisecond, which leaves
-// about 100 ms for a loaded node. On the other side, a dnsstandby that
-// reads must never be taken for stalled while it holds traffic away from
-// a hung LocalDNS: Go's stop-the-world pauses are well under a
-// millisecond, and a read loop woken on a busy two-core node waits for a
-// CPU for a few milliseconds, tens at worst (the lab's hang on its
-// shared machine: see the README's table); a CFS quota throttles for at
-// most its period, 100 ms by default. 150 ms is above all of these and
-// leaves the 250 ms its margin.
+// second), and LocalDNS answers at once, which leaves about 100 ms for
+// slower rates and a loaded node. A dnsstandby that reads waits for a CPU
+// for less: Go's stop-the-world pauses are under a millisecond, a CFS
+// quota throttles for at most its 100 ms period, and in the lab's hang on
+// its shared two-core machine the longest wait was 47 ms at a load
+// average of 11, 95 ms at 20. Not at 34: hence SetReadTest, which turns
+// the test off where moving the traffic would lose it (a hung LocalDNS).
 func DefaultConfig() Config {
 	return Config{Want: WantAuto, StallAfter: 2 * time.Second, UnreadAfter: 150 * time.Millisecond}
 }
