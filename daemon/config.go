@@ -47,7 +47,7 @@ type Config struct {
 	Cache     cache.Config
 	Pipeline  pipeline.Config  // Routes are set by Run
 	Responder responder.Config // Listen is set by Run
-	Takeover  takeover.Config  // Sockets, Healthy, Answered, OnMirrorSafe and Anchor are set by Run
+	Takeover  takeover.Config  // Sockets, Healthy, CountReads, Answered, OnMirrorSafe and Anchor are set by Run
 	Anchor    Anchor
 	Mirror    Mirror
 	// Hedging answers, from dnsstandby's own socket, the UDP queries

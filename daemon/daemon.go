@@ -650,6 +650,7 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 		tc.Sockets = append(tc.Sockets, takeover.OurSocket{Addr: s.Addr, UDP: s.UDP, Conn: s.Conn})
 	}
 	tc.Healthy = d.srv.Healthy
+	tc.CountReads = d.srv.CountReads
 	tc.Answered = d.answered
 	if d.cfg.Mirror.Kind == MirrorTap {
 		tc.OnMirrorSafe = d.setMirrorSafe

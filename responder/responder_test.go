@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -744,5 +745,31 @@ func TestSendTo(t *testing.T) {
 	other := netip.AddrPortFrom(ap.Addr(), ap.Port()+1)
 	if err := s.SendTo(other, to, []byte("x")); err == nil || !strings.Contains(err.Error(), "no UDP socket on "+other.String()) {
 		t.Fatalf("SendTo from an address not served: %v", err)
+	}
+}
+
+// TestCountReads: with a read counter set, each batch a read loop
+// receives adds one (a query at a time: one per query); another address's
+// counter gets nothing; nil stops the counting.
+func TestCountReads(t *testing.T) {
+	ap := nstest.FreeLoopbackAddr(t)
+	s, _ := startServer(t, ap, &tableUpstream{}, nil)
+	var reads, other atomic.Uint64
+	s.CountReads(ap, &reads)
+	s.CountReads(netip.AddrPortFrom(ap.Addr(), ap.Port()+1), &other)
+	const n = 20
+	for i := range n {
+		exchange(t, "udp", ap, fmt.Sprintf("count-%d.example.", i%3))
+	}
+	if got := reads.Load(); got != n {
+		t.Errorf("%d reads counted for %d queries sent one at a time, want %d", got, n, n)
+	}
+	if got := other.Load(); got != 0 {
+		t.Errorf("another address's counter got %d", got)
+	}
+	s.CountReads(ap, nil)
+	exchange(t, "udp", ap, "count-0.example.")
+	if got := reads.Load(); got != n {
+		t.Errorf("after CountReads(nil): %d, want %d", got, n)
 	}
 }

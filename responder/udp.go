@@ -29,6 +29,9 @@ type udpLoop struct {
 	// busySince is when the current batch started (unix ns), 0 while the
 	// loop waits for datagrams; Healthy reads it.
 	busySince atomic.Int64
+	// reads, once set (CountReads), gets 1 added per batch received: the
+	// steering program's read test (takeover/steer) reads it.
+	reads atomic.Pointer[atomic.Uint64]
 }
 
 func (l *udpLoop) run() {
@@ -47,6 +50,12 @@ func (l *udpLoop) run() {
 			continue
 		}
 		backoff = 0
+		// Counted as soon as the batch is in: what the steering program
+		// gave this socket before it has been read, and a loop stuck in
+		// the batch below reads nothing more.
+		if c := l.reads.Load(); c != nil {
+			c.Add(1)
+		}
 		l.busySince.Store(time.Now().UnixNano())
 		out := 0
 		for i := range n {

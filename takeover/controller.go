@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,6 +56,13 @@ type Config struct {
 	// Healthy reports whether our serving loops make progress; the
 	// steering heartbeat is sent only while it returns nil. Nil: always.
 	Healthy func() error
+	// CountReads, if set, is handed the steering program's read counter
+	// of each UDP socket's group (steer.Steerer.Reads), for the read loops
+	// of the sockets on listen to add 1 to per batch they receive: the
+	// program then takes the traffic from a dnsstandby that stops reading
+	// within steer's UnreadAfter, well before the heartbeat's stall limit.
+	// Called from Start, once per UDP group steered.
+	CountReads func(listen netip.AddrPort, reads *atomic.Uint64)
 	// Answered is the running total of queries dnsstandby answered, for
 	// the event log; nil counts none.
 	Answered func() uint64
@@ -94,6 +102,10 @@ const (
 // alive; after stallAfter without one it stops selecting our socket, so a
 // stalled dnsstandby gives the traffic back within about that long (the
 // takeover issue asks for 2 s) while five missed beats are tolerated.
+// It is the slow test: UDP groups whose read loops count their reads
+// (Config.CountReads) lose their traffic within steer's UnreadAfter of
+// packets waiting unread; the heartbeat still covers TCP, and a
+// dnsstandby that finds its own loops stuck (Healthy) and stops beating.
 const (
 	heartbeatEvery = 250 * time.Millisecond
 	stallAfter     = 1500 * time.Millisecond
@@ -136,6 +148,7 @@ type Controller struct {
 
 	mu       sync.Mutex // guards following
 	machine  *Machine
+	readTest bool // the read test as last set: on while LocalDNS answers (Machine.PeerAnswers)
 	peer     peer.State
 	adopted  map[string][]uint64 // group -> peer socket inodes handled: in its map, or MPTCP
 	mptcp    map[string]int      // group -> how many of those are MPTCP, so not in the map
@@ -166,7 +179,7 @@ func Start(ctx context.Context, cfg Config) (*Controller, error) {
 }
 
 // Validate checks c's settings as Start takes them, leaving out what only
-// the running daemon has (Sockets, Healthy, Answered, OnMirrorSafe,
+// the running daemon has (Sockets, Healthy, CountReads, Answered, OnMirrorSafe,
 // Anchor); errors name the field. The daemon calls it for `dnsstandby run
 // --validate`.
 func (c *Config) Validate() error {
@@ -230,6 +243,8 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 		// keep serving; the level is reported per group.
 		if err := c.steer.AddGroup(groupName(s.Addr, s.UDP), s.Conn, s.UDP); err != nil {
 			c.log.Warn("steering not attached: this group shares by the kernel's hash", "group", groupName(s.Addr, s.UDP), slog.Any("err", err))
+		} else if s.UDP && c.steer.Level() != steer.Off && cfg.CountReads != nil {
+			c.countReads(s.Addr)
 		}
 		ino, err := p.socketInode(s.Conn)
 		if err != nil {
@@ -270,6 +285,8 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 		return c, err
 	}
 	mode, reason, _ := c.machine.Mode()
+	c.readTest = c.machine.PeerAnswers()
+	c.setReadTest(c.readTest)
 	c.events = NewEventLog(mode, reason, now, cfg.Answered)
 	c.adopt(c.peer)
 	if err := c.apply(mode); err != nil {
@@ -283,6 +300,20 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 	go func() { defer c.wg.Done(); c.heartbeat(c.ctx) }()
 	go func() { defer c.wg.Done(); c.run(c.ctx) }()
 	return c, nil
+}
+
+// countReads hands the read counter of listen's UDP group to the read
+// loops. Without one (a kernel before 5.5) only the heartbeat takes the
+// traffic from a stalled dnsstandby, after stallAfter.
+func (c *Controller) countReads(listen netip.AddrPort) {
+	name := groupName(listen, true)
+	reads, err := c.steer.Reads(name)
+	if err != nil {
+		c.log.Warn("steering: no read test: a dnsstandby that stops reading keeps this group's traffic until its heartbeat stalls",
+			"group", name, "stall_after", stallAfter.String(), slog.Any("err", err))
+		return
+	}
+	c.cfg.CountReads(listen, reads)
 }
 
 // startAnchor starts the address anchor. A node without the dummy driver
@@ -465,11 +496,31 @@ func (c *Controller) handle(input func(*Machine, time.Time) *Transition) {
 	c.carry(c.step(input))
 }
 
-// step runs one input through the machine.
+// step runs one input through the machine, and turns the steering
+// program's read test on or off as LocalDNS now answers or not.
 func (c *Controller) step(input func(*Machine, time.Time) *Transition) *Transition {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return input(c.machine, time.Now())
+	tr := input(c.machine, time.Now())
+	on := c.machine.PeerAnswers()
+	changed := on != c.readTest
+	c.readTest = on
+	c.mu.Unlock()
+	if changed {
+		c.setReadTest(on)
+	}
+	return tr
+}
+
+// setReadTest turns the read test on while LocalDNS answers and off while
+// it does not: a dnsstandby that stops reading (or only seems to, off the
+// CPU for a moment) loses its traffic to LocalDNS within steer's
+// UnreadAfter, which helps only if LocalDNS answers it; in a hang the
+// heartbeat alone decides, so a scheduler stall of ours never hands the
+// traffic to the hung LocalDNS.
+func (c *Controller) setReadTest(on bool) {
+	if err := c.steer.SetReadTest(on); err != nil {
+		c.log.Warn("steering: read test not set", "on", on, slog.Any("err", err))
+	}
 }
 
 // carry carries out a transition (nil: none): steering, OnMirrorSafe,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -45,6 +46,8 @@ type fakeSteer struct {
 	probe netip.AddrPort
 	peers map[string]int // group -> sockets adopted
 	left  bool
+	reads map[string]*atomic.Uint64 // group -> read counter handed out
+	tests []bool                    // SetReadTest calls, in order
 }
 
 func (s *fakeSteer) Describe(chan<- *prometheus.Desc) {}
@@ -74,6 +77,31 @@ func (s *fakeSteer) Heartbeat() error {
 	defer s.mu.Unlock()
 	s.beats++
 	return nil
+}
+
+func (s *fakeSteer) Reads(name string) (*atomic.Uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reads == nil {
+		s.reads = map[string]*atomic.Uint64{}
+	}
+	if s.reads[name] == nil {
+		s.reads[name] = new(atomic.Uint64)
+	}
+	return s.reads[name], nil
+}
+
+func (s *fakeSteer) SetReadTest(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tests = append(s.tests, on)
+	return nil
+}
+
+func (s *fakeSteer) readTests() []bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.tests)
 }
 
 func (s *fakeSteer) Adopt(name string, fd int) (int, error) {
@@ -637,6 +665,71 @@ func TestHeartbeatFollowsHealthy(t *testing.T) {
 		if healthy == 0 || unhealthy != healthy || again <= unhealthy {
 			t.Errorf("heartbeats: %d while healthy, %d after 5s unhealthy, %d healthy again; want none while unhealthy", healthy, unhealthy, again)
 		}
+	})
+}
+
+// TestReadCountersHandedOver: each steered UDP group's read counter goes
+// to the read loops of its listen address; TCP groups have none, and at
+// level off nothing is steered, so nothing is handed over.
+func TestReadCountersHandedOver(t *testing.T) {
+	for _, level := range []steer.Level{steer.Adopt, steer.Off} {
+		t.Run(level.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				type handed struct {
+					listen netip.AddrPort
+					reads  *atomic.Uint64
+				}
+				var got []handed
+				r := newRig(t, true, level, func(c *Config) {
+					c.CountReads = func(listen netip.AddrPort, reads *atomic.Uint64) { got = append(got, handed{listen, reads}) }
+				})
+				r.steer.mu.Lock()
+				want := r.steer.reads[udpGroup]
+				r.steer.mu.Unlock()
+				switch {
+				case level == steer.Off && len(got) != 0:
+					t.Errorf("at off: %d counters handed over, want none", len(got))
+				case level == steer.Adopt && (len(got) != 1 || got[0].listen != listenAddr || got[0].reads == nil || got[0].reads != want):
+					t.Errorf("handed over %+v; want the UDP group's counter %p, for %v, once", got, want, listenAddr)
+				}
+			})
+		})
+	}
+}
+
+// TestReadTestFollowsLocalDNS: the read test is on while LocalDNS
+// answers, off from the moment it is seen not to (a failed probe, a
+// silence, a restart before its first good probe), and on again once a
+// probe passes; an operator hold leaves it on.
+func TestReadTestFollowsLocalDNS(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, true, steer.Adopt)
+		want := []bool{true} // at start: LocalDNS bound and trusted
+		check := func(when string, more ...bool) {
+			t.Helper()
+			want = append(want, more...)
+			if got := r.steer.readTests(); !slices.Equal(got, want) {
+				t.Errorf("%s: SetReadTest calls %v, want %v", when, got, want)
+			}
+		}
+		r.do("wait:2s")
+		check("healthy")
+		r.do("hold")
+		check("operator hold")
+		r.do("release")
+		r.do("silent")
+		check("silent", false)
+		r.do("hang")
+		r.do("wait:3s")
+		check("hung: still off")
+		r.do("answer")
+		r.do("wait:1s")
+		check("answering in the hold-down", true)
+		r.do("gone")
+		check("gone", false)
+		r.do("bound")
+		r.do("wait:1500ms")
+		check("restarted, a good probe", true)
 	})
 }
 

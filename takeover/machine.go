@@ -128,6 +128,17 @@ func (m *Machine) Mode() (Mode, Reason, time.Time) { return m.mode, m.reason, m.
 // or hung.
 func (m *Machine) Trusted() bool { return m.trusted }
 
+// PeerAnswers reports whether LocalDNS is known to answer now: bound, and
+// either trusted with no probe failed since, or passing its probes (its
+// last one passed) through a hold-down. One held for a hang or for
+// silence does not answer until a probe passes. The steering program's
+// read test gives our traffic to LocalDNS when dnsstandby stops reading;
+// while LocalDNS does not answer that would only lose it, so the
+// controller turns the test off then.
+func (m *Machine) PeerAnswers() bool {
+	return m.bound && m.fails == 0 && (m.trusted || m.oks > 0)
+}
+
 // Holding reports whether an operator hold is in force, and until when
 // (zero: until released).
 func (m *Machine) Holding() (bool, time.Time) { return m.holding, m.holdUntil }

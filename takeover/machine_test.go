@@ -278,3 +278,43 @@ func TestPossibleTransitions(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerAnswers: LocalDNS answers while bound and passing its probes
+// (trusted, or in a hold-down with its last probe passed); a failed
+// probe, a silence, a restart before its first good probe, and its
+// absence say it does not. An operator hold changes nothing.
+func TestPeerAnswers(t *testing.T) {
+	start := time.Unix(1000, 0)
+	tests := []struct {
+		name  string
+		bound bool // at start
+		steps []string
+		want  bool
+	}{
+		{"bound at start, no probe yet", true, nil, true},
+		{"not bound", false, nil, false},
+		{"passing", true, []string{"ok", "ok"}, true},
+		{"one failed probe", true, []string{"ok", "fail"}, false},
+		{"hung", true, []string{"fail", "fail", "fail"}, false},
+		{"hung, then a good probe in the hold-down", true, []string{"fail", "fail", "fail", "ok"}, true},
+		{"silent", true, []string{"ok", "silent"}, false},
+		{"silent, then a good probe", true, []string{"silent", "ok"}, true},
+		{"restarted, before its first probe", true, []string{"gone", "bound"}, false},
+		{"restarted, passing its hold-down", true, []string{"gone", "bound", "ok"}, true},
+		{"gone", true, []string{"ok", "gone"}, false},
+		{"operator hold", true, []string{"ok", "hold"}, true},
+	}
+	for _, tt := range tests {
+		m, err := NewMachine(DefaultMachineConfig(), start, tt.bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, in := range tt.steps {
+			step{input: in}.apply(m, start.Add(time.Duration(i+1)*time.Second))
+		}
+		if got := m.PeerAnswers(); got != tt.want {
+			mode, reason, _ := m.Mode()
+			t.Errorf("%s: PeerAnswers %v, want %v (mode %s, %s)", tt.name, got, tt.want, mode, reason)
+		}
+	}
+}

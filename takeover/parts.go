@@ -3,6 +3,7 @@ package takeover
 import (
 	"context"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,8 @@ type (
 		SetMode(steer.Mode) error
 		SetProbe(src netip.AddrPort) error
 		Heartbeat() error
+		Reads(name string) (*atomic.Uint64, error)
+		SetReadTest(on bool) error
 		Adopt(name string, fd int) (slot int, err error)
 		ClearPeers(name string) error
 		Leave() error

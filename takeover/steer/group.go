@@ -1,11 +1,15 @@
 package steer
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -20,6 +24,15 @@ type group struct {
 	prog   *ebpf.Program // attached to the group through our socket
 	socks  *ebpf.Map     // the group's REUSEPORT_SOCKARRAY
 	config *ebpf.Map     // the group's config (ARRAY, one configValue)
+	live   *ebpf.Map     // the group's read test (ARRAY, one live value; memory-mapped if mmapErr is nil)
+
+	// mmapErr says why live is not memory-mapped (a kernel before 5.5):
+	// then Reads refuses, and the read test stays off.
+	mmapErr error
+	// view is live's value mapped into our memory, from the first Reads
+	// on; reads points into it.
+	view  unsafe.Pointer
+	reads *atomic.Uint64
 
 	our       syscall.RawConn // our socket; Close detaches through it
 	ourAddr   netip.AddrPort  // its address: every adopted socket must have it
@@ -55,6 +68,11 @@ func loadGroup(name string, udp bool) (*group, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create steering config map: %w", err)
 	}
+	g.live, g.mmapErr, err = newLiveMap()
+	if err != nil {
+		g.closeObjects()
+		return nil, err
+	}
 	g.socks, err = ebpf.NewMap(&ebpf.MapSpec{
 		Name:      "dnsstandby_sk",
 		Type:      ebpf.ReusePortSockArray,
@@ -68,7 +86,8 @@ func loadGroup(name string, udp bool) (*group, error) {
 		return nil, fmt.Errorf("create REUSEPORT_SOCKARRAY: %w", err)
 	}
 	insns := Program()
-	if err := errors.Join(insns.AssociateMap(SockarrayMap, g.socks), insns.AssociateMap(ConfigMap, g.config)); err != nil {
+	if err := errors.Join(insns.AssociateMap(SockarrayMap, g.socks), insns.AssociateMap(ConfigMap, g.config),
+		insns.AssociateMap(LiveMap, g.live)); err != nil {
 		g.closeObjects()
 		return nil, err
 	}
@@ -85,11 +104,84 @@ func loadGroup(name string, udp bool) (*group, error) {
 	return g, nil
 }
 
+// newLiveMap creates a group's live map, memory-mapped where the kernel
+// allows it (BPF_F_MMAPABLE, 5.5+); before, a plain one and why not.
+func newLiveMap() (m *ebpf.Map, mmapErr, err error) {
+	spec := &ebpf.MapSpec{
+		Name:       "dnsstandby_live",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  liveSize,
+		MaxEntries: 1,
+		Flags:      unix.BPF_F_MMAPABLE,
+	}
+	if m, err = ebpf.NewMap(spec); err == nil {
+		return m, nil, nil
+	}
+	mmapErr = fmt.Errorf("memory-mapped BPF array (Linux 5.5+): %w", err)
+	spec.Flags = 0
+	if m, err = ebpf.NewMap(spec); err != nil {
+		return nil, nil, fmt.Errorf("create steering live map: %w", err)
+	}
+	return m, mmapErr, nil
+}
+
+// mapReads maps the live value into our memory, once, and points
+// g.reads at its read counter.
+func (g *group) mapReads() error {
+	if g.reads != nil {
+		return nil
+	}
+	if g.mmapErr != nil {
+		return g.mmapErr
+	}
+	p, err := unix.MmapPtr(g.live.FD(), 0, nil, uintptr(os.Getpagesize()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mmap the steering live map: %w", err)
+	}
+	g.view = p
+	g.reads = (*atomic.Uint64)(unsafe.Add(p, liveReads))
+	return nil
+}
+
+// releaseView puts anonymous memory in place of the live value's mapping,
+// in one mmap (MAP_FIXED replaces a mapping atomically): read loops may
+// still hold the counter and add to it after the group ends, which must
+// never fault, and the map must be freed with its last descriptor, which
+// a mapping of it would keep. The page stays in our address space: one
+// per read-counted group, for the life of the process.
+func (g *group) releaseView() error {
+	if g.view == nil {
+		return nil
+	}
+	if _, err := unix.MmapPtr(-1, 0, g.view, uintptr(os.Getpagesize()), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
+		// The mapping stays, and with it the map's memory: safe, and
+		// freed at exit.
+		return fmt.Errorf("release the steering live map's mapping: %w", err)
+	}
+	g.view = nil
+	return nil
+}
+
+// liveValue reads the program's notes: packets kept from us, and the
+// longest wait it saw within the limit.
+func (g *group) liveValue() (bypassed uint64, maxWait time.Duration, err error) {
+	b := make([]byte, liveSize)
+	if err := g.live.Lookup(uint32(0), b); err != nil {
+		return 0, 0, fmt.Errorf("read the steering live map: %w", err)
+	}
+	return binary.NativeEndian.Uint64(b[liveBypassed:]), time.Duration(binary.NativeEndian.Uint64(b[liveMaxWait:])), nil
+}
+
 // closeObjects closes g's program and maps (what of them exists).
 func (g *group) closeObjects() error {
 	var errs []error
 	if g.prog != nil {
 		errs = append(errs, g.prog.Close())
+	}
+	if g.live != nil {
+		errs = append(errs, g.releaseView(), g.live.Close())
 	}
 	if g.socks != nil {
 		errs = append(errs, g.socks.Close())
@@ -402,6 +494,40 @@ func (s *Steerer) GroupLevel(name string) (Level, error) {
 		return Off, fmt.Errorf("level of %s: %w", name, ErrNoGroup)
 	}
 	return g.level(s.level), nil
+}
+
+// Reads returns the read counter of the UDP group name, for the read
+// loops of our socket in it: each adds 1 whenever a receive returns
+// datagrams (once per batch). From the first add on, the program applies
+// the read test to the group: once a packet it gave our socket has
+// waited UnreadAfter with no add since, it stops selecting our socket,
+// until the next add (our loops reading what waited). The counter is in
+// the map's memory, mapped into ours: adding is a memory write, no
+// system call. It stays safe to add to after Close and Leave (the adds
+// then go nowhere). Repeated calls return the same counter.
+//
+// Not for TCP groups: a SYN given to our listener is accepted only once
+// the client's ACK arrives, so a client that never sends one (a SYN
+// flood) would make a reading dnsstandby look stalled; the heartbeat
+// covers them. Before Linux 5.5 (no memory-mapped arrays) it fails and
+// the read test stays off.
+func (s *Steerer) Reads(name string) (*atomic.Uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	g := s.groups[name]
+	if g == nil {
+		return nil, fmt.Errorf("read counter of %s: %w", name, ErrNoGroup)
+	}
+	if !g.udp {
+		return nil, fmt.Errorf("read counter of %s: a TCP group has no read test (the heartbeat covers it)", name)
+	}
+	if err := g.mapReads(); err != nil {
+		return nil, fmt.Errorf("read counter of %s: %w", name, err)
+	}
+	return g.reads, nil
 }
 
 // Groups returns the names of the groups added, in order.

@@ -8,9 +8,10 @@ import (
 )
 
 // This file runs the program's kernel encoding through a small eBPF
-// interpreter that models the sk_reuseport context, the config map and
-// the sockarray, so every decision the program makes is checked against
-// the specification without a kernel.
+// interpreter that models the sk_reuseport context, the config and live
+// maps and the sockarray, so every decision the program makes, and every
+// note it leaves in the live value, is checked against the specification
+// without a kernel.
 
 // kind tags what a register or memory word points to.
 type kind int
@@ -20,9 +21,11 @@ const (
 	ctxPtr
 	stackPtr
 	cfgPtr    // the config map's value
+	livePtr   // the live map's value
 	pktPtr    // packet data (UDP/TCP header first)
 	pktEnd    // data_end
 	mapConfig // a map pointer (LDDW of the config map's fd)
+	mapLive
 	mapSocks
 )
 
@@ -34,6 +37,7 @@ type reg struct {
 // machine is one packet's run.
 type machine struct {
 	cfg      []byte // nil: no config value
+	live     []byte // nil: no live value
 	pkt      []byte // from the UDP/TCP header
 	net      []byte // the IP header, before pkt
 	ethProto uint16 // skb->protocol, in network order
@@ -65,6 +69,8 @@ func (m *machine) load(r reg, off int64, size int) (reg, error) {
 		return reg{}, fmt.Errorf("ctx load of %d bytes at %d", size, at)
 	case cfgPtr:
 		return scalarFrom(m.cfg, at, size)
+	case livePtr:
+		return scalarFrom(m.live, at, size)
 	case pktPtr:
 		return scalarFrom(m.pkt, at, size)
 	case stackPtr:
@@ -88,12 +94,27 @@ func scalarFrom(b []byte, at int64, size int) (reg, error) {
 	return reg{}, fmt.Errorf("load size %d", size)
 }
 
+// store writes v: words to the stack (map keys), double words to the
+// stack (the packet's time) and the live value (its notes).
 func (m *machine) store(r reg, off int64, size int, v uint64) error {
-	at := 512 + r.off + off
-	if r.k != stackPtr || at < 0 || at+int64(size) > 512 || size != 4 {
-		return fmt.Errorf("store of %d bytes through %v at %d", size, r.k, r.off+off)
+	var b []byte
+	at := r.off + off
+	switch {
+	case r.k == stackPtr && (size == 4 || size == 8):
+		b, at = m.stack[:], 512+at
+	case r.k == livePtr && size == 8:
+		b = m.live
+	default:
+		return fmt.Errorf("store of %d bytes through %v at %d", size, r.k, at)
 	}
-	binary.NativeEndian.PutUint32(m.stack[at:], uint32(v))
+	if at < 0 || at+int64(size) > int64(len(b)) {
+		return fmt.Errorf("store of %d bytes through %v at %d outside %d", size, r.k, r.off+off, len(b))
+	}
+	if size == 4 {
+		binary.NativeEndian.PutUint32(b[at:], uint32(v))
+	} else {
+		binary.NativeEndian.PutUint64(b[at:], v)
+	}
 	return nil
 }
 
@@ -151,7 +172,25 @@ func (m *machine) run(code []byte) (uint64, error) {
 				return 0, fmt.Errorf("pc %d: %w", pc, err)
 			}
 			r[dst] = v
-		case 0x02, 0x03: // ST, STX
+		case 0x03: // STX
+			if op&0xe0 == 0xc0 { // atomic
+				if imm != 0 || r[src].k != scalar || r[dst].k != livePtr || op&0x18 != 0x18 {
+					return 0, fmt.Errorf("pc %d: atomic op %#x imm %#x through %v", pc, op, imm, r[dst].k)
+				}
+				old, err := m.load(r[dst], off, 8)
+				if err != nil {
+					return 0, fmt.Errorf("pc %d: %w", pc, err)
+				}
+				if err := m.store(r[dst], off, 8, uint64(old.off+r[src].off)); err != nil {
+					return 0, fmt.Errorf("pc %d: %w", pc, err)
+				}
+				continue
+			}
+			fallthrough
+		case 0x02: // ST
+			if op&0xe0 != 0x60 {
+				return 0, fmt.Errorf("pc %d: store mode %#x", pc, op&0xe0)
+			}
 			v := uint64(imm)
 			if class == 0x03 {
 				if r[src].k != scalar {
@@ -169,6 +208,8 @@ func (m *machine) run(code []byte) (uint64, error) {
 			switch imm {
 			case fakeConfigFD:
 				r[dst] = reg{k: mapConfig}
+			case fakeLiveFD:
+				r[dst] = reg{k: mapLive}
 			case fakeSockarrayFD:
 				r[dst] = reg{k: mapSocks}
 			default:
@@ -200,8 +241,8 @@ func (m *machine) run(code []byte) (uint64, error) {
 			case jop == 0x20 && a.k == pktPtr && v.k == pktEnd: // data+n > data_end
 				take = a.off > v.off
 			case a.k != scalar || v.k != scalar:
-				// A null check of the map lookup's result.
-				if a.k == cfgPtr && v.k == scalar && v.off == 0 && (jop == 0x10 || jop == 0x50) {
+				// A null check of a map lookup's result.
+				if (a.k == cfgPtr || a.k == livePtr) && v.k == scalar && v.off == 0 && (jop == 0x10 || jop == 0x50) {
 					take = jop == 0x50
 					break
 				}
@@ -214,6 +255,8 @@ func (m *machine) run(code []byte) (uint64, error) {
 				take = uint64(a.off) > uint64(v.off)
 			case jop == 0x60:
 				take = a.off > v.off
+			case jop == 0x70:
+				take = a.off >= v.off
 			default:
 				return 0, fmt.Errorf("pc %d: jump op %#x", pc, op)
 			}
@@ -232,15 +275,19 @@ func (m *machine) call(pc int, fn int64, r *[11]reg) error {
 	ret := reg{}
 	switch fn {
 	case 1: // map_lookup_elem(map, &key)
-		if r[1].k != mapConfig || r[2].k != stackPtr {
+		if (r[1].k != mapConfig && r[1].k != mapLive) || r[2].k != stackPtr {
 			return fmt.Errorf("pc %d: map_lookup_elem(%v, %v)", pc, r[1].k, r[2].k)
 		}
 		key, err := m.load(r[2], 0, 4)
 		if err != nil {
 			return err
 		}
-		if key.off == 0 && m.cfg != nil {
+		switch {
+		case key.off != 0:
+		case r[1].k == mapConfig && m.cfg != nil:
 			ret = reg{k: cfgPtr}
+		case r[1].k == mapLive && m.live != nil:
+			ret = reg{k: livePtr}
 		}
 	case 5: // ktime_get_ns
 		ret = reg{off: int64(m.now)}
@@ -303,8 +350,10 @@ func ipHeader(src netip.Addr) ([]byte, uint16) {
 }
 
 // wantSlot is the specification: the slot the program must select, or -1
-// for none (the kernel's hash).
-func wantSlot(mode Mode, fresh, probe bool, filled [sockarraySize]bool, hash uint32) int {
+// for none (the kernel's hash), and whether the packet counts as kept from
+// us because we were not reading (bypassed). fresh is the heartbeat's
+// verdict, reading the read test's.
+func wantSlot(mode Mode, fresh, reading, probe bool, filled [sockarraySize]bool, hash uint32) (slot int, bypassed bool) {
 	peer := func() int {
 		for i := range uint32(MaxPeers) {
 			if k := 1 + (hash+i)&(MaxPeers-1); filled[k] {
@@ -314,31 +363,48 @@ func wantSlot(mode Mode, fresh, probe bool, filled [sockarraySize]bool, hash uin
 		return -1
 	}
 	if probe {
-		return peer()
+		return peer(), false
 	}
+	// Kept from us for not reading: the packets whose turn ours was.
+	notReading := fresh && !reading
 	switch mode {
 	case ToUs:
-		if fresh && filled[0] {
-			return 0
+		if fresh && reading && filled[0] {
+			return 0, false
 		}
-		return peer()
+		return peer(), notReading
 	case ToPeer:
 		if p := peer(); p >= 0 {
-			return p
+			return p, false
 		}
-		if fresh && filled[0] {
-			return 0
+		if fresh && reading && filled[0] {
+			return 0, false
 		}
+		return -1, notReading
 	}
-	return -1
+	return -1, false
+}
+
+// liveState is the live value before a packet, and what the read test
+// must make of it.
+type liveState struct {
+	name                   string
+	off                    bool // the read test is off (an unread limit of 0)
+	reads, seen            uint64
+	pending                uint64 // CLOCK_MONOTONIC ns
+	reading                bool   // the read test passes
+	wait                   int64  // how long packets have waited unread, when the test measures it (reads == seen != 0)
+	measured               bool
+	initialMax, initialByp uint64
 }
 
 func TestProgramDecisions(t *testing.T) {
 	_, code := encoded(t)
 	const (
-		now   = 100e9
-		stall = 2e9
-		probe = 5353
+		now    = 100e9
+		stall  = 2e9
+		unread = 150e6
+		probe  = 5353
 	)
 	heartbeats := []struct {
 		name  string
@@ -350,6 +416,19 @@ func TestProgramDecisions(t *testing.T) {
 		{"at-limit", now - stall, true},
 		{"stale", now - stall - 1, false},
 		{"future", now + 5, true}, // another CPU's clock a hair ahead
+	}
+	lives := []liveState{
+		{name: "no-reader", reads: 0, seen: 0, pending: 0, reading: true},
+		{name: "no-reader-stale-notes", reads: 0, seen: 0, pending: now - 10e9, reading: true, initialByp: 3},
+		{name: "read-since", reads: 7, seen: 6, pending: now - 10e9, reading: true, initialMax: 5e6},
+		{name: "first-read", reads: 1, seen: 0, pending: 0, reading: true},
+		{name: "waiting", reads: 7, seen: 7, pending: now - 10e6, reading: true, wait: 10e6, measured: true, initialMax: 5e6},
+		{name: "waiting-less-than-max", reads: 7, seen: 7, pending: now - 1e6, reading: true, wait: 1e6, measured: true, initialMax: 5e6},
+		{name: "at-limit", reads: 7, seen: 7, pending: now - unread, reading: true, wait: unread, measured: true},
+		{name: "unread", reads: 7, seen: 7, pending: now - unread - 1, reading: false, wait: unread + 1, measured: true, initialByp: 41},
+		{name: "future", reads: 7, seen: 7, pending: now + 5, reading: true, wait: -5, measured: true},
+		{name: "off-unread", off: true, reads: 7, seen: 7, pending: now - unread - 1, reading: true, initialByp: 41},
+		{name: "off-read-since", off: true, reads: 7, seen: 6, pending: now - 10e9, reading: true},
 	}
 	slotSets := [][]int{{}, {0}, {1}, {0, 1}, {0, 3, 6}, {2, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}}
 	prober4, prober6 := netip.MustParseAddr("10.224.0.4"), netip.MustParseAddr("fd00::4")
@@ -381,41 +460,54 @@ func TestProgramDecisions(t *testing.T) {
 	runs := 0
 	for _, mode := range []Mode{Hash, ToPeer, ToUs, 7} {
 		for _, hb := range heartbeats {
-			for _, pr := range probers {
-				for _, p := range packets {
-					netHdr, proto := ipHeader(p.src)
-					netHdr = netHdr[:len(netHdr)-p.cut]
-					isProbe := len(p.pkt) >= 2 && pr.port != 0 && binary.BigEndian.Uint16(p.pkt) == pr.port &&
-						pr.addr.IsValid() && p.src == pr.addr && p.cut == 0
-					for _, set := range slotSets {
-						for hash := range uint32(2 * MaxPeers) {
-							m := &machine{
-								cfg:      configValue{Mode: mode, ProbePort: pr.port, ProbeAddr: pr.addr, Heartbeat: hb.hb, Stall: stall}.encode(),
-								pkt:      p.pkt,
-								net:      netHdr,
-								ethProto: proto,
-								hash:     hash * 0x9e3779b1 >> 3, // spread over the low bits too
-								now:      now,
+			for _, lv := range lives {
+				for _, pr := range probers {
+					for _, p := range packets {
+						netHdr, proto := ipHeader(p.src)
+						netHdr = netHdr[:len(netHdr)-p.cut]
+						isProbe := len(p.pkt) >= 2 && pr.port != 0 && binary.BigEndian.Uint16(p.pkt) == pr.port &&
+							pr.addr.IsValid() && p.src == pr.addr && p.cut == 0
+						for _, set := range slotSets {
+							for hash := range uint32(2 * MaxPeers) {
+								limit := uint64(unread)
+								if lv.off {
+									limit = 0
+								}
+								m := &machine{
+									cfg:      configValue{Mode: mode, ProbePort: pr.port, ProbeAddr: pr.addr, Heartbeat: hb.hb, Stall: stall, Unread: limit}.encode(),
+									live:     make([]byte, liveSize),
+									pkt:      p.pkt,
+									net:      netHdr,
+									ethProto: proto,
+									hash:     hash * 0x9e3779b1 >> 3, // spread over the low bits too
+									now:      now,
+								}
+								binary.NativeEndian.PutUint64(m.live[liveReads:], lv.reads)
+								binary.NativeEndian.PutUint64(m.live[liveSeen:], lv.seen)
+								binary.NativeEndian.PutUint64(m.live[livePending:], lv.pending)
+								binary.NativeEndian.PutUint64(m.live[liveBypassed:], lv.initialByp)
+								binary.NativeEndian.PutUint64(m.live[liveMaxWait:], lv.initialMax)
+								for _, s := range set {
+									m.filled[s] = true
+								}
+								ret, err := m.run(code)
+								name := fmt.Sprintf("mode=%v hb=%s live=%s prober=%s pkt=%s slots=%v hash=%#x", mode, hb.name, lv.name, pr.name, p.name, set, m.hash)
+								if err != nil {
+									t.Fatalf("%s: %v", name, err)
+								}
+								if ret != skPass {
+									t.Fatalf("%s: returned %d, want SK_PASS", name, ret)
+								}
+								want, bypassed := wantSlot(mode, hb.fresh, lv.reading, isProbe, m.filled, m.hash)
+								if m.selected != want {
+									t.Fatalf("%s: selected %d, want %d (tried %v)", name, m.selected, want, m.calls)
+								}
+								if len(m.calls) > MaxPeers+1 {
+									t.Fatalf("%s: %d selections tried, want at most %d", name, len(m.calls), MaxPeers+1)
+								}
+								checkLive(t, name, m.live, lv, hb.fresh, bypassed, want == ourSlot, now, unread)
+								runs++
 							}
-							for _, s := range set {
-								m.filled[s] = true
-							}
-							ret, err := m.run(code)
-							name := fmt.Sprintf("mode=%v hb=%s prober=%s pkt=%s slots=%v hash=%#x", mode, hb.name, pr.name, p.name, set, m.hash)
-							if err != nil {
-								t.Fatalf("%s: %v", name, err)
-							}
-							if ret != skPass {
-								t.Fatalf("%s: returned %d, want SK_PASS", name, ret)
-							}
-							want := wantSlot(mode, hb.fresh, isProbe, m.filled, m.hash)
-							if m.selected != want {
-								t.Fatalf("%s: selected %d, want %d (tried %v)", name, m.selected, want, m.calls)
-							}
-							if len(m.calls) > MaxPeers+1 {
-								t.Fatalf("%s: %d selections tried, want at most %d", name, len(m.calls), MaxPeers+1)
-							}
-							runs++
 						}
 					}
 				}
@@ -424,10 +516,49 @@ func TestProgramDecisions(t *testing.T) {
 	}
 	t.Logf("%d packets decided as specified", runs)
 
-	// Without a config value the program passes without selecting.
-	m := &machine{pkt: packets[0].pkt, filled: [sockarraySize]bool{true, true}}
-	m.net, m.ethProto = ipHeader(prober4)
-	if ret, err := m.run(code); err != nil || ret != skPass || m.selected != -1 {
-		t.Fatalf("no config: ret %d err %v selected %d; want SK_PASS, no selection", ret, err, m.selected)
+	// Without a config value, or a live value, the program passes
+	// without selecting.
+	for _, m := range []*machine{
+		{live: make([]byte, liveSize)},
+		{cfg: configValue{Mode: ToUs, Heartbeat: 1, Stall: stall, Unread: unread}.encode()},
+	} {
+		m.pkt, m.filled = packets[0].pkt, [sockarraySize]bool{true, true}
+		m.net, m.ethProto = ipHeader(prober4)
+		if ret, err := m.run(code); err != nil || ret != skPass || m.selected != -1 {
+			t.Fatalf("config %v, live %v: ret %d err %v selected %d; want SK_PASS, no selection", m.cfg != nil, m.live != nil, ret, err, m.selected)
+		}
+	}
+}
+
+// checkLive checks what the program left in the live value: our loops'
+// count untouched; a packet given to us noted if it is the first since
+// a read; a packet kept from us for not reading counted; the longest
+// wait within the limit kept.
+func checkLive(t *testing.T, name string, live []byte, before liveState, fresh, bypassed, ours bool, now, unread uint64) {
+	t.Helper()
+	u64 := func(off int) uint64 { return binary.NativeEndian.Uint64(live[off:]) }
+	if got := u64(liveReads); got != before.reads {
+		t.Fatalf("%s: reads %d, want %d: the program must not write our loops' count", name, got, before.reads)
+	}
+	wantSeen, wantPending := before.seen, before.pending
+	if ours && before.reads != 0 && before.reads != before.seen {
+		wantSeen, wantPending = before.reads, now
+	}
+	if u64(liveSeen) != wantSeen || u64(livePending) != wantPending {
+		t.Fatalf("%s: seen %d pending %d, want %d and %d", name, u64(liveSeen), u64(livePending), wantSeen, wantPending)
+	}
+	wantByp := before.initialByp
+	if bypassed {
+		wantByp++
+	}
+	if got := u64(liveBypassed); got != wantByp {
+		t.Fatalf("%s: bypassed %d, want %d", name, got, wantByp)
+	}
+	wantMax := before.initialMax
+	if fresh && before.measured && before.wait <= int64(unread) && before.wait > int64(wantMax) {
+		wantMax = uint64(before.wait)
+	}
+	if got := u64(liveMaxWait); got != wantMax {
+		t.Fatalf("%s: max wait %d, want %d", name, got, wantMax)
 	}
 }

@@ -116,6 +116,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"bad want", func(c *Config) { c.Want = "sometimes" }, ErrBadLevel, "steer: Want"},
 		{"negative stall", func(c *Config) { c.Want, c.StallAfter = WantOff, -1 }, nil, "steer: StallAfter must be positive, got -1ns"},
 		{"zero stall", func(c *Config) { c.Want, c.StallAfter = WantOff, 0 }, nil, "steer: StallAfter must be positive, got 0s"},
+		{"zero unread limit", func(c *Config) { c.Want, c.UnreadAfter = WantOff, 0 }, nil, "steer: UnreadAfter must be positive, got 0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,6 +34,17 @@ var (
 	// past the stall limit the program no longer selects our socket.
 	heartbeatAgeDesc = prometheus.NewDesc("dnsstandby_steer_heartbeat_age_seconds",
 		"Seconds since the steering heartbeat was last written.", nil, nil)
+	// unreadBypassedDesc counts the packets the program did not give our
+	// socket because earlier ones had waited on it unread past the limit
+	// (only packets that would have come to us: in to-us, or in to-peer
+	// with no peer). Groups with the read test only (Reads).
+	unreadBypassedDesc = prometheus.NewDesc("dnsstandby_steer_unread_bypassed_total",
+		"Packets the steering program kept from our socket because packets had waited on it unread past the limit (a stalled dnsstandby).", []string{"group"}, nil)
+	// unreadMaxWaitDesc is the longest the program saw a packet wait on
+	// our socket unread, within the limit: how close a dnsstandby that
+	// reads came to being taken for stalled.
+	unreadMaxWaitDesc = prometheus.NewDesc("dnsstandby_steer_unread_max_wait_seconds",
+		"Longest the steering program saw packets wait on our socket unread without passing the limit.", []string{"group"}, nil)
 	// mapErrorsDesc counts failed map writes by map (config, sockarray).
 	mapErrorsDesc = prometheus.NewDesc("dnsstandby_steer_map_update_errors_total",
 		"Failed writes to the steering maps.", []string{"map"}, nil)
@@ -44,7 +55,8 @@ var (
 
 // Describe implements prometheus.Collector.
 func (s *Steerer) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{levelDesc, wantedDesc, modeDesc, groupLevelDesc, peersDesc, heartbeatAgeDesc, mapErrorsDesc, adoptionsDesc} {
+	for _, d := range []*prometheus.Desc{levelDesc, wantedDesc, modeDesc, groupLevelDesc, peersDesc, heartbeatAgeDesc,
+		unreadBypassedDesc, unreadMaxWaitDesc, mapErrorsDesc, adoptionsDesc} {
 		ch <- d
 	}
 }
@@ -75,6 +87,12 @@ func (s *Steerer) Collect(ch chan<- prometheus.Metric) {
 		g := s.groups[name]
 		if n, err := g.peers(); err == nil {
 			ch <- prometheus.MustNewConstMetric(peersDesc, prometheus.GaugeValue, float64(n), name)
+		}
+		if g.reads != nil {
+			if bypassed, maxWait, err := g.liveValue(); err == nil {
+				ch <- prometheus.MustNewConstMetric(unreadBypassedDesc, prometheus.CounterValue, float64(bypassed), name)
+				ch <- prometheus.MustNewConstMetric(unreadMaxWaitDesc, prometheus.GaugeValue, maxWait.Seconds(), name)
+			}
 		}
 		gl := g.level(s.level)
 		for _, l := range []Level{Own, Adopt} {

@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 )
@@ -27,10 +28,13 @@ import (
 // root (namespaces, BPF, pidfd_getfd) and skip without it.
 
 // testStall keeps stall phases short; the heartbeat loop beats every
-// testBeat, well inside it even under the race detector.
+// testBeat, well inside it even under the race detector. testUnread is
+// the read test's limit: long enough that a reader goroutine under the
+// race detector on a busy machine is never taken for stalled.
 const (
-	testStall = 600 * time.Millisecond
-	testBeat  = 25 * time.Millisecond
+	testStall  = 600 * time.Millisecond
+	testBeat   = 25 * time.Millisecond
+	testUnread = 300 * time.Millisecond
 )
 
 var listenAddr = netip.MustParseAddrPort("127.0.0.1:53")
@@ -90,6 +94,7 @@ func (l *lab) must(err error) {
 func labConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
 	cfg.StallAfter = testStall
+	cfg.UnreadAfter = testUnread
 	cfg.Logger = testkit.Logger(t)
 	return cfg
 }
@@ -1117,5 +1122,218 @@ func TestForeignPrograms(t *testing.T) {
 	foreign.Close()
 	if got := listed(); strings.Contains(got, "other_steerer") {
 		t.Errorf("after unloading it: %q", got)
+	}
+}
+
+// countingSock is our UDP socket read as the responder reads it: each
+// read that returns a datagram adds 1 to the group's read counter, once
+// it has one; stop makes it stop reading (a SIGSTOPped dnsstandby) until
+// resumed.
+type countingSock struct {
+	conn    *net.UDPConn
+	n       atomic.Int64
+	reads   atomic.Pointer[atomic.Uint64]
+	stopped atomic.Bool
+	done    chan struct{}
+}
+
+func (l *lab) listenCounting() *countingSock {
+	l.t.Helper()
+	u := l.listenUDPConn()
+	c := &countingSock{conn: u, done: make(chan struct{})}
+	l.t.Cleanup(func() { c.stopped.Store(false); c.conn.Close(); <-c.done })
+	go func() {
+		defer close(c.done)
+		buf := make([]byte, 512)
+		for {
+			for c.stopped.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			if _, _, err := c.conn.ReadFromUDPAddrPort(buf); err != nil {
+				return
+			}
+			if r := c.reads.Load(); r != nil {
+				r.Add(1)
+			}
+			c.n.Add(1)
+		}
+	}()
+	return c
+}
+
+func (c *countingSock) count() int64 { return c.n.Load() }
+
+// listenUDPConn binds a reuseport UDP socket on listenAddr in the
+// namespace.
+func (l *lab) listenUDPConn() *net.UDPConn {
+	l.t.Helper()
+	var conn *net.UDPConn
+	l.must(l.ns.Do(func() error {
+		lc := net.ListenConfig{Control: reuseport}
+		pc, err := lc.ListenPacket(context.Background(), "udp4", listenAddr.String())
+		if err != nil {
+			return err
+		}
+		conn = pc.(*net.UDPConn)
+		return nil
+	}))
+	return conn
+}
+
+// settled returns c's count once it has not changed for 60 ms.
+func settled(c counter) int64 {
+	last := c.count()
+	for same := 0; same < 3; {
+		time.Sleep(20 * time.Millisecond)
+		now := c.count()
+		if now == last {
+			same++
+		} else {
+			last, same = now, 0
+		}
+	}
+	return last
+}
+
+// steerMetric is the value of one of the Steerer's series, by name and
+// group label.
+func steerMetric(t *testing.T, s *Steerer, name, group string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "group" && lp.GetValue() == group {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{group=%q}", name, group)
+	return 0
+}
+
+// TestReadTest: with our reads counted, a dnsstandby that stops reading
+// while it holds the traffic loses it to the peer about UnreadAfter after
+// the first packet left waiting, with the heartbeat still fresh; it gets
+// it back as soon as it reads again; and waiting idle for longer than
+// the limit takes nothing away.
+func TestReadTest(t *testing.T) {
+	l := newLab(t)
+	res := &results{t: t}
+	defer res.log()
+	const n = 1000
+	port := 20000
+	phase := func(name string, want ...int64) func(cs ...counter) {
+		return func(cs ...counter) {
+			t.Helper()
+			got := l.measure(n, func() { l.sendUDP(n, port) }, cs...)
+			port += n
+			res.add(name, got)
+			check(t, name, got, want...)
+		}
+	}
+	peer := l.listenUDP()
+	our := l.listenCounting()
+	l.must(l.s.AddGroup("udp", rawConn(t, our.conn), true))
+	l.adopt("udp", peer.conn)
+	l.must(l.s.SetMode(ToUs))
+	phase("to-us, reads not counted", n, 0)(our, peer)
+
+	reads, err := l.s.Reads("udp")
+	l.must(err)
+	if again, err := l.s.Reads("udp"); err != nil || again != reads {
+		t.Errorf("Reads again = %p, %v; want the same counter %p", again, err, reads)
+	}
+	our.reads.Store(reads)
+	phase("to-us, reads counted", n, 0)(our, peer)
+	if reads.Load() == 0 {
+		t.Fatal("the reader counted no reads")
+	}
+
+	// Idle for three limits, then a burst: nothing waited, nothing moves.
+	time.Sleep(3 * testUnread)
+	phase("to-us, after idling 3 limits", n, 0)(our, peer)
+
+	// Stop reading; one datagram every 5 ms until one reaches the peer.
+	// The heartbeat loop beats on: only the read test can see it.
+	our.stopped.Store(true)
+	time.Sleep(50 * time.Millisecond) // let the reader park
+	before := []int64{our.count(), peer.count()}
+	first := time.Now()
+	var took time.Duration
+	sent := int64(0)
+	for p := 45000; ; p++ {
+		l.sendUDP(1, p)
+		sent++
+		if peer.count() > before[1] {
+			took = time.Since(first)
+			break
+		}
+		if time.Since(first) > 3*testUnread+testStall {
+			t.Fatalf("still selected %v after we stopped reading (limit %v)", time.Since(first), testUnread)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res.add(fmt.Sprintf("not reading: bypassed %v after the first datagram left waiting (limit %v)", took.Round(time.Millisecond), testUnread), nil)
+	if took < testUnread-20*time.Millisecond || took > testUnread+250*time.Millisecond {
+		t.Errorf("not reading noticed after %v, want about %v", took, testUnread)
+	}
+	// The peer's reader may be a datagram behind: let it settle.
+	toPeer := settled(peer) - before[1]
+	phase("to-us, not reading, heartbeat fresh: all to the peer", 0, n)(our, peer)
+	if got := steerMetric(t, l.s, "dnsstandby_steer_unread_bypassed_total", "udp"); got != float64(n+toPeer) {
+		t.Errorf("bypassed %v, want %d (the phase's datagrams and the %d kept from us before)", got, n+toPeer, toPeer)
+	}
+
+	// With the read test off (the peer does not answer: a hung LocalDNS)
+	// the datagrams wait for us, however long; the heartbeat decides.
+	l.must(l.s.SetReadTest(false))
+	l.sendUDP(n, port)
+	port += n
+	if got := settled(peer) - before[1]; got != toPeer+n {
+		t.Errorf("read test off, not reading: the peer got %d, want none of %d", got-toPeer-n, n)
+	} else {
+		res.add("to-us, not reading, read test off: all wait for us", []int64{n, 0})
+	}
+	l.must(l.s.SetReadTest(true))
+
+	// Reading again: the datagrams that waited are read, and the next
+	// ones are ours.
+	our.stopped.Store(false)
+	testkit.Eventually(t, 3*time.Second, "the waiting datagrams read", func() bool { return our.count()-before[0] == sent-toPeer+n })
+	phase("to-us, reading again", n, 0)(our, peer)
+	if w := steerMetric(t, l.s, "dnsstandby_steer_unread_max_wait_seconds", "udp"); w <= 0 || w > testUnread.Seconds() {
+		t.Errorf("max wait %vs, want some, within the limit %v", w, testUnread)
+	}
+
+	// TCP groups have no read test.
+	tcp := l.listenTCP(false)
+	l.must(l.s.AddGroup("tcp", rawConn(t, tcp.ln), false))
+	if _, err := l.s.Reads("tcp"); err == nil {
+		t.Error("Reads of a TCP group: no error")
+	}
+
+	// After Close the counter is anonymous memory: a loop still adding
+	// to it neither faults nor keeps the map.
+	l.must(l.s.Close())
+	v := reads.Load()
+	reads.Add(1)
+	if reads.Load() != v+1 {
+		t.Errorf("counter after Close: %d, want %d", reads.Load(), v+1)
+	}
+	if _, err := l.s.Reads("udp"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Reads after Close: %v, want ErrClosed", err)
 	}
 }

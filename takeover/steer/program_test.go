@@ -24,6 +24,7 @@ func (m fakeMap) FD() int { return int(m) }
 const (
 	fakeConfigFD    = 100
 	fakeSockarrayFD = 200
+	fakeLiveFD      = 300
 )
 
 // encoded returns Program's kernel encoding with fake map FDs, and the
@@ -35,6 +36,9 @@ func encoded(t *testing.T) (asm.Instructions, []byte) {
 		t.Fatal(err)
 	}
 	if err := insns.AssociateMap(SockarrayMap, fakeMap(fakeSockarrayFD)); err != nil {
+		t.Fatal(err)
+	}
+	if err := insns.AssociateMap(LiveMap, fakeMap(fakeLiveFD)); err != nil {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
@@ -97,7 +101,7 @@ func TestProgramShape(t *testing.T) {
 				t.Errorf("insn %d: unexpected helper %v", i, asm.BuiltinFunc(ins.Constant))
 			}
 		case ins.IsLoadFromMap():
-			if ins.Constant != fakeConfigFD && ins.Constant != fakeSockarrayFD {
+			if ins.Constant != fakeConfigFD && ins.Constant != fakeSockarrayFD && ins.Constant != fakeLiveFD {
 				t.Errorf("insn %d: map load of fd %d", i, ins.Constant)
 			}
 		case ins.Dst == asm.R0 && ins.OpCode.Class().IsALU() && i != len(insns)-2:
@@ -121,13 +125,13 @@ func TestConfigEncoding(t *testing.T) {
 		addr  []byte // at cfgProbeAddr
 		text  string // little-endian hosts: the whole value
 	}{
-		{"no probe address", configValue{Mode: ToUs, ProbePort: 0x1234, Heartbeat: 0x0102030405060708, Stall: 2e9},
+		{"no probe address", configValue{Mode: ToUs, ProbePort: 0x1234, Heartbeat: 0x0102030405060708, Stall: 2e9, Unread: 150e6},
 			[]byte{0, 0}, make([]byte, 16),
-			"02000000" + "1234" + "0000" + "0807060504030201" + "0094357700000000" + "00000000000000000000000000000000"},
+			"02000000" + "1234" + "0000" + "0807060504030201" + "0094357700000000" + "00000000000000000000000000000000" + "80d1f00800000000"},
 		{"IPv4 prober", configValue{Mode: ToPeer, ProbePort: 40000, ProbeAddr: netip.MustParseAddr("169.254.10.11"), Stall: 2e9},
 			[]byte{0x08, 0x00}, []byte{169, 254, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-			"01000000" + "9c40" + "0800" + "0000000000000000" + "0094357700000000" + "a9fe0a0b000000000000000000000000"},
-		{"IPv6 prober", configValue{ProbePort: 40000, ProbeAddr: netip.MustParseAddr("fd00::a"), Stall: 2e9},
+			"01000000" + "9c40" + "0800" + "0000000000000000" + "0094357700000000" + "a9fe0a0b000000000000000000000000" + "0000000000000000"},
+		{"IPv6 prober", configValue{ProbePort: 40000, ProbeAddr: netip.MustParseAddr("fd00::a"), Stall: 2e9, Unread: 1},
 			[]byte{0x86, 0xdd}, []byte{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a}, ""},
 	}
 	for _, tt := range tests {
@@ -143,12 +147,13 @@ func TestConfigEncoding(t *testing.T) {
 			if got := b[cfgProbeProto : cfgProbeProto+2]; !bytes.Equal(got, tt.proto) {
 				t.Errorf("probe EtherType bytes %x, want %x (network order, as skb->protocol)", got, tt.proto)
 			}
-			if got := b[cfgProbeAddr:]; !bytes.Equal(got, tt.addr) {
+			if got := b[cfgProbeAddr : cfgProbeAddr+16]; !bytes.Equal(got, tt.addr) {
 				t.Errorf("probe address bytes %x, want %x (as in the IP header)", got, tt.addr)
 			}
 			if binary.NativeEndian.Uint32(b[cfgMode:]) != uint32(c.Mode) ||
 				binary.NativeEndian.Uint64(b[cfgHeartbeat:]) != c.Heartbeat ||
-				binary.NativeEndian.Uint64(b[cfgStall:]) != c.Stall {
+				binary.NativeEndian.Uint64(b[cfgStall:]) != c.Stall ||
+				binary.NativeEndian.Uint64(b[cfgUnread:]) != c.Unread {
 				t.Errorf("layout: %x", b)
 			}
 			if tt.text != "" && binary.NativeEndian == binary.ByteOrder(binary.LittleEndian) {

@@ -41,16 +41,35 @@ type Config struct {
 	// StallAfter is how old our heartbeat may get before the program stops
 	// selecting our socket; positive.
 	StallAfter time.Duration
+	// UnreadAfter is how long packets the program gave our UDP socket may
+	// wait with no read of ours before it stops selecting the socket,
+	// once our read loops count their reads (Reads); positive. It never
+	// fires while nothing is sent to us, however long we wait in recvmmsg.
+	UnreadAfter time.Duration
 	// Logger receives the level decision and problems; nil discards.
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults. StallAfter is 2 s: the design asks
-// that a stalled dnsstandby lose its traffic within about 2 s; with a
-// heartbeat every 250 ms that is eight missed beats, so a GC pause or a
-// slow syscall never trips it.
+// DefaultConfig returns the defaults.
+//
+// StallAfter is 2 s: with a heartbeat every 250 ms that is eight missed
+// beats, so a GC pause or a slow syscall never trips it. It is the slow
+// test, for what the read test does not cover: TCP listeners, a reader
+// that does not count its reads, the read test turned off (SetReadTest),
+// a dnsstandby that stops beating because it finds its own loops stuck.
+//
+// UnreadAfter is 150 ms. A dnsstandby that stops reading must lose its
+// UDP traffic within 250 ms (issue 20): the program notices at the first
+// packet after the limit (about 1 ms later at a pod's 1,000 queries a
+// second), and LocalDNS answers at once, which leaves about 100 ms for
+// slower rates and a loaded node. A dnsstandby that reads waits for a CPU
+// for less: Go's stop-the-world pauses are under a millisecond, a CFS
+// quota throttles for at most its 100 ms period, and in the lab's hang on
+// its shared two-core machine the longest wait was 47 ms at a load
+// average of 11, 95 ms at 20. Not at 34: hence SetReadTest, which turns
+// the test off where moving the traffic would lose it (a hung LocalDNS).
 func DefaultConfig() Config {
-	return Config{Want: WantAuto, StallAfter: 2 * time.Second}
+	return Config{Want: WantAuto, StallAfter: 2 * time.Second, UnreadAfter: 150 * time.Millisecond}
 }
 
 // Errors returned by a Steerer.
@@ -79,12 +98,13 @@ var (
 // Steerer steers the reuseport groups of our sockets. Its methods are safe
 // for concurrent use. It is a prometheus.Collector (see metrics.go).
 type Steerer struct {
-	log   *slog.Logger // always non-nil
-	level Level        // fixed by New
-	want  Level        // the highest level asked for (auto asks for adopt); fixed by New
-	why   string       // fixed by New
-	stall time.Duration
-	now   func() (uint64, error) // CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns
+	log    *slog.Logger // always non-nil
+	level  Level        // fixed by New
+	want   Level        // the highest level asked for (auto asks for adopt); fixed by New
+	why    string       // fixed by New
+	stall  time.Duration
+	unread time.Duration
+	now    func() (uint64, error) // CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns
 
 	configErrors    atomic.Uint64 // failed writes to a config map
 	sockarrayErrors atomic.Uint64 // failed writes to a sockarray (adopt, our slot)
@@ -110,6 +130,9 @@ func New(cfg Config) (*Steerer, error) {
 	if cfg.StallAfter <= 0 {
 		return nil, fmt.Errorf("steer: StallAfter must be positive, got %s", cfg.StallAfter)
 	}
+	if cfg.UnreadAfter <= 0 {
+		return nil, fmt.Errorf("steer: UnreadAfter must be positive, got %s", cfg.UnreadAfter)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -117,10 +140,11 @@ func New(cfg Config) (*Steerer, error) {
 	s := &Steerer{
 		log:    log.With("component", "steer"),
 		stall:  cfg.StallAfter,
+		unread: cfg.UnreadAfter,
 		now:    monotonicNow,
 		groups: map[string]*group{},
 	}
-	s.cfg = configValue{Mode: Hash, Stall: uint64(s.stall)}
+	s.cfg = configValue{Mode: Hash, Stall: uint64(s.stall), Unread: uint64(cfg.UnreadAfter)}
 	s.want = max
 	s.level, s.why = decide(max, auto, probes{bpf: probeBPF, pidfd: probePidfd, ptrace: probePtrace})
 	logf := s.log.Info
@@ -222,6 +246,27 @@ func (s *Steerer) SetProbe(src netip.AddrPort) error {
 	s.cfg.ProbePort, s.cfg.ProbeAddr = src.Port(), addr
 	if err := s.writeConfigLocked(); err != nil {
 		return fmt.Errorf("set probe source %s: %w", src, err)
+	}
+	return nil
+}
+
+// SetReadTest turns the read test (Reads) on or off in every group; it is
+// on from New. Turn it off while the peers are known not to answer (a
+// hung LocalDNS): then giving them the packets that wait on a dnsstandby
+// that does not read, or only seems not to (off the CPU for a moment),
+// loses them for sure, and the heartbeat alone decides.
+func (s *Steerer) SetReadTest(on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.cfg.Unread = 0
+	if on {
+		s.cfg.Unread = uint64(s.unread)
+	}
+	if err := s.writeConfigLocked(); err != nil {
+		return fmt.Errorf("set read test %v: %w", on, err)
 	}
 	return nil
 }

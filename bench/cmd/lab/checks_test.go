@@ -130,6 +130,15 @@ func TestCheckRuns(t *testing.T) {
 			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS pod no gap over 20 ms"},
 		},
 		{
+			name: "a stall handed back within 250 ms passes, one slower fails", scenario: "standby-stall", setups: []string{setupStandby}, clients: both,
+			runs: []lab.LabRun{
+				gapRun(run("standby-stall", setupStandby, clientPod, clean()), 250),
+				gapRun(run("standby-stall", setupStandby, clientNode, lost(69, 0)), 1275),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "FAIL node 0 queries", "PASS node 0 glibc",
+				"PASS pod no gap over 250 ms", "FAIL node no gap over 250 ms"},
+		},
+		{
 			name: "without the node's client only the pods are checked", scenario: "crash-storm", setups: all, clients: []string{clientPod},
 			runs: []lab.LabRun{run("crash-storm", setupStandby, clientPod, clean())},
 			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc"},

@@ -25,6 +25,15 @@ const standbyMetricsURL = "http://127.0.0.1:9355/metrics"
 // node, by listener address (169.254.10.11:53). A daemon that exports
 // neither metric gives nil, no error: the report says n/a.
 func (t *topology) hedges(ctx context.Context) (map[string]*lab.Hedges, error) {
+	m, err := t.standbyMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return hedgeCounts(m), nil
+}
+
+// standbyMetrics reads dnsstandby's /metrics inside the node.
+func (t *topology) standbyMetrics(ctx context.Context) (testbed.Metrics, error) {
 	page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", standbyMetricsURL)
 	if err != nil {
 		return nil, fmt.Errorf("dnsstandby metrics: %w", err)
@@ -33,7 +42,29 @@ func (t *topology) hedges(ctx context.Context) (map[string]*lab.Hedges, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dnsstandby metrics: %w", err)
 	}
-	return hedgeCounts(m), nil
+	return m, nil
+}
+
+// The steering program's read test, per group (169.254.10.11:53/udp):
+// packets it kept from dnsstandby's socket because earlier ones waited
+// there unread past the limit, and the longest wait it saw within it.
+const (
+	unreadBypassedMetric = "dnsstandby_steer_unread_bypassed_total"
+	unreadMaxWaitMetric  = "dnsstandby_steer_unread_max_wait_seconds"
+)
+
+// readTestNote says what the steering program's read test saw of the
+// UDP group of listener (169.254.10.11:53) in the dnsstandby process
+// running at the end (a restarted one's own): how many packets it kept
+// from dnsstandby for not reading, and how close the longest wait came
+// to the limit. Empty when the daemon has no read test there.
+func readTestNote(m testbed.Metrics, listener string) string {
+	group := map[string]string{"group": listener + "/udp"}
+	if !m.Has(unreadMaxWaitMetric) || len(m.By(unreadMaxWaitMetric, "group", group)) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("steering read test of the dnsstandby running at the end: %.0f packets kept from dnsstandby for not reading, longest unread wait %.1f ms",
+		m.Sum(unreadBypassedMetric, group), 1000*m.Sum(unreadMaxWaitMetric, group))
 }
 
 // hedgeCounts groups the hedge metrics by listener; nil when there are

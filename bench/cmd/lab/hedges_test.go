@@ -162,6 +162,34 @@ dnsstandby_queries_total{listener="169.254.10.11:53"} 100
 	}
 }
 
+// TestReadTestNote: the note names the listener's UDP group's counts,
+// and is empty for a daemon without the read test there.
+func TestReadTestNote(t *testing.T) {
+	const page = `# TYPE dnsstandby_steer_unread_bypassed_total counter
+dnsstandby_steer_unread_bypassed_total{group="169.254.10.11:53/udp"} 3
+dnsstandby_steer_unread_bypassed_total{group="169.254.10.10:53/udp"} 0
+# TYPE dnsstandby_steer_unread_max_wait_seconds gauge
+dnsstandby_steer_unread_max_wait_seconds{group="169.254.10.11:53/udp"} 0.0123
+dnsstandby_steer_unread_max_wait_seconds{group="169.254.10.10:53/udp"} 0.0021
+`
+	m, err := testbed.ParseMetrics(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for listener, want := range map[string]string{
+		"169.254.10.11": "3 packets kept from dnsstandby for not reading, longest unread wait 12.3 ms",
+		"169.254.10.10": "0 packets kept from dnsstandby for not reading, longest unread wait 2.1 ms",
+		"169.254.10.12": "",
+	} {
+		if got := readTestNote(m, listener+":53"); !strings.HasSuffix(got, want) || (want == "") != (got == "") {
+			t.Errorf("%s: %q, want one ending in %q", listener, got, want)
+		}
+	}
+	if got := readTestNote(nil, "169.254.10.11:53"); got != "" {
+		t.Errorf("no metrics: %q, want none", got)
+	}
+}
+
 // TestLossyCorefile: every server block of LocalDNS's Corefile gets the
 // lossy line once, and nothing else changes.
 func TestLossyCorefile(t *testing.T) {

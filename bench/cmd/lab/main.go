@@ -24,6 +24,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
@@ -354,12 +355,15 @@ func (n *liveNode) stop() {
 func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault map[string]*lab.Hedges, faultErr error) []lab.LabRun {
 	n.stop()
 	var hedges map[string]*lab.Hedges
+	var metrics testbed.Metrics
 	if isStandby(t.setup) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var err error
-		if hedges, err = t.hedges(ctx); err != nil {
+		if metrics, err = t.standbyMetrics(ctx); err != nil {
 			// The runs stand without it; the report says n/a.
 			fmt.Fprintf(os.Stderr, "lab: %s %s: %v\n", sc.name, t.setup, err)
+		} else {
+			hedges = hedgeCounts(metrics)
 		}
 		cancel()
 	}
@@ -389,7 +393,7 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 			run.FaultError = faultErr.Error()
 			run.Note += "; fault error: " + faultErr.Error()
 		}
-		for _, note := range []string{warmNote(res, run.Events, run.Down), restartNote(res, run.Events, t)} {
+		for _, note := range []string{warmNote(res, run.Events, run.Down), restartNote(res, run.Events, t), readTestNote(metrics, c.listener+":53")} {
 			if note != "" {
 				run.Note += "; " + note
 			}
