@@ -32,7 +32,7 @@ func TestCorefileListeners(t *testing.T) {
 		{"no node root block", testkit.Corefile{KubeDNS: "10.0.0.10"}.String(), "169.254.10.10:53, 169.254.10.11:53", ""},
 		{"the pods' listener only", ".:53 {\n bind 169.254.10.11\n forward . 10.0.0.10\n}\n", "169.254.10.11:53", ""},
 		{"except", ".:53 {\n bind 169.254.10.10 169.254.10.11 {\n  except 169.254.10.10\n }\n forward . 10.0.0.10\n}\n", "169.254.10.11:53", ""},
-		{"another address", ".:53 {\n bind 169.254.20.10\n forward . 10.0.0.10\n}\n", "169.254.20.10:53", ""},
+		{"another address", ".:53 {\n bind 127.0.0.53\n forward . 10.0.0.10\n}\n", "127.0.0.53:53", ""},
 		{"another port", "dns://.:5353 {\n bind 169.254.10.11\n forward . 10.0.0.10\n}\n", "169.254.10.11:5353", ""},
 		{"key without port", "cluster.local {\n bind 169.254.10.11\n forward . 10.0.0.10\n}\n", "169.254.10.11:53", ""},
 		// No bind: every address, the defaults among them.
