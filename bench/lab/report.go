@@ -129,6 +129,10 @@ type LabRun struct {
 	Listener   string      `json:"listener,omitempty"`    // the address the client asked: 169.254.10.11, 169.254.10.10
 	Client     string      `json:"client,omitempty"`      // who asked: "pod", "node"
 	AfterFault *AfterFault `json:"after_fault,omitempty"` // the queries and lookups begun from the fault on
+	// Recovered counts, in a scenario that brings LocalDNS back, what was
+	// begun once LocalDNS had had time to take its traffic back: who
+	// answers then says whether it did.
+	Recovered *AfterFault `json:"recovered,omitempty"`
 	Note       string      `json:"note,omitempty"`
 	FaultError string      `json:"fault_error,omitempty"` // what went wrong applying the fault (also in Note), "" when nothing did
 	Hedges     *Hedges     `json:"hedges,omitempty"`      // dnsstandby's hedged answers on the run's listener; nil where it does not report them
@@ -183,6 +187,20 @@ type AfterFault struct {
 	// reported).
 	AnsweredBy AnsweredBy `json:"answered_by"`
 	Hedges     *int       `json:"hedges,omitempty"`
+	// Fresh counts, among these queries, those for names never asked
+	// before (LoadName.Fresh): nil when the mix has none.
+	Fresh *FreshCounts `json:"fresh,omitempty"`
+}
+
+// FreshCounts are queries for names never asked before, by outcome and by
+// who answered them: no cache held them, so each answer came through an
+// upstream.
+type FreshCounts struct {
+	Sent       int        `json:"sent"`
+	FirstTry   int        `json:"answered_first_try"`
+	AfterRetry int        `json:"answered_after_retry"`
+	Unanswered int        `json:"unanswered"`
+	AnsweredBy AnsweredBy `json:"answered_by"`
 }
 
 // FirstTryShare is the share of the queries sent from the fault on that
@@ -199,6 +217,9 @@ func (a AfterFault) FirstTryShare() float64 {
 // the probe's finished lookups started then or later, with the slowest.
 func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) AfterFault {
 	a := AfterFault{AtMs: reportMs(at)}
+	if slices.ContainsFunc(load.Names, func(n LoadName) bool { return n.Fresh }) {
+		a.Fresh = &FreshCounts{}
+	}
 	first := len(load.Records) // records are in send order
 	var latencies []time.Duration
 	for i, r := range load.Records {
@@ -207,17 +228,34 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		}
 		first = min(first, i)
 		a.Sent++
+		var fresh *FreshCounts
+		if a.Fresh != nil && load.Names[r.Name].Fresh {
+			fresh = a.Fresh
+			fresh.Sent++
+		}
 		switch r.Outcome {
 		case LoadFirstTry:
 			a.FirstTry++
+			if fresh != nil {
+				fresh.FirstTry++
+			}
 		case LoadAfterRetry:
 			a.AfterRetry++
+			if fresh != nil {
+				fresh.AfterRetry++
+			}
 		case LoadUnanswered:
 			a.Unanswered++
+			if fresh != nil {
+				fresh.Unanswered++
+			}
 			continue
 		}
 		latencies = append(latencies, r.Latency)
 		a.AnsweredBy.add(r.By)
+		if fresh != nil {
+			fresh.AnsweredBy.add(r.By)
+		}
 	}
 	slices.Sort(latencies)
 	a.P99Ms = reportMs(reportPercentile(latencies, 0.99))
