@@ -132,7 +132,7 @@ type LabRun struct {
 	// Recovered counts, in a scenario that brings LocalDNS back, what was
 	// begun once LocalDNS had had time to take its traffic back: who
 	// answers then says whether it did.
-	Recovered *AfterFault `json:"recovered,omitempty"`
+	Recovered  *AfterFault `json:"recovered,omitempty"`
 	Note       string      `json:"note,omitempty"`
 	FaultError string      `json:"fault_error,omitempty"` // what went wrong applying the fault (also in Note), "" when nothing did
 	Hedges     *Hedges     `json:"hedges,omitempty"`      // dnsstandby's hedged answers on the run's listener; nil where it does not report them
