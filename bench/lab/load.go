@@ -152,15 +152,17 @@ func (o LoadOutcome) String() string {
 
 // LoadRecord is one query. A try fails when its timeout passes without a
 // reply, or at once when a reply carries another rcode than the mix
-// expects (SERVFAIL, REFUSED, ...): the retry then goes out immediately,
-// as glibc moves on at once after a SERVFAIL.
+// expects (SERVFAIL, REFUSED, ...), or for a fresh name no answer record
+// (the upstreams answer each with one: an empty NOERROR was made up on
+// the way): the retry then goes out immediately, as glibc moves on at
+// once after a SERVFAIL.
 type LoadRecord struct {
 	Sent       time.Duration // first try's send time, since LoadResult.Start
 	Latency    time.Duration // from Sent to the answer that counted (so a retried answer includes the failed try); 0 if unanswered
 	By         string        // NSID of the answer that counted: LoadNSIDLocalDNS, LoadNSIDLocalDNSNode, LoadNSIDStandby, "" if unanswered or none sent
 	Name       int32         // index into LoadResult.Names
 	Rcode      int16         // rcode of the answer that counted, else of the last reply seen; -1 if no reply
-	BadReplies uint8         // replies that failed a try (unexpected rcode)
+	BadReplies uint8         // replies that failed a try (unexpected rcode, a fresh name's empty answer)
 	Outcome    LoadOutcome
 }
 
@@ -174,7 +176,8 @@ type LoadResult struct {
 	Names    []LoadName
 	Records  []LoadRecord // one per query, in send order
 
-	BadRcodes   map[int]int   // replies that failed a try, by rcode
+	BadRcodes   map[int]int   // replies that failed a try by their rcode, by rcode
+	Empty       int           // replies that failed a try of a fresh name by carrying no answer record
 	Truncated   int           // acceptable or not, replies with TC set (no TCP retry is made)
 	Late        int           // replies to a try that had already timed out; they do not count
 	Duplicates  int           // further replies to a try that already had one (same socket, ID and question): a client takes the first
@@ -676,7 +679,12 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	if r.truncated {
 		l.res.Truncated++
 	}
-	if r.rcode == tmpl.rcode {
+	switch {
+	case r.rcode != tmpl.rcode:
+		l.res.BadRcodes[r.rcode]++
+	case tmpl.fresh && r.answers == 0:
+		l.res.Empty++
+	default:
 		qq.rec.Outcome = LoadFirstTry
 		if try == 1 {
 			qq.rec.Outcome = LoadAfterRetry
@@ -687,7 +695,6 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 		l.open--
 		return
 	}
-	l.res.BadRcodes[r.rcode]++
 	if qq.rec.BadReplies < 255 {
 		qq.rec.BadReplies++
 	}

@@ -69,6 +69,9 @@ func (l *Load) testReply(t *testing.T, q int32, try uint8, name int, rcode int, 
 	m.SetQuestion(qname, l.cfg.Names[name].Type)
 	m.Id = qq.id[try] ^ idXor
 	m.Response, m.Rcode = true, rcode
+	if rcode == dns.RcodeSuccess {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: []byte{192, 0, 2, 1}})
+	}
 	b, err := m.Pack()
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +217,24 @@ func TestLoadFreshNames(t *testing.T) {
 	if rec := l.query(0).rec; rec.Outcome != LoadFirstTry {
 		t.Errorf("its own name's reply: %v, want %v", rec.Outcome, LoadFirstTry)
 	}
+	// A NOERROR without an answer record for a fresh name was made up on
+	// the way: it fails the try, and the retry goes out.
+	l.sendNew() // query 4, fresh
+	m = new(dns.Msg)
+	m.SetQuestion(l.sentName(t), dns.TypeA)
+	m.Id, m.Response = l.query(4).id[0], true
+	if b, err = m.Pack(); err != nil {
+		t.Fatal(err)
+	}
+	l.handleReply(int(l.query(4).sock[0]), b, l.query(4).sent[0]+time.Millisecond)
+	if qq := l.query(4); l.res.Empty != 1 || qq.try != 1 || qq.done || qq.rec.BadReplies != 1 || len(l.res.BadRcodes) != 0 {
+		t.Errorf("an empty answer to a fresh name: empty %d, try %d, done %v, bad replies %d, bad rcodes %v; want 1, 1, false, 1, none",
+			l.res.Empty, qq.try, qq.done, qq.rec.BadReplies, l.res.BadRcodes)
+	}
+	if got := l.sentName(t); got != sent[0][:8]+"00000004.fresh.lab.test." {
+		t.Errorf("query 4's retry asked %q", got)
+	}
+	l.testReply(t, 4, 1, -1, dns.RcodeSuccess, 0, time.Millisecond)
 
 	// Query 2 times out (the others answered): the retry asks the same
 	// name, and its reply counts.

@@ -67,6 +67,7 @@ type loadReply struct {
 	id        uint16
 	rcode     int    // with the OPT record's extended bits
 	truncated bool   // TC set
+	answers   int    // records in the answer section (ANCOUNT)
 	question  []byte // the question section (one question), aliasing the packet
 	nsid      []byte // NSID option data, aliasing the packet; nil if none
 }
@@ -88,6 +89,7 @@ func loadParseReply(b []byte) (loadReply, error) {
 	r.rcode = int(b[3] & 0x0f)
 	qd := binary.BigEndian.Uint16(b[4:])
 	an := int(binary.BigEndian.Uint16(b[6:]))
+	r.answers = an
 	ns := int(binary.BigEndian.Uint16(b[8:]))
 	ar := int(binary.BigEndian.Uint16(b[10:]))
 	if qd != 1 {

@@ -82,25 +82,26 @@ type Summary struct {
 	GlibcOK            int        `json:"glibc_ok"`
 	GlibcFail          int        `json:"glibc_fail"`
 
-	ServFail        int            `json:"servfail"`               // SERVFAIL replies (each failed a try)
-	BadRcodes       map[string]int `json:"bad_rcodes,omitempty"`   // every reply that failed a try, by rcode
-	TargetQPS       int            `json:"target_qps"`             // the rate asked for
-	DurationS       float64        `json:"duration_s"`             // time spent sending
-	MaxGapFromMs    float64        `json:"max_gap_from_ms"`        // where the longest gap began, on the run's clock
-	GlibcUnfinished int            `json:"glibc_unfinished"`       // lookups still running when the probe ended
-	GlibcSkipped    int            `json:"glibc_skipped"`          // lookups not started: too many running
-	GlibcMaxMs      float64        `json:"glibc_max_ms"`           // slowest finished lookup
-	Late            int            `json:"late,omitempty"`         // replies after their try timed out
-	Duplicates      int            `json:"duplicates"`             // further replies to a try that had one: what a hedging server costs a client (glibc ignores them)
-	Mismatched      int            `json:"mismatched"`             // replies with an ID or question no try was sent with
-	Malformed       int            `json:"malformed,omitempty"`    // datagrams that are no DNS reply
-	Truncated       int            `json:"truncated,omitempty"`    // replies with TC set
-	SendErrors      int            `json:"send_errors,omitempty"`  // sends the kernel refused
-	ICMPErrors      int            `json:"icmp_errors,omitempty"`  // unreachable errors reported to the sockets
-	NoTimestamp     int            `json:"no_timestamp,omitempty"` // replies timed when read, not by the kernel (none or implausible)
-	MaxLagMs        float64        `json:"max_lag_ms,omitempty"`   // furthest the sender fell behind schedule
-	Aborted         bool           `json:"aborted,omitempty"`      // the load was cut short
-	ReceiverErr     string         `json:"receiver_err,omitempty"` // the load's receiver failed
+	ServFail        int            `json:"servfail"`                // SERVFAIL replies (each failed a try)
+	BadRcodes       map[string]int `json:"bad_rcodes,omitempty"`    // every reply that failed a try by its rcode, by rcode
+	EmptyAnswers    int            `json:"empty_answers,omitempty"` // NOERROR replies without an answer record, which failed a try of a fresh name
+	TargetQPS       int            `json:"target_qps"`              // the rate asked for
+	DurationS       float64        `json:"duration_s"`              // time spent sending
+	MaxGapFromMs    float64        `json:"max_gap_from_ms"`         // where the longest gap began, on the run's clock
+	GlibcUnfinished int            `json:"glibc_unfinished"`        // lookups still running when the probe ended
+	GlibcSkipped    int            `json:"glibc_skipped"`           // lookups not started: too many running
+	GlibcMaxMs      float64        `json:"glibc_max_ms"`            // slowest finished lookup
+	Late            int            `json:"late,omitempty"`          // replies after their try timed out
+	Duplicates      int            `json:"duplicates"`              // further replies to a try that had one: what a hedging server costs a client (glibc ignores them)
+	Mismatched      int            `json:"mismatched"`              // replies with an ID or question no try was sent with
+	Malformed       int            `json:"malformed,omitempty"`     // datagrams that are no DNS reply
+	Truncated       int            `json:"truncated,omitempty"`     // replies with TC set
+	SendErrors      int            `json:"send_errors,omitempty"`   // sends the kernel refused
+	ICMPErrors      int            `json:"icmp_errors,omitempty"`   // unreachable errors reported to the sockets
+	NoTimestamp     int            `json:"no_timestamp,omitempty"`  // replies timed when read, not by the kernel (none or implausible)
+	MaxLagMs        float64        `json:"max_lag_ms,omitempty"`    // furthest the sender fell behind schedule
+	Aborted         bool           `json:"aborted,omitempty"`       // the load was cut short
+	ReceiverErr     string         `json:"receiver_err,omitempty"`  // the load's receiver failed
 }
 
 // Timeline is a run in bins of Step by send time (a query belongs to the
@@ -315,20 +316,21 @@ func NewLabRun(scenario, setup string, load LoadResult, probe ProbeResult) LabRu
 // was none.
 func Summarize(load LoadResult, probe ProbeResult) Summary {
 	s := Summary{
-		Sent:        len(load.Records),
-		TargetQPS:   load.QPS,
-		DurationS:   reportRound(load.Duration.Seconds(), 3),
-		Late:        load.Late,
-		Duplicates:  load.Duplicates,
-		Mismatched:  load.Mismatched,
-		Malformed:   load.Malformed,
-		Truncated:   load.Truncated,
-		SendErrors:  load.SendErrors,
-		ICMPErrors:  load.RecvErrors,
-		NoTimestamp: load.NoTimestamp,
-		MaxLagMs:    reportMs(load.MaxLag),
-		Aborted:     load.Aborted,
-		ReceiverErr: load.ReceiverErr,
+		Sent:         len(load.Records),
+		TargetQPS:    load.QPS,
+		DurationS:    reportRound(load.Duration.Seconds(), 3),
+		Late:         load.Late,
+		Duplicates:   load.Duplicates,
+		Mismatched:   load.Mismatched,
+		EmptyAnswers: load.Empty,
+		Malformed:    load.Malformed,
+		Truncated:    load.Truncated,
+		SendErrors:   load.SendErrors,
+		ICMPErrors:   load.RecvErrors,
+		NoTimestamp:  load.NoTimestamp,
+		MaxLagMs:     reportMs(load.MaxLag),
+		Aborted:      load.Aborted,
+		ReceiverErr:  load.ReceiverErr,
 	}
 	if load.Duration > 0 {
 		s.QPS = reportRound(float64(s.Sent)/load.Duration.Seconds(), 1)
