@@ -191,6 +191,34 @@ type AfterFault struct {
 	// Fresh counts, among these queries, those for names never asked
 	// before (LoadName.Fresh): nil when the mix has none.
 	Fresh *FreshCounts `json:"fresh,omitempty"`
+	// GlibcWhileStopped counts, among these lookups, those started while
+	// the scenario had dnsstandby stopped for a cold start, with nothing
+	// listening: nil where it stops nothing.
+	GlibcWhileStopped *GlibcCounts `json:"glibc_while_stopped,omitempty"`
+}
+
+// GlibcCounts are finished glibc lookups by outcome.
+type GlibcCounts struct {
+	OK   int `json:"ok"`
+	Fail int `json:"fail"`
+}
+
+// CountGlibc counts the probe's finished lookups started in [from, to)
+// on the load's clock (which starts at loadStart).
+func CountGlibc(probe ProbeResult, loadStart time.Time, from, to time.Duration) GlibcCounts {
+	var c GlibcCounts
+	offset := probe.Start.Sub(loadStart)
+	for _, p := range probe.Records {
+		if at := offset + p.Start; !p.Finished || at < from || at >= to {
+			continue
+		}
+		if p.OK {
+			c.OK++
+		} else {
+			c.Fail++
+		}
+	}
+	return c
 }
 
 // FreshCounts are queries for names never asked before, by outcome and by

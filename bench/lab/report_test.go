@@ -243,6 +243,33 @@ func TestCountAfterFault(t *testing.T) {
 	}
 }
 
+// TestCountGlibc: the lookups started in a window, on the load's clock.
+func TestCountGlibc(t *testing.T) {
+	ms := time.Millisecond
+	start := time.Unix(1000, 0)
+	// Started at 100, 200, 300, 400 ms on the load's clock; the last one
+	// unfinished.
+	probe := ProbeResult{Start: start.Add(100 * ms), Records: []ProbeRecord{
+		{Start: 0, OK: true, Finished: true},
+		{Start: 100 * ms, Finished: true},
+		{Start: 200 * ms, OK: true, Finished: true},
+		{Start: 300 * ms},
+	}}
+	for _, tc := range []struct {
+		from, to time.Duration
+		want     GlibcCounts
+	}{
+		{0, time.Second, GlibcCounts{OK: 2, Fail: 1}},
+		{200 * ms, 300 * ms, GlibcCounts{Fail: 1}},
+		{150 * ms, 200 * ms, GlibcCounts{}},
+		{300 * ms, time.Second, GlibcCounts{OK: 1}},
+	} {
+		if got := CountGlibc(probe, start, tc.from, tc.to); got != tc.want {
+			t.Errorf("[%v, %v): %+v, want %+v", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
 func TestListenerName(t *testing.T) {
 	for _, tc := range []struct {
 		listener, client, want string

@@ -420,6 +420,10 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		run.Down = intervals(n.spans, res.Start)
 		run.Events = n.ev.list(res.Start)
 		run.Recovered = recovered(res, pr, run.Events)
+		if from, to, ok := stoppedSpan(run.Events); ok {
+			w := lab.CountGlibc(pr, res.Start, from, to)
+			after.GlibcWhileStopped = &w
+		}
 		run.Note = sc.note
 		if faultErr != nil {
 			run.FaultError = faultErr.Error()
@@ -452,6 +456,22 @@ func recovered(res lab.LoadResult, pr lab.ProbeResult, evs []lab.Event) *lab.Aft
 		}
 	}
 	return nil
+}
+
+// stoppedSpan is when, on the load's clock, the scenario had dnsstandby
+// stopped for a cold start: from coldStartMark to coldStartedMark (its
+// READY), if both were marked.
+func stoppedSpan(evs []lab.Event) (from, to time.Duration, ok bool) {
+	from, to = -1, -1
+	for _, e := range evs {
+		switch {
+		case e.Label == coldStartMark && from < 0:
+			from = e.At
+		case e.Label == coldStartedMark && to < 0:
+			to = e.At
+		}
+	}
+	return from, to, from >= 0 && to >= from
 }
 
 // nameMix is what the pods ask: every cluster service, the external names

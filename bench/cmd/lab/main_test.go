@@ -73,3 +73,20 @@ func TestRecovered(t *testing.T) {
 		t.Errorf("back 5 s before the end: recovered = %+v, want nil", got)
 	}
 }
+
+// TestStoppedSpan: from the cold start's mark to its READY's, when both
+// were marked.
+func TestStoppedSpan(t *testing.T) {
+	s := time.Second
+	evs := []lab.Event{{At: 10 * s, Label: refusedMark}, {At: 42 * s, Label: coldStartMark}, {At: 43 * s, Label: coldStartedMark}}
+	if from, to, ok := stoppedSpan(evs); !ok || from != 42*s || to != 43*s {
+		t.Errorf("stoppedSpan = %v, %v, %v; want 42s, 43s, true", from, to, ok)
+	}
+	// The start failed (no READY mark): no span, every lookup counts.
+	if _, _, ok := stoppedSpan(evs[:2]); ok {
+		t.Error("a cold start without its READY mark: a span")
+	}
+	if _, _, ok := stoppedSpan(nil); ok {
+		t.Error("no marks: a span")
+	}
+}

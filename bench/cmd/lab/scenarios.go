@@ -630,6 +630,7 @@ func interfaceTeardown(ctx context.Context, t *topology, ev *events) error {
 const (
 	refusedMark      = "refused Corefile"
 	coldStartMark    = "cold start dnsstandby"
+	coldStartedMark  = "dnsstandby cold-started"
 	localDNSBackMark = "LocalDNS back"
 )
 
@@ -701,7 +702,7 @@ func badCorefile(ctx context.Context, t *topology, ev *events) error {
 		if out, err := t.guest.Exec(ctx, "sh", "-c", coldStartScript); err != nil {
 			errs = append(errs, fmt.Errorf("bad Corefile: cold start dnsstandby: %w: %s", err, out))
 		} else {
-			ev.mark("dnsstandby cold-started")
+			ev.mark(coldStartedMark)
 		}
 	}
 	sleep(ctx, badCorefileStep)
