@@ -99,6 +99,12 @@ func run(ctx context.Context, o *options) error {
 	if o.bins.fallback, err = useFallback(ctx, o.fallback, o.bins.dnsstandby); err != nil {
 		return err
 	}
+	// A run's numbers depend on it: say which.
+	if o.bins.fallback {
+		fmt.Printf("dnsstandby runs with %s %s:53\n", fallbackFlag, clusterIP)
+	} else {
+		fmt.Printf("dnsstandby runs without %s (-standby-fallback %s)\n", fallbackFlag, o.fallback)
+	}
 	var list []scenario
 	if o.scenarios == "all" {
 		list = scenarios
@@ -185,28 +191,21 @@ func run(ctx context.Context, o *options) error {
 
 // useFallback says whether dnsstandby gets its fallback upstream, from the
 // -standby-fallback value: on, off, or auto, which asks the binary whether
-// it has the option (the builds before it refuse to start with it). What
-// was decided is printed: a run's numbers depend on it.
+// it has the option (the builds before it refuse to start with it).
 func useFallback(ctx context.Context, mode, bin string) (bool, error) {
-	var use bool
 	switch mode {
 	case "on":
-		use = true
+		return true, nil
 	case "off":
+		return false, nil
 	case "auto":
-		var err error
-		if use, err = knowsFlag(ctx, bin, fallbackFlag); err != nil {
+		use, err := knowsFlag(ctx, bin, fallbackFlag)
+		if err != nil {
 			return false, fmt.Errorf("-standby-fallback auto: %w", err)
 		}
-	default:
-		return false, fmt.Errorf("-standby-fallback %q: want on, off or auto", mode)
+		return use, nil
 	}
-	if use {
-		fmt.Printf("dnsstandby runs with %s %s:53\n", fallbackFlag, clusterIP)
-	} else {
-		fmt.Printf("dnsstandby runs without %s (-standby-fallback %s)\n", fallbackFlag, mode)
-	}
-	return use, nil
+	return false, fmt.Errorf("-standby-fallback %q: want on, off or auto", mode)
 }
 
 // printRun prints a run's numbers on one line.
