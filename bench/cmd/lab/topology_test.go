@@ -84,7 +84,9 @@ func TestKnowsFlag(t *testing.T) {
 	if _, err := useFallback(t.Context(), "sometimes", bin); err == nil {
 		t.Error("-standby-fallback sometimes: no error")
 	}
-	if use, err := useFallback(t.Context(), "auto", bin); err != nil || use {
-		t.Errorf("auto with a build without %s: %v, %v", fallbackFlag, use, err)
+	for mode, want := range map[string]bool{"auto": false, "on": true, "off": false} {
+		if use, err := useFallback(t.Context(), mode, bin); err != nil || use != want {
+			t.Errorf("-standby-fallback %s with a build without %s: %v, %v; want %v", mode, fallbackFlag, use, err, want)
+		}
 	}
 }
