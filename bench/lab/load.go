@@ -3,10 +3,12 @@ package lab
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -71,6 +73,25 @@ type LoadName struct {
 	FQDN  string // absolute, with the trailing dot
 	Type  uint16 // query type (dns.TypeA, ...)
 	Rcode int    // the rcode an acceptable answer carries: dns.RcodeSuccess or dns.RcodeNameError
+	// Fresh makes each query of the entry ask a name never asked before:
+	// a first label unique to the load and the query (LoadFreshLabelLen
+	// hex digits) under FQDN; the retry asks the same name. No cache can
+	// hold such a name, so only a server that reaches an upstream answers
+	// it.
+	Fresh bool
+}
+
+// LoadFreshLabelLen is the length of a fresh name's first label: the
+// load's random nonce and the query's number, 32 bits each, in hex.
+const LoadFreshLabelLen = 16
+
+// wireName is the name a query of n carries on the wire; for a fresh
+// entry, with a placeholder first label the load overwrites per query.
+func (n LoadName) wireName() string {
+	if n.Fresh {
+		return strings.Repeat("0", LoadFreshLabelLen) + "." + n.FQDN
+	}
+	return n.FQDN
 }
 
 // LoadConfig is a load to run. Zero fields take the defaults.
@@ -131,15 +152,17 @@ func (o LoadOutcome) String() string {
 
 // LoadRecord is one query. A try fails when its timeout passes without a
 // reply, or at once when a reply carries another rcode than the mix
-// expects (SERVFAIL, REFUSED, ...): the retry then goes out immediately,
-// as glibc moves on at once after a SERVFAIL.
+// expects (SERVFAIL, REFUSED, ...), or for a fresh name no answer record
+// (the upstreams answer each with one: an empty NOERROR was made up on
+// the way): the retry then goes out immediately, as glibc moves on at
+// once after a SERVFAIL.
 type LoadRecord struct {
 	Sent       time.Duration // first try's send time, since LoadResult.Start
 	Latency    time.Duration // from Sent to the answer that counted (so a retried answer includes the failed try); 0 if unanswered
 	By         string        // NSID of the answer that counted: LoadNSIDLocalDNS, LoadNSIDLocalDNSNode, LoadNSIDStandby, "" if unanswered or none sent
 	Name       int32         // index into LoadResult.Names
 	Rcode      int16         // rcode of the answer that counted, else of the last reply seen; -1 if no reply
-	BadReplies uint8         // replies that failed a try (unexpected rcode)
+	BadReplies uint8         // replies that failed a try (unexpected rcode, a fresh name's empty answer)
 	Outcome    LoadOutcome
 }
 
@@ -153,7 +176,8 @@ type LoadResult struct {
 	Names    []LoadName
 	Records  []LoadRecord // one per query, in send order
 
-	BadRcodes   map[int]int   // replies that failed a try, by rcode
+	BadRcodes   map[int]int   // replies that failed a try by their rcode, by rcode
+	Empty       int           // replies that failed a try of a fresh name by carrying no answer record
 	Truncated   int           // acceptable or not, replies with TC set (no TCP retry is made)
 	Late        int           // replies to a try that had already timed out; they do not count
 	Duplicates  int           // further replies to a try that already had one (same socket, ID and question): a client takes the first
@@ -176,6 +200,9 @@ type Load struct {
 	start     time.Time
 	startWall int64           // start in Unix nanoseconds, to place kernel receive times
 	ctx       context.Context // good until the load ends
+	// nonce starts every fresh name of this load, so that loads running
+	// side by side (and earlier runs) never ask one another's.
+	nonce uint32
 
 	stopCh   chan struct{} // closed by Stop: send no more queries
 	done     chan struct{} // closed when the loop has returned
@@ -195,6 +222,7 @@ type Load struct {
 	stopping bool
 	res      LoadResult // counters; Records filled at the end
 	sbuf     []byte     // query being sent
+	qbuf     []byte     // a fresh query's question, to match its replies
 	rbuf     []byte     // reply being read
 	oob      []byte     // its control messages
 	events   []unix.EpollEvent
@@ -266,8 +294,10 @@ func StartLoad(ctx context.Context, cfg LoadConfig) (*Load, error) {
 		timers:  loadTimers{items: make([]loadTimer, 0, 4*cfg.QPS)},
 		forgets: loadTimers{items: make([]loadTimer, 0, 4*cfg.QPS)},
 		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		nonce:   rand.Uint32(),
 		nsids:   map[string]string{},
 		sbuf:    make([]byte, 0, 512),
+		qbuf:    make([]byte, 0, 512),
 		rbuf:    make([]byte, loadReadBuffer),
 		oob:     make([]byte, 128),
 	}
@@ -472,7 +502,11 @@ func (l *Load) sendTry(q int32, try uint8) {
 	qq.sock[try] = sock
 	qq.try = try
 
-	l.sbuf = append(l.sbuf[:0], l.tmpl[qq.rec.Name].wire...)
+	tmpl := &l.tmpl[qq.rec.Name]
+	l.sbuf = append(l.sbuf[:0], tmpl.wire...)
+	if tmpl.fresh {
+		l.freshLabel(l.sbuf[13:13+LoadFreshLabelLen], q)
+	}
 	binary.BigEndian.PutUint16(l.sbuf, qq.id[try])
 	qq.sent[try] = l.since()
 	l.write(l.fds[sock], l.sbuf)
@@ -622,7 +656,7 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	q, try := v>>1, uint8(v&1)
 	qq := l.query(q)
 	tmpl := &l.tmpl[qq.rec.Name]
-	if !loadSameQuestion(r.question, tmpl.question) {
+	if !loadSameQuestion(r.question, l.question(q, tmpl)) {
 		l.res.Mismatched++
 		return
 	}
@@ -645,7 +679,12 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	if r.truncated {
 		l.res.Truncated++
 	}
-	if r.rcode == tmpl.rcode {
+	switch {
+	case r.rcode != tmpl.rcode:
+		l.res.BadRcodes[r.rcode]++
+	case tmpl.fresh && r.answers == 0:
+		l.res.Empty++
+	default:
 		qq.rec.Outcome = LoadFirstTry
 		if try == 1 {
 			qq.rec.Outcome = LoadAfterRetry
@@ -656,7 +695,6 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 		l.open--
 		return
 	}
-	l.res.BadRcodes[r.rcode]++
 	if qq.rec.BadReplies < 255 {
 		qq.rec.BadReplies++
 	}
@@ -666,6 +704,27 @@ func (l *Load) handleReply(sock int, b []byte, at time.Duration) {
 	}
 	qq.done = true
 	l.open--
+}
+
+// freshLabel writes query q's fresh label (LoadFreshLabelLen bytes) into
+// dst: the same for both tries, distinct for every query of every load.
+func (l *Load) freshLabel(dst []byte, q int32) {
+	var b [LoadFreshLabelLen / 2]byte
+	binary.BigEndian.PutUint32(b[:4], l.nonce)
+	binary.BigEndian.PutUint32(b[4:], uint32(q))
+	hex.Encode(dst, b[:])
+}
+
+// question is the question section query q was sent with: the template's,
+// with q's own first label for a fresh name (in l.qbuf, good until the
+// next call).
+func (l *Load) question(q int32, tmpl *loadTemplate) []byte {
+	if !tmpl.fresh {
+		return tmpl.question
+	}
+	l.qbuf = append(l.qbuf[:0], tmpl.question...)
+	l.freshLabel(l.qbuf[1:1+LoadFreshLabelLen], q)
+	return l.qbuf
 }
 
 // intern returns the NSID as a string without allocating for the known

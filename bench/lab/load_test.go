@@ -164,14 +164,17 @@ func TestLoadRealRun(t *testing.T) {
 }
 
 // testLoadDuplicates runs a load over names the responder answers twice,
-// names it first answers for another name, and plain names: every reply
-// is checked, so each doubled answer counts one duplicate and each stray
-// one mismatched, and neither changes how the query ended.
+// names it first answers for another name, plain names and fresh ones
+// (each query its own name): every reply is checked, so each doubled
+// answer counts one duplicate and each stray one mismatched, and neither
+// changes how the query ended; each fresh name's answer counts for its
+// query.
 func testLoadDuplicates(t *testing.T, bed *loadTestBed) {
 	names := []LoadName{
 		{FQDN: "twice.lab.test.", Type: dns.TypeA},
 		{FQDN: "wrongq.lab.test.", Type: dns.TypeA},
 		{FQDN: "plain.lab.test.", Type: dns.TypeA},
+		{FQDN: "fresh.lab.test.", Type: dns.TypeA, Fresh: true},
 	}
 	load, err := StartLoad(t.Context(), LoadConfig{NS: bed.pod, Server: loadTestServer, Names: names, QPS: 600})
 	if err != nil {

@@ -19,14 +19,18 @@ type loadTemplate struct {
 	wire     []byte // header, question, OPT with an empty NSID option
 	question []byte // wire[12:qend]: name, type, class
 	rcode    int    // expected rcode
+	// fresh: the first label (wire[13:13+LoadFreshLabelLen], question[1:])
+	// is a placeholder, written per query.
+	fresh bool
 }
 
 // Query is the query the load sends for n (with ID 0; the load sets a
 // fresh one per try): RD set, EDNS with a 1232-byte payload and the NSID
-// option (RFC 5001), so the reply says who answered.
+// option (RFC 5001), so the reply says who answered. For a fresh entry the
+// first label is a placeholder the load replaces per query.
 func (n LoadName) Query() *dns.Msg {
 	m := new(dns.Msg)
-	m.SetQuestion(n.FQDN, n.Type)
+	m.SetQuestion(n.wireName(), n.Type)
 	m.Id = 0
 	m.RecursionDesired = true
 	opt := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
@@ -52,7 +56,10 @@ func newLoadTemplate(n LoadName) (loadTemplate, error) {
 	if err != nil || qend+4 > len(wire) {
 		return loadTemplate{}, fmt.Errorf("name %s: packed query has no question", n.FQDN)
 	}
-	return loadTemplate{wire: wire, question: wire[12 : qend+4], rcode: n.Rcode}, nil
+	if n.Fresh && wire[12] != LoadFreshLabelLen {
+		return loadTemplate{}, fmt.Errorf("name %s: fresh name's first label not where expected", n.FQDN)
+	}
+	return loadTemplate{wire: wire, question: wire[12 : qend+4], rcode: n.Rcode, fresh: n.Fresh}, nil
 }
 
 // loadReply is what the load needs from a reply, read in place.
@@ -60,6 +67,7 @@ type loadReply struct {
 	id        uint16
 	rcode     int    // with the OPT record's extended bits
 	truncated bool   // TC set
+	answers   int    // records in the answer section (ANCOUNT)
 	question  []byte // the question section (one question), aliasing the packet
 	nsid      []byte // NSID option data, aliasing the packet; nil if none
 }
@@ -81,6 +89,7 @@ func loadParseReply(b []byte) (loadReply, error) {
 	r.rcode = int(b[3] & 0x0f)
 	qd := binary.BigEndian.Uint16(b[4:])
 	an := int(binary.BigEndian.Uint16(b[6:]))
+	r.answers = an
 	ns := int(binary.BigEndian.Uint16(b[8:]))
 	ar := int(binary.BigEndian.Uint16(b[10:]))
 	if qd != 1 {

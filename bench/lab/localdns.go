@@ -184,6 +184,47 @@ cluster.local:53 {
 }
 `
 
+// LocalDNSRefusedCorefile is corefile as a typo leaves it: `forward`
+// misspelt `froward` in the pods' root block (the block bound to
+// LocalDNSPodIP alone), which CoreDNS refuses: 1.13.1 exits at once with
+// "Unknown directive 'froward'", before it binds a socket or writes its
+// pidfile. Every other line is kept, so that the file is the rendering a
+// node would have but for the one word.
+func LocalDNSRefusedCorefile(corefile string) (string, error) {
+	lines := strings.SplitAfter(corefile, "\n")
+	// The blocks are the lines from one that ends with "{" at the top
+	// level to the "}" that closes it.
+	start, depth, misspelt := -1, 0, 0
+	for i, l := range lines {
+		t := strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(t, "#"):
+		case strings.HasSuffix(t, "{"):
+			if depth == 0 {
+				start = i
+			}
+			depth++
+		case t == "}":
+			depth--
+			if depth == 0 && slices.ContainsFunc(lines[start:i], func(b string) bool {
+				return strings.TrimSpace(b) == "bind "+LocalDNSPodIP
+			}) {
+				for j := start + 1; j < i; j++ {
+					if strings.HasPrefix(strings.TrimSpace(lines[j]), "forward ") {
+						lines[j] = strings.Replace(lines[j], "forward ", "froward ", 1)
+						misspelt++
+						break
+					}
+				}
+			}
+		}
+	}
+	if misspelt != 1 {
+		return "", fmt.Errorf("refused Corefile: %d blocks bound to %s alone with a forward, want 1", misspelt, LocalDNSPodIP)
+	}
+	return strings.Join(lines, ""), nil
+}
+
 // LocalDNSHostsPath is the hosts file the Corefile's hosts plugin reads,
 // which AKS fills with the addresses of the names nodes cannot do without
 // (image pulls, AAD tokens, packages) while VNet DNS works, so that they

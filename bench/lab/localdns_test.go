@@ -203,6 +203,14 @@ func TestLocalDNSShipped(t *testing.T) {
 		if m := localdnsTestNSID.FindStringSubmatch(out); m == nil || m[1] != nsid {
 			t.Errorf("dig @%s: NSID %v, want %q\n%s", ip, m, nsid, out)
 		}
+		// A name never asked before: each listener's root block forwards
+		// it (to kube-dns, to the VNet DNS), and both answer it.
+		fresh := "q" + strings.ReplaceAll(ip, ".", "-") + "." + lab.FreshZone
+		out = nstest.Run(t, n.node, "dig", "+tries=1", "+time=5", "@"+ip, fresh, "A")
+		rcode, answer, err = nstest.ParseDig(localdnsTestDigAnswer(out))
+		if err != nil || rcode != dns.RcodeSuccess || len(answer) != 1 || !strings.Contains(answer[0].String(), lab.FreshAddr) {
+			t.Errorf("dig @%s %s: rcode %d answer %v err %v\n%s", ip, fresh, rcode, answer, err, out)
+		}
 	}
 
 	stormStart := time.Now()
@@ -668,6 +676,53 @@ func TestLocalDNSHosts(t *testing.T) {
 	}
 }
 
+// TestLocalDNSRefusedCorefile: the refused Corefile is the lab's but for
+// one word, `forward` misspelt in the pods' root block, and CoreDNS
+// 1.13.1 refuses it, exiting before it writes its pidfile (so
+// localdns.sh waits its 10 s for the pidfile, then fails).
+func TestLocalDNSRefusedCorefile(t *testing.T) {
+	good := lab.LocalDNSCorefile()
+	bad, err := lab.LocalDNSRefusedCorefile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, bl := strings.Split(good, "\n"), strings.Split(bad, "\n")
+	if len(gl) != len(bl) {
+		t.Fatalf("%d lines, the good Corefile %d", len(bl), len(gl))
+	}
+	var changed []string
+	for i := range gl {
+		if gl[i] != bl[i] {
+			changed = append(changed, bl[i])
+		}
+	}
+	if want := []string{"    froward . " + lab.LocalDNSKubeDNS + " {"}; !slices.Equal(changed, want) {
+		t.Errorf("changed lines %q, want %q", changed, want)
+	}
+	blocks := localdnsTestBlocks(bad)
+	if pods := blocks[len(blocks)-1]; !strings.Contains(pods, "bind "+lab.LocalDNSPodIP+"\n") || !strings.Contains(pods, "froward ") {
+		t.Errorf("the misspelling is not in the pods' root block:\n%s", pods)
+	}
+	if _, err := lab.LocalDNSRefusedCorefile(strings.ReplaceAll(good, "forward . "+lab.LocalDNSKubeDNS, "# no forward")); err == nil {
+		t.Error("a Corefile whose pods' block forwards nowhere: no error")
+	}
+
+	coredns := nstest.CoreDNSBinary(t)
+	dir := t.TempDir()
+	conf, pidfile := filepath.Join(dir, "Corefile"), filepath.Join(dir, "coredns.pid")
+	localdnsTestMust(t, os.WriteFile(conf, []byte(bad), 0o644))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, coredns, "-conf", conf, "-pidfile", pidfile).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || ctx.Err() != nil || !strings.Contains(string(out), "Unknown directive 'froward'") {
+		t.Errorf("CoreDNS on the refused Corefile: %v, want a quick exit saying Unknown directive 'froward':\n%s", err, out)
+	}
+	if _, err := os.Stat(pidfile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CoreDNS refused the Corefile but wrote its pidfile (%v): localdns.sh would take it for started", err)
+	}
+}
+
 // TestVnetDNSCorefile: the VNet DNS serves every zone of the lab but the
 // cluster's, on its own address, and answers every other name NXDOMAIN.
 func TestVnetDNSCorefile(t *testing.T) {
@@ -677,8 +732,11 @@ func TestVnetDNSCorefile(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := localdnsTestBlocks(got)
-	if len(blocks) != len(zones.Origins) {
-		t.Fatalf("%d blocks for %d zones, want all but cluster.local, and the root:\n%s", len(blocks), len(zones.Origins), got)
+	if len(blocks) != len(zones.Origins)+1 {
+		t.Fatalf("%d blocks for %d zones, want all but cluster.local, the fresh names' and the root:\n%s", len(blocks), len(zones.Origins), got)
+	}
+	if !strings.Contains(got, lab.FreshZone+":53 {") {
+		t.Errorf("no block for %s:\n%s", lab.FreshZone, got)
 	}
 	for _, o := range zones.Origins {
 		has := strings.Contains(got, o+":53 {")

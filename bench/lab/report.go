@@ -82,25 +82,26 @@ type Summary struct {
 	GlibcOK            int        `json:"glibc_ok"`
 	GlibcFail          int        `json:"glibc_fail"`
 
-	ServFail        int            `json:"servfail"`               // SERVFAIL replies (each failed a try)
-	BadRcodes       map[string]int `json:"bad_rcodes,omitempty"`   // every reply that failed a try, by rcode
-	TargetQPS       int            `json:"target_qps"`             // the rate asked for
-	DurationS       float64        `json:"duration_s"`             // time spent sending
-	MaxGapFromMs    float64        `json:"max_gap_from_ms"`        // where the longest gap began, on the run's clock
-	GlibcUnfinished int            `json:"glibc_unfinished"`       // lookups still running when the probe ended
-	GlibcSkipped    int            `json:"glibc_skipped"`          // lookups not started: too many running
-	GlibcMaxMs      float64        `json:"glibc_max_ms"`           // slowest finished lookup
-	Late            int            `json:"late,omitempty"`         // replies after their try timed out
-	Duplicates      int            `json:"duplicates"`             // further replies to a try that had one: what a hedging server costs a client (glibc ignores them)
-	Mismatched      int            `json:"mismatched"`             // replies with an ID or question no try was sent with
-	Malformed       int            `json:"malformed,omitempty"`    // datagrams that are no DNS reply
-	Truncated       int            `json:"truncated,omitempty"`    // replies with TC set
-	SendErrors      int            `json:"send_errors,omitempty"`  // sends the kernel refused
-	ICMPErrors      int            `json:"icmp_errors,omitempty"`  // unreachable errors reported to the sockets
-	NoTimestamp     int            `json:"no_timestamp,omitempty"` // replies timed when read, not by the kernel (none or implausible)
-	MaxLagMs        float64        `json:"max_lag_ms,omitempty"`   // furthest the sender fell behind schedule
-	Aborted         bool           `json:"aborted,omitempty"`      // the load was cut short
-	ReceiverErr     string         `json:"receiver_err,omitempty"` // the load's receiver failed
+	ServFail        int            `json:"servfail"`                // SERVFAIL replies (each failed a try)
+	BadRcodes       map[string]int `json:"bad_rcodes,omitempty"`    // every reply that failed a try by its rcode, by rcode
+	EmptyAnswers    int            `json:"empty_answers,omitempty"` // NOERROR replies without an answer record, which failed a try of a fresh name
+	TargetQPS       int            `json:"target_qps"`              // the rate asked for
+	DurationS       float64        `json:"duration_s"`              // time spent sending
+	MaxGapFromMs    float64        `json:"max_gap_from_ms"`         // where the longest gap began, on the run's clock
+	GlibcUnfinished int            `json:"glibc_unfinished"`        // lookups still running when the probe ended
+	GlibcSkipped    int            `json:"glibc_skipped"`           // lookups not started: too many running
+	GlibcMaxMs      float64        `json:"glibc_max_ms"`            // slowest finished lookup
+	Late            int            `json:"late,omitempty"`          // replies after their try timed out
+	Duplicates      int            `json:"duplicates"`              // further replies to a try that had one: what a hedging server costs a client (glibc ignores them)
+	Mismatched      int            `json:"mismatched"`              // replies with an ID or question no try was sent with
+	Malformed       int            `json:"malformed,omitempty"`     // datagrams that are no DNS reply
+	Truncated       int            `json:"truncated,omitempty"`     // replies with TC set
+	SendErrors      int            `json:"send_errors,omitempty"`   // sends the kernel refused
+	ICMPErrors      int            `json:"icmp_errors,omitempty"`   // unreachable errors reported to the sockets
+	NoTimestamp     int            `json:"no_timestamp,omitempty"`  // replies timed when read, not by the kernel (none or implausible)
+	MaxLagMs        float64        `json:"max_lag_ms,omitempty"`    // furthest the sender fell behind schedule
+	Aborted         bool           `json:"aborted,omitempty"`       // the load was cut short
+	ReceiverErr     string         `json:"receiver_err,omitempty"`  // the load's receiver failed
 }
 
 // Timeline is a run in bins of Step by send time (a query belongs to the
@@ -129,6 +130,10 @@ type LabRun struct {
 	Listener   string      `json:"listener,omitempty"`    // the address the client asked: 169.254.10.11, 169.254.10.10
 	Client     string      `json:"client,omitempty"`      // who asked: "pod", "node"
 	AfterFault *AfterFault `json:"after_fault,omitempty"` // the queries and lookups begun from the fault on
+	// Recovered counts, in a scenario that brings LocalDNS back, what was
+	// begun once LocalDNS had had time to take its traffic back: who
+	// answers then says whether it did.
+	Recovered  *AfterFault `json:"recovered,omitempty"`
 	Note       string      `json:"note,omitempty"`
 	FaultError string      `json:"fault_error,omitempty"` // what went wrong applying the fault (also in Note), "" when nothing did
 	Hedges     *Hedges     `json:"hedges,omitempty"`      // dnsstandby's hedged answers on the run's listener; nil where it does not report them
@@ -183,6 +188,48 @@ type AfterFault struct {
 	// reported).
 	AnsweredBy AnsweredBy `json:"answered_by"`
 	Hedges     *int       `json:"hedges,omitempty"`
+	// Fresh counts, among these queries, those for names never asked
+	// before (LoadName.Fresh): nil when the mix has none.
+	Fresh *FreshCounts `json:"fresh,omitempty"`
+	// GlibcWhileStopped counts, among these lookups, those started while
+	// the scenario had dnsstandby stopped for a cold start, with nothing
+	// listening: nil where it stops nothing.
+	GlibcWhileStopped *GlibcCounts `json:"glibc_while_stopped,omitempty"`
+}
+
+// GlibcCounts are finished glibc lookups by outcome.
+type GlibcCounts struct {
+	OK   int `json:"ok"`
+	Fail int `json:"fail"`
+}
+
+// CountGlibc counts the probe's finished lookups started in [from, to)
+// on the load's clock (which starts at loadStart).
+func CountGlibc(probe ProbeResult, loadStart time.Time, from, to time.Duration) GlibcCounts {
+	var c GlibcCounts
+	offset := probe.Start.Sub(loadStart)
+	for _, p := range probe.Records {
+		if at := offset + p.Start; !p.Finished || at < from || at >= to {
+			continue
+		}
+		if p.OK {
+			c.OK++
+		} else {
+			c.Fail++
+		}
+	}
+	return c
+}
+
+// FreshCounts are queries for names never asked before, by outcome and by
+// who answered them: no cache held them, so each answer came through an
+// upstream.
+type FreshCounts struct {
+	Sent       int        `json:"sent"`
+	FirstTry   int        `json:"answered_first_try"`
+	AfterRetry int        `json:"answered_after_retry"`
+	Unanswered int        `json:"unanswered"`
+	AnsweredBy AnsweredBy `json:"answered_by"`
 }
 
 // FirstTryShare is the share of the queries sent from the fault on that
@@ -199,6 +246,9 @@ func (a AfterFault) FirstTryShare() float64 {
 // the probe's finished lookups started then or later, with the slowest.
 func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) AfterFault {
 	a := AfterFault{AtMs: reportMs(at)}
+	if slices.ContainsFunc(load.Names, func(n LoadName) bool { return n.Fresh }) {
+		a.Fresh = &FreshCounts{}
+	}
 	first := len(load.Records) // records are in send order
 	var latencies []time.Duration
 	for i, r := range load.Records {
@@ -207,17 +257,34 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		}
 		first = min(first, i)
 		a.Sent++
+		var fresh *FreshCounts
+		if a.Fresh != nil && load.Names[r.Name].Fresh {
+			fresh = a.Fresh
+			fresh.Sent++
+		}
 		switch r.Outcome {
 		case LoadFirstTry:
 			a.FirstTry++
+			if fresh != nil {
+				fresh.FirstTry++
+			}
 		case LoadAfterRetry:
 			a.AfterRetry++
+			if fresh != nil {
+				fresh.AfterRetry++
+			}
 		case LoadUnanswered:
 			a.Unanswered++
+			if fresh != nil {
+				fresh.Unanswered++
+			}
 			continue
 		}
 		latencies = append(latencies, r.Latency)
 		a.AnsweredBy.add(r.By)
+		if fresh != nil {
+			fresh.AnsweredBy.add(r.By)
+		}
 	}
 	slices.Sort(latencies)
 	a.P99Ms = reportMs(reportPercentile(latencies, 0.99))
@@ -277,20 +344,21 @@ func NewLabRun(scenario, setup string, load LoadResult, probe ProbeResult) LabRu
 // was none.
 func Summarize(load LoadResult, probe ProbeResult) Summary {
 	s := Summary{
-		Sent:        len(load.Records),
-		TargetQPS:   load.QPS,
-		DurationS:   reportRound(load.Duration.Seconds(), 3),
-		Late:        load.Late,
-		Duplicates:  load.Duplicates,
-		Mismatched:  load.Mismatched,
-		Malformed:   load.Malformed,
-		Truncated:   load.Truncated,
-		SendErrors:  load.SendErrors,
-		ICMPErrors:  load.RecvErrors,
-		NoTimestamp: load.NoTimestamp,
-		MaxLagMs:    reportMs(load.MaxLag),
-		Aborted:     load.Aborted,
-		ReceiverErr: load.ReceiverErr,
+		Sent:         len(load.Records),
+		TargetQPS:    load.QPS,
+		DurationS:    reportRound(load.Duration.Seconds(), 3),
+		Late:         load.Late,
+		Duplicates:   load.Duplicates,
+		Mismatched:   load.Mismatched,
+		EmptyAnswers: load.Empty,
+		Malformed:    load.Malformed,
+		Truncated:    load.Truncated,
+		SendErrors:   load.SendErrors,
+		ICMPErrors:   load.RecvErrors,
+		NoTimestamp:  load.NoTimestamp,
+		MaxLagMs:     reportMs(load.MaxLag),
+		Aborted:      load.Aborted,
+		ReceiverErr:  load.ReceiverErr,
 	}
 	if load.Duration > 0 {
 		s.QPS = reportRound(float64(s.Sent)/load.Duration.Seconds(), 1)

@@ -176,6 +176,26 @@ func TestCountAfterFaultBy(t *testing.T) {
 	}
 }
 
+// TestCountAfterFaultFresh: the queries for fresh names are counted apart
+// too, from the fault on, and only when the mix has such names.
+func TestCountAfterFaultFresh(t *testing.T) {
+	load := reportTestLoad("FFURFUFR")
+	if got := CountAfterFault(load, ProbeResult{}, 0).Fresh; got != nil {
+		t.Errorf("a mix without fresh names: fresh counts %+v, want none", got)
+	}
+	load.Names = []LoadName{{FQDN: "a.example."}, {FQDN: "fresh.example.", Fresh: true}}
+	for i := range load.Records {
+		load.Records[i].Name = int32(i % 2) // odd queries fresh
+	}
+	got := CountAfterFault(load, ProbeResult{}, reportTestStep).Fresh
+	// From the second query on, the fresh ones: F, R, U, R, each answer
+	// dnsstandby's (odd queries).
+	want := &FreshCounts{Sent: 4, FirstTry: 1, AfterRetry: 2, Unanswered: 1, AnsweredBy: AnsweredBy{Standby: 3}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
 func TestCountAfterFault(t *testing.T) {
 	ms := time.Millisecond
 	start := time.Unix(1000, 0)
@@ -220,6 +240,33 @@ func TestCountAfterFault(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCountGlibc: the lookups started in a window, on the load's clock.
+func TestCountGlibc(t *testing.T) {
+	ms := time.Millisecond
+	start := time.Unix(1000, 0)
+	// Started at 100, 200, 300, 400 ms on the load's clock; the last one
+	// unfinished.
+	probe := ProbeResult{Start: start.Add(100 * ms), Records: []ProbeRecord{
+		{Start: 0, OK: true, Finished: true},
+		{Start: 100 * ms, Finished: true},
+		{Start: 200 * ms, OK: true, Finished: true},
+		{Start: 300 * ms},
+	}}
+	for _, tc := range []struct {
+		from, to time.Duration
+		want     GlibcCounts
+	}{
+		{0, time.Second, GlibcCounts{OK: 2, Fail: 1}},
+		{200 * ms, 300 * ms, GlibcCounts{Fail: 1}},
+		{150 * ms, 200 * ms, GlibcCounts{}},
+		{300 * ms, time.Second, GlibcCounts{OK: 1}},
+	} {
+		if got := CountGlibc(probe, start, tc.from, tc.to); got != tc.want {
+			t.Errorf("[%v, %v): %+v, want %+v", tc.from, tc.to, got, tc.want)
+		}
 	}
 }
 
@@ -290,7 +337,9 @@ func reportTestRuns() []LabRun {
 	standby := NewLabRun("crash-storm", "dnsstandby", reportTestLoad(strings.Repeat("F", 3000)+strings.Repeat("R", 5)+strings.Repeat("F", 995)), ProbeResult{})
 	standby.Events = storm.Events
 	standby.Listener, standby.Client = "169.254.10.11", "pod"
-	standby.AfterFault = &AfterFault{AtMs: 500, Sent: 3000, FirstTry: 2995, AfterRetry: 5, P99Ms: 1.5}
+	standby.AfterFault = &AfterFault{AtMs: 500, Sent: 3000, FirstTry: 2995, AfterRetry: 5, P99Ms: 1.5,
+		Fresh: &FreshCounts{Sent: 60, FirstTry: 59, AfterRetry: 1, AnsweredBy: AnsweredBy{Standby: 60}}}
+	standby.Recovered = &AfterFault{AtMs: 3500, Sent: 500, FirstTry: 500, AnsweredBy: AnsweredBy{LocalDNS: 500}}
 	standby.Hedges = &Hedges{Total: 7, Cache: 7, Later: 6, Never: 1}
 	standby.Duplicates = 6
 	// The node's client through the other listener: LocalDNS answers it

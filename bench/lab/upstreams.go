@@ -22,6 +22,23 @@ const (
 	VnetDNSGateway = "10.200.1.2"
 )
 
+// FreshZone is a zone both upstreams answer every A name under, each with
+// FreshAddr, through CoreDNS's template plugin: a load's fresh names
+// (LoadName.Fresh) go there, names no cache can hold, so only a server
+// that reaches an upstream answers them. On a node these are the names a
+// workload asks for the first time (a new storage account, a new
+// endpoint), which kube-dns forwards and the VNet DNS resolves.
+const (
+	FreshZone = "fresh.example.com."
+	FreshAddr = "192.0.2.53"
+)
+
+// freshBlock is the server block for FreshZone, bound to addr.
+func freshBlock(addr string) string {
+	return fmt.Sprintf("%s:53 {\n    bind %s\n    errors\n    template IN A %s {\n        answer \"{{ .Name }} 60 IN A %s\"\n    }\n}\n",
+		FreshZone, addr, FreshZone, FreshAddr)
+}
+
 // upstreamSpec is where one upstream sits and how the node reaches it.
 type upstreamSpec struct {
 	role     string // namespace role: "kubedns", "vnetdns"
@@ -44,7 +61,8 @@ type Upstream struct {
 // block forward there) serving every zone of the lab, and the VNet's DNS
 // (LocalDNSVnetDNS: the node's root block forwards there) serving the
 // zones outside the cluster and NXDOMAIN for every other name, cluster.local
-// included, as a VNet's resolver knows nothing of the cluster.
+// included, as a VNet's resolver knows nothing of the cluster. Both answer
+// the names under FreshZone.
 type Upstreams struct {
 	Kube, Vnet *Upstream
 }
@@ -58,7 +76,7 @@ func StartUpstreams(node *nstest.Namespace, coredns string, zones *nstest.Zones)
 	var err error
 	u.Kube, err = startUpstream(node, coredns, zones, upstreamSpec{
 		role: "kubedns", addr: LocalDNSKubeDNS, link: KubeDNSLink, nodeEnd: "10.200.0.1", gateway: KubeDNSGateway,
-		corefile: zones.Corefile(LocalDNSKubeDNS),
+		corefile: zones.Corefile(LocalDNSKubeDNS) + freshBlock(LocalDNSKubeDNS),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kube-dns: %w", err)
@@ -141,9 +159,9 @@ func (u *Upstream) Close() error {
 
 // VnetDNSCorefile is the VNet DNS's Corefile: the zones' blocks
 // (zones.Corefile, one per zone) bound to LocalDNSVnetDNS, but for
-// cluster.local, which only kube-dns serves, and a root block that answers
-// every other name NXDOMAIN, as a VNet's resolver answers a name that does
-// not exist. A cluster name that reaches the VNet DNS gets NXDOMAIN, as a
+// cluster.local, which only kube-dns serves; FreshZone's; and a root
+// block that answers every other name NXDOMAIN, as a VNet's resolver
+// answers a name that does not exist. A cluster name that reaches the VNet DNS gets NXDOMAIN, as a
 // misrouted one would on a node.
 func VnetDNSCorefile(zones *nstest.Zones) (string, error) {
 	var b strings.Builder
@@ -158,6 +176,7 @@ func VnetDNSCorefile(zones *nstest.Zones) (string, error) {
 	if !dropped {
 		return "", errors.New("VNet DNS Corefile: the zones' Corefile has no cluster.local block to leave out")
 	}
+	b.WriteString(freshBlock(LocalDNSVnetDNS))
 	fmt.Fprintf(&b, ".:53 {\n    bind %s\n    errors\n    template ANY ANY {\n        rcode NXDOMAIN\n    }\n}\n", LocalDNSVnetDNS)
 	return b.String(), nil
 }

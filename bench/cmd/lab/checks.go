@@ -19,9 +19,10 @@ type losslessRule struct {
 // dies or its link goes while kube-dns and the VNet DNS stay up, dnsstandby
 // must answer for LocalDNS on both listeners without losing a query;
 // where dnsstandby itself is restarted, upgraded or handed over while it
-// answers alone, from its cache, nothing may be lost either; and a
-// dnsstandby that stalls while it holds the traffic must give it back to
-// LocalDNS before a client's retry (1 s) falls in the stall too.
+// answers alone, from its cache, nothing may be lost either; nor where
+// LocalDNS is given a Corefile it refuses, which dnsstandby must not apply;
+// and a dnsstandby that stalls while it holds the traffic must give it
+// back to LocalDNS before a client's retry (1 s) falls in the stall too.
 func losslessRules() []losslessRule {
 	return []losslessRule{
 		{"crash-storm", setupStandby},
@@ -31,6 +32,7 @@ func losslessRules() []losslessRule {
 		{"standby-upgrade", setupStandby},
 		{"standby-surge", setupStandby},
 		{"standby-stall", setupStandby},
+		{"bad-corefile", setupStandby},
 	}
 }
 
@@ -40,6 +42,7 @@ func losslessRules() []losslessRule {
 func faultRules() map[string]string {
 	return map[string]string{
 		"standby-upgrade": "the unit's binary and its running process are the new build after the upgrade (no fault error)",
+		"bad-corefile":    "LocalDNS never ran on the refused Corefile and ran again on the good one; dnsstandby's restart and cold start succeeded (no fault error)",
 	}
 }
 
@@ -65,10 +68,10 @@ func faultChecks(scenario string, runs []lab.LabRun) []lab.Check {
 	return out
 }
 
-// hedgeRule is one requirement on the dnsstandby setup's run of a
+// runRule is one requirement on the dnsstandby setup's run of a
 // scenario, on each client: check says whether the run meets it and what
 // it found.
-type hedgeRule struct {
+type runRule struct {
 	scenario, require string
 	check             func(r lab.LabRun) (pass bool, found string)
 }
@@ -80,8 +83,8 @@ type hedgeRule struct {
 // nothing is late; when all is well, LocalDNS keeps answering and
 // dnsstandby stays out of the way. A dnsstandby that does not hedge fails
 // hang, lossy and brownout: -hedge-checks=false leaves them out.
-func hedgeRules() []hedgeRule {
-	return []hedgeRule{
+func hedgeRules() []runRule {
+	return []runRule{
 		{"hang", "0 queries unanswered from the fault on", unanswered},
 		{"hang", "≥ 99.9% answered on the first try from the fault on", firstTry(0.999)},
 		{"hang", "longest first-try gap ≤ 250 ms from the fault on", maxGap(250)},
@@ -93,6 +96,47 @@ func hedgeRules() []hedgeRule {
 		{"healthy", "hedges ≤ 0.1% of queries from the fault on", hedgeShare(0.001)},
 		{"healthy", "LocalDNS (by NSID) gives ≥ 99.9% of the answers from the fault on", localDNSShare(0.999)},
 		{"healthy", "0 mismatched replies", noMismatched},
+	}
+}
+
+// outageRules are what the dnsstandby setup must show where LocalDNS is
+// down for good until someone repairs it, beyond losing nothing: names no
+// cache can hold still resolve (dnsstandby reaches the upstreams, with the
+// configuration it applied last), and once LocalDNS runs again it gets its
+// traffic back.
+func outageRules() []runRule {
+	return []runRule{
+		{"bad-corefile", "names never asked before: 0 unanswered from the fault on", freshAnswered},
+		{"bad-corefile", "LocalDNS (by NSID) gives ≥ 99% of the answers once back", recoveredShare(0.99)},
+	}
+}
+
+// freshAnswered: every query for a name never asked before was answered,
+// from the fault on.
+func freshAnswered(r lab.LabRun) (bool, string) {
+	f := r.AfterFault.Fresh
+	if f == nil {
+		return false, "no names never asked before in the load"
+	}
+	return f.Sent > 0 && f.Unanswered == 0,
+		fmt.Sprintf("%d unanswered of %d sent (%d after the retry; answered by dnsstandby %d, LocalDNS %d)",
+			f.Unanswered, f.Sent, f.AfterRetry, f.AnsweredBy.Standby, f.AnsweredBy.ByLocalDNS())
+}
+
+// recoveredShare: over what was sent once LocalDNS had had time to take
+// its traffic back (LabRun.Recovered), LocalDNS gave at least share of
+// the answers.
+func recoveredShare(share float64) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		a := r.Recovered
+		if a == nil {
+			return false, "no time counted after LocalDNS came back (it did not, or the run ended first)"
+		}
+		by := a.AnsweredBy
+		got := float64(by.ByLocalDNS()) / float64(max(by.Total(), 1))
+		return by.Total() > 0 && got >= share,
+			fmt.Sprintf("%.3f%% (%d of %d answers from %.0f ms on; dnsstandby %d; %d unanswered)",
+				100*got, by.ByLocalDNS(), by.Total(), a.AtMs, by.Standby, a.Unanswered)
 	}
 }
 
@@ -200,7 +244,7 @@ func gapChecks(scenario string, runs []lab.LabRun) []lab.Check {
 // to it and to the setups that ran (the hedge rules only with hedges set):
 // for each such setup, each of clients must have a run, with nothing
 // unanswered and no glibc lookup failed from the fault on where the
-// lossless rules apply, and each hedge rule met.
+// lossless rules apply, and each outage and hedge rule met.
 func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hedges bool) []lab.Check {
 	var out []lab.Check
 	// find returns the setup's run for client, or appends a failed check
@@ -228,11 +272,15 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 	}
 	out = append(out, gapChecks(scenario, runs)...)
 	out = append(out, faultChecks(scenario, runs)...)
-	if !hedges || !slices.Contains(setups, setupStandby) {
+	if !slices.Contains(setups, setupStandby) {
 		return out
 	}
-	var rules []hedgeRule
-	for _, rule := range hedgeRules() {
+	all := outageRules()
+	if hedges {
+		all = append(all, hedgeRules()...)
+	}
+	var rules []runRule
+	for _, rule := range all {
 		if rule.scenario == scenario {
 			rules = append(rules, rule)
 		}
@@ -268,6 +316,17 @@ func losslessChecks(r lab.LabRun) []lab.Check {
 	lookups.Require = "0 glibc lookups failed from the fault on"
 	lookups.Pass = a.GlibcFail == 0 && a.GlibcOK > 0
 	lookups.Found = fmt.Sprintf("%d failed, %d ok", a.GlibcFail, a.GlibcOK)
+	if w := a.GlibcWhileStopped; w != nil {
+		// With dnsstandby stopped for its cold start, LocalDNS down,
+		// nothing listens: glibc is refused at once (it waits for no
+		// timeout), whoever stands by. A reboot, which the cold start
+		// stands for, runs no client then: those lookups are shown,
+		// not counted.
+		lookups.Require = "0 glibc lookups failed from the fault on but while dnsstandby was stopped for its cold start"
+		fail, ok := a.GlibcFail-w.Fail, a.GlibcOK-w.OK
+		lookups.Pass = fail == 0 && ok > 0
+		lookups.Found = fmt.Sprintf("%d failed, %d ok; while stopped, %d failed, %d ok", fail, ok, w.Fail, w.OK)
+	}
 	return []lab.Check{queries, lookups}
 }
 

@@ -18,6 +18,23 @@ func gapRun(r lab.LabRun, ms float64) lab.LabRun {
 	return r
 }
 
+// freshRun is r with 200 queries for fresh names from the fault on, lost
+// of them unanswered.
+func freshRun(r lab.LabRun, lost int) lab.LabRun {
+	a := *r.AfterFault
+	a.Fresh = &lab.FreshCounts{Sent: 200, FirstTry: 200 - lost, Unanswered: lost, AnsweredBy: lab.AnsweredBy{Standby: 200 - lost}}
+	r.AfterFault = &a
+	return r
+}
+
+// recoveredRun is r with a recovery window in which LocalDNS gave
+// localdns answers and dnsstandby standby.
+func recoveredRun(r lab.LabRun, localdns, standby int) lab.LabRun {
+	r.Recovered = &lab.AfterFault{AtMs: 60000, Sent: localdns + standby, FirstTry: localdns + standby,
+		AnsweredBy: lab.AnsweredBy{LocalDNS: localdns, Standby: standby}}
+	return r
+}
+
 // faultRun is r with the fault's error err.
 func faultRun(r lab.LabRun, err string) lab.LabRun {
 	r.FaultError = err
@@ -139,6 +156,31 @@ func TestCheckRuns(t *testing.T) {
 				"PASS pod no gap over 250 ms", "FAIL node no gap over 250 ms"},
 		},
 		{
+			name: "a bad Corefile: lossless, fresh names answered, LocalDNS back, the fault as planned", scenario: "bad-corefile", setups: all, clients: both,
+			runs: []lab.LabRun{
+				run("bad-corefile", setupPR9439, clientPod, lost(50000, 200)),
+				recoveredRun(freshRun(run("bad-corefile", setupStandby, clientPod, clean()), 0), 4990, 10),
+				recoveredRun(freshRun(run("bad-corefile", setupStandby, clientNode, clean()), 0), 1250, 0),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS node 0 queries", "PASS node 0 glibc",
+				"PASS pod LocalDNS never ran on the refused Corefile", "PASS node LocalDNS never ran on the refused Corefile",
+				"PASS pod names never asked before", "PASS pod LocalDNS (by NSID) gives ≥ 99%",
+				"PASS node names never asked before", "PASS node LocalDNS (by NSID) gives ≥ 99%"},
+		},
+		{
+			name: "a bad Corefile: fresh names lost, LocalDNS's traffic not back, LocalDNS ran on the refused file", scenario: "bad-corefile", setups: all, clients: both,
+			runs: []lab.LabRun{
+				faultRun(recoveredRun(freshRun(run("bad-corefile", setupStandby, clientPod, clean()), 3), 4900, 100), "bad Corefile: LocalDNS became active on the refused Corefile"),
+				// No fresh names in the load, and no time counted after
+				// LocalDNS came back: both fail.
+				run("bad-corefile", setupStandby, clientNode, clean()),
+			},
+			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc", "PASS node 0 queries", "PASS node 0 glibc",
+				"FAIL pod LocalDNS never ran on the refused Corefile", "PASS node LocalDNS never ran on the refused Corefile",
+				"FAIL pod names never asked before", "FAIL pod LocalDNS (by NSID) gives ≥ 99%",
+				"FAIL node names never asked before", "FAIL node LocalDNS (by NSID) gives ≥ 99%"},
+		},
+		{
 			name: "without the node's client only the pods are checked", scenario: "crash-storm", setups: all, clients: []string{clientPod},
 			runs: []lab.LabRun{run("crash-storm", setupStandby, clientPod, clean())},
 			want: []string{"PASS pod 0 queries", "PASS pod 0 glibc"},
@@ -180,6 +222,37 @@ func TestLosslessChecksFound(t *testing.T) {
 	}
 }
 
+// TestOutageRulesFound: the outage checks say what the run showed.
+func TestOutageRulesFound(t *testing.T) {
+	r := recoveredRun(freshRun(lab.LabRun{AfterFault: &lab.AfterFault{}}, 2), 9800, 200)
+	pass, found := freshAnswered(r)
+	if want := "2 unanswered of 200 sent (0 after the retry; answered by dnsstandby 198, LocalDNS 0)"; pass || found != want {
+		t.Errorf("freshAnswered = %v, %q; want false, %q", pass, found, want)
+	}
+	pass, found = recoveredShare(0.99)(r)
+	if want := "98.000% (9800 of 10000 answers from 60000 ms on; dnsstandby 200; 0 unanswered)"; pass || found != want {
+		t.Errorf("recoveredShare = %v, %q; want false, %q", pass, found, want)
+	}
+}
+
+// TestLosslessChecksWhileStopped: the glibc lookups started while
+// dnsstandby was stopped for its cold start are shown, not counted; the
+// queries are counted all the same.
+func TestLosslessChecksWhileStopped(t *testing.T) {
+	r := lab.LabRun{Scenario: "bad-corefile", Setup: setupStandby, Client: clientNode, Listener: nodeDNS,
+		AfterFault: &lab.AfterFault{AtMs: 10000, Sent: 18000, AfterRetry: 160, GlibcOK: 348, GlibcFail: 4,
+			GlibcWhileStopped: &lab.GlibcCounts{OK: 1, Fail: 4}}}
+	got := losslessChecks(r)
+	want := "PASS bad-corefile dnsstandby node → 169.254.10.10: 0 glibc lookups failed from the fault on but while dnsstandby was stopped for its cold start; found 0 failed, 347 ok; while stopped, 4 failed, 1 ok"
+	if len(got) != 2 || !got[0].Pass || got[1].String() != want {
+		t.Errorf("got %v\nwant the queries passed and %s", got, want)
+	}
+	r.AfterFault.GlibcFail = 5 // one more, outside the stop
+	if got := losslessChecks(r); got[1].Pass {
+		t.Errorf("a lookup failed outside the stop: %s", got[1])
+	}
+}
+
 // TestFaultChecksFound: a failed upgrade says what went wrong.
 func TestFaultChecksFound(t *testing.T) {
 	r := lab.LabRun{Scenario: "standby-upgrade", Setup: setupStandby, Client: clientPod, Listener: localDNS,
@@ -201,7 +274,7 @@ func TestRuleScenarios(t *testing.T) {
 	}
 	named = append(named, slices.Collect(maps.Keys(maxGapRules()))...)
 	named = append(named, slices.Collect(maps.Keys(faultRules()))...)
-	for _, r := range hedgeRules() {
+	for _, r := range append(hedgeRules(), outageRules()...) {
 		named = append(named, r.scenario)
 	}
 	for _, name := range named {

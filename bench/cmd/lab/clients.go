@@ -36,6 +36,16 @@ type nameMixes struct {
 	pod, node []lab.LoadName
 }
 
+// Fresh names' shares of the mixes (withFresh): 1 in 51 of the pods'
+// queries (about 20 a second at the default 1,000 qps) and 1 in 26 of the
+// node's (about 10 at 250).
+const freshEveryPod, freshEveryNode = 50, 25
+
+// withFresh is the mixes with their fresh names' shares.
+func (m nameMixes) withFresh() nameMixes {
+	return nameMixes{pod: withFresh(m.pod, freshEveryPod), node: withFresh(m.node, freshEveryNode)}
+}
+
 // clients are the node's clients: the pods, and, unless o.nodeQPS is 0,
 // the node itself.
 func (t *topology) clients(o *options, mixes nameMixes) []client {
@@ -104,6 +114,23 @@ func nodeNameMix(z *nstest.Zones) []lab.LoadName {
 		add(10, lab.LoadName{FQDN: name, Type: dns.TypeA, Rcode: dns.RcodeSuccess})
 	}
 	return mix
+}
+
+// withFresh is mix with a name never asked before (lab.LoadName.Fresh,
+// under lab.FreshZone, which kube-dns and the VNet DNS both answer) after
+// every `every` entries: a workload asking new names all the time, whose
+// queries no cache can answer. Only scenarios that ask for it get it, so
+// the other scenarios' loads stay as they were.
+func withFresh(mix []lab.LoadName, every int) []lab.LoadName {
+	fresh := lab.LoadName{FQDN: lab.FreshZone, Type: dns.TypeA, Rcode: dns.RcodeSuccess, Fresh: true}
+	out := make([]lab.LoadName, 0, len(mix)+len(mix)/every+1)
+	for i, n := range mix {
+		out = append(out, n)
+		if (i+1)%every == 0 {
+			out = append(out, fresh)
+		}
+	}
+	return out
 }
 
 // inCluster reports whether name is in cluster.local.

@@ -94,3 +94,47 @@ func TestClients(t *testing.T) {
 		}
 	}
 }
+
+// TestWithFresh: the fresh names are added to a mix, evenly spaced, and
+// nothing of the mix is lost or reordered; the mixes without them (every
+// other scenario's) stay as they were.
+func TestWithFresh(t *testing.T) {
+	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 300, Namespaces: []string{"default", "shop"}})
+	plain := nameMixes{pod: nameMix(zones), node: nodeNameMix(zones)}
+	podBefore, nodeBefore := slices.Clone(plain.pod), slices.Clone(plain.node)
+	fresh := plain.withFresh()
+	for _, tc := range []struct {
+		client      string
+		plain, with []lab.LoadName
+		every       int
+	}{
+		{clientPod, plain.pod, fresh.pod, freshEveryPod},
+		{clientNode, plain.node, fresh.node, freshEveryNode},
+	} {
+		var rest []lab.LoadName
+		last := -1
+		for i, n := range tc.with {
+			if !n.Fresh {
+				rest = append(rest, n)
+				continue
+			}
+			if n.FQDN != lab.FreshZone || n.Type != dns.TypeA || n.Rcode != dns.RcodeSuccess {
+				t.Errorf("%s: fresh entry %+v, want A under %s, NOERROR", tc.client, n, lab.FreshZone)
+			}
+			if i-last != tc.every+1 {
+				t.Errorf("%s: fresh entry at %d, the previous at %d: want one after every %d", tc.client, i, last, tc.every)
+			}
+			last = i
+		}
+		if !slices.Equal(rest, tc.plain) {
+			t.Errorf("%s: the mix without its fresh entries is not the plain mix", tc.client)
+		}
+		if got, want := len(tc.with)-len(tc.plain), len(tc.plain)/tc.every; got != want || got == 0 {
+			t.Errorf("%s: %d fresh entries in a mix of %d, want %d", tc.client, got, len(tc.plain), want)
+		}
+	}
+	if !slices.Equal(plain.pod, podBefore) || !slices.Equal(plain.node, nodeBefore) ||
+		slices.ContainsFunc(plain.pod, func(n lab.LoadName) bool { return n.Fresh }) {
+		t.Error("withFresh changed the plain mixes")
+	}
+}

@@ -37,6 +37,7 @@ type options struct {
 	nodeQPS   int     // the node's own load, through 169.254.10.10; 0: none
 	scale     float64 // multiplies baseline and observation times
 	hedges    bool    // apply the hedge checks (hedgeRules)
+	fallback  string  // auto, on, off: give dnsstandby --fallback-upstream (standbyOptions)
 	bins      binaries
 }
 
@@ -53,6 +54,7 @@ func parseFlags() *options {
 	flag.IntVar(&o.nodeQPS, "node-qps", 250, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
 	flag.BoolVar(&o.hedges, "hedge-checks", true, "check the dnsstandby setup against the hedged-answer rules in hang, lossy, brownout and healthy (a dnsstandby that does not hedge fails the first three)")
+	flag.StringVar(&o.fallback, "standby-fallback", "auto", "give dnsstandby --fallback-upstream "+clusterIP+":53: on, off, or auto (when the dnsstandby binary has the option)")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.bins.dnsstandby, "dnsstandby", "bench/out/bin/dnsstandby", "dnsstandby binary")
 	flag.StringVar(&o.bins.next, "dnsstandby-next", "bench/out/bin/dnsstandby-next", "the build standby-upgrade upgrades to: the same source stamped with another version (make lab builds it)")
@@ -94,6 +96,15 @@ func run(ctx context.Context, o *options) error {
 	version, err := corednsVersion(o.bins.coredns)
 	if err != nil {
 		return err
+	}
+	if o.bins.fallback, err = useFallback(ctx, o.fallback, o.bins.dnsstandby); err != nil {
+		return err
+	}
+	// A run's numbers depend on it: say which.
+	if o.bins.fallback {
+		fmt.Printf("dnsstandby runs with %s %s:53\n", fallbackFlag, clusterIP)
+	} else {
+		fmt.Printf("dnsstandby runs without %s (-standby-fallback %s)\n", fallbackFlag, o.fallback)
 	}
 	var list []scenario
 	if o.scenarios == "all" {
@@ -142,7 +153,11 @@ func run(ctx context.Context, o *options) error {
 			continue
 		}
 		fmt.Printf("%s: %s ...\n", sc.name, sc.note)
-		got, err := runScenario(ctx, sc, setups, o, zones, mixes)
+		m := mixes
+		if sc.fresh {
+			m = mixes.withFresh()
+		}
+		got, err := runScenario(ctx, sc, setups, o, zones, m)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
@@ -173,6 +188,25 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("%d of %d checks failed", len(failed), len(file.Checks))
 	}
 	return nil
+}
+
+// useFallback says whether dnsstandby gets its fallback upstream, from the
+// -standby-fallback value: on, off, or auto, which asks the binary whether
+// it has the option (the builds before it refuse to start with it).
+func useFallback(ctx context.Context, mode, bin string) (bool, error) {
+	switch mode {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "auto":
+		use, err := knowsFlag(ctx, bin, fallbackFlag)
+		if err != nil {
+			return false, fmt.Errorf("-standby-fallback auto: %w", err)
+		}
+		return use, nil
+	}
+	return false, fmt.Errorf("-standby-fallback %q: want on, off or auto", mode)
 }
 
 // printRun prints a run's numbers on one line.
@@ -388,12 +422,17 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		run.AfterFault = &after
 		run.Down = intervals(n.spans, res.Start)
 		run.Events = n.ev.list(res.Start)
+		run.Recovered = recovered(res, pr, run.Events)
+		if from, to, ok := stoppedSpan(run.Events); ok {
+			w := lab.CountGlibc(pr, res.Start, from, to)
+			after.GlibcWhileStopped = &w
+		}
 		run.Note = sc.note
 		if faultErr != nil {
 			run.FaultError = faultErr.Error()
 			run.Note += "; fault error: " + faultErr.Error()
 		}
-		for _, note := range []string{warmNote(res, run.Events, run.Down), restartNote(res, run.Events, t), readTestNote(metrics, c.listener+":53")} {
+		for _, note := range []string{warmNote(res, run.Events, run.Down), restartNote(res, run.Events, t), readTestNote(metrics, c.listener+":53"), badCorefileNote(res, run.Events, t)} {
 			if note != "" {
 				run.Note += "; " + note
 			}
@@ -401,6 +440,41 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		runs = append(runs, run)
 	}
 	return runs
+}
+
+// recoverySettle is how long after LocalDNS is back (localDNSBackMark) its
+// recovery is counted from: dnsstandby hands the traffic back once
+// LocalDNS has passed its hold-down, 5 probes 1 s apart spanning 4 s by
+// default, so 10 s leaves it room.
+const recoverySettle = 10 * time.Second
+
+// recovered counts what was sent and looked up from recoverySettle after
+// LocalDNS came back on, or nil where the run has no such mark or ended
+// before.
+func recovered(res lab.LoadResult, pr lab.ProbeResult, evs []lab.Event) *lab.AfterFault {
+	for _, e := range evs {
+		if e.Label == localDNSBackMark && e.At+recoverySettle < res.Duration {
+			a := lab.CountAfterFault(res, pr, e.At+recoverySettle)
+			return &a
+		}
+	}
+	return nil
+}
+
+// stoppedSpan is when, on the load's clock, the scenario had dnsstandby
+// stopped for a cold start: from coldStartMark to coldStartedMark (its
+// READY), if both were marked.
+func stoppedSpan(evs []lab.Event) (from, to time.Duration, ok bool) {
+	from, to = -1, -1
+	for _, e := range evs {
+		switch {
+		case e.Label == coldStartMark && from < 0:
+			from = e.At
+		case e.Label == coldStartedMark && to < 0:
+			to = e.At
+		}
+	}
+	return from, to, from >= 0 && to >= from
 }
 
 // nameMix is what the pods ask: every cluster service, the external names

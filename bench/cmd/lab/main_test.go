@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/dnsstandby/dnsstandby/bench/lab"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -45,5 +47,46 @@ func TestLabSmoke(t *testing.T) {
 		if sent := r.AfterFault.Sent; by.Standby*1000 > sent || byLocalDNS+by.Standby != sent {
 			t.Errorf("%s %s: from the (empty) fault on, answered by LocalDNS %d, dnsstandby %d of %d", r.Setup, r.ListenerName(), byLocalDNS, by.Standby, sent)
 		}
+	}
+}
+
+// TestRecovered: the recovery is counted from recoverySettle after
+// LocalDNS came back, and not at all where it did not or the run ended
+// first.
+func TestRecovered(t *testing.T) {
+	s := time.Second
+	res := lab.LoadResult{Duration: 40 * s, Records: []lab.LoadRecord{
+		{Sent: 20 * s, Outcome: lab.LoadFirstTry, By: lab.LoadNSIDStandby},
+		{Sent: 31 * s, Outcome: lab.LoadFirstTry, By: lab.LoadNSIDLocalDNS},
+		{Sent: 32 * s, Outcome: lab.LoadFirstTry, By: lab.LoadNSIDLocalDNS},
+	}}
+	back := []lab.Event{{At: 5 * s, Label: refusedMark}, {At: 20 * s, Label: localDNSBackMark}}
+	got := recovered(res, lab.ProbeResult{}, back)
+	if got == nil || got.AtMs != 30000 || got.Sent != 2 || got.AnsweredBy.LocalDNS != 2 || got.AnsweredBy.Standby != 0 {
+		t.Errorf("recovered = %+v, want the 2 queries from 30 s on, both LocalDNS's", got)
+	}
+	if got := recovered(res, lab.ProbeResult{}, back[:1]); got != nil {
+		t.Errorf("LocalDNS never back: recovered = %+v, want nil", got)
+	}
+	late := []lab.Event{{At: 35 * s, Label: localDNSBackMark}}
+	if got := recovered(res, lab.ProbeResult{}, late); got != nil {
+		t.Errorf("back 5 s before the end: recovered = %+v, want nil", got)
+	}
+}
+
+// TestStoppedSpan: from the cold start's mark to its READY's, when both
+// were marked.
+func TestStoppedSpan(t *testing.T) {
+	s := time.Second
+	evs := []lab.Event{{At: 10 * s, Label: refusedMark}, {At: 42 * s, Label: coldStartMark}, {At: 43 * s, Label: coldStartedMark}}
+	if from, to, ok := stoppedSpan(evs); !ok || from != 42*s || to != 43*s {
+		t.Errorf("stoppedSpan = %v, %v, %v; want 42s, 43s, true", from, to, ok)
+	}
+	// The start failed (no READY mark): no span, every lookup counts.
+	if _, _, ok := stoppedSpan(evs[:2]); ok {
+		t.Error("a cold start without its READY mark: a span")
+	}
+	if _, _, ok := stoppedSpan(nil); ok {
+		t.Error("no marks: a span")
 	}
 }

@@ -49,9 +49,11 @@ func warmCoverage(res lab.LoadResult, warmEnd, from, to time.Duration) coverage 
 		n := res.Names[r.Name]
 		return question{strings.ToLower(n.FQDN), n.Type}
 	}
+	// A fresh entry's queries each ask a name of their own: never warm.
+	fresh := func(r lab.LoadRecord) bool { return res.Names[r.Name].Fresh }
 	warm := map[question]bool{}
 	for _, r := range res.Records {
-		if r.Sent < warmEnd && r.Outcome != lab.LoadUnanswered {
+		if r.Sent < warmEnd && r.Outcome != lab.LoadUnanswered && !fresh(r) {
 			warm[q(r)] = true
 		}
 	}
@@ -66,7 +68,7 @@ func warmCoverage(res lab.LoadResult, warmEnd, from, to time.Duration) coverage 
 		if ok && r.By == lab.LoadNSIDStandby {
 			c.standbyAnswer++
 		}
-		if !warm[q(r)] {
+		if fresh(r) || !warm[q(r)] {
 			c.coldQueries++
 			if ok {
 				c.coldAnswered++
@@ -181,6 +183,80 @@ func findRestart(lines []journalLine, since time.Time) restartTimes {
 	return rt
 }
 
+// firstAnswerAfter is when (on the load's clock) the first answer came
+// that arrived after t, or -1 if none did.
+func firstAnswerAfter(res lab.LoadResult, t time.Time) time.Duration {
+	first := time.Duration(-1)
+	for _, r := range res.Records {
+		if r.Outcome == lab.LoadUnanswered {
+			continue
+		}
+		if at := r.Sent + r.Latency; res.Start.Add(at).After(t) && (first < 0 || at < first) {
+			first = at
+		}
+	}
+	return first
+}
+
+// timing says how long one stop and start of dnsstandby after since took,
+// from its journal lines: SIGTERM to the old process gone, to the new one
+// ready, and to the first answer the load got after the old one stopped.
+func timing(res lab.LoadResult, lines []journalLine, since time.Time) string {
+	rt := findRestart(lines, since)
+	if rt.sigterm.IsZero() || rt.oldStopped.IsZero() || rt.newReady.IsZero() {
+		return fmt.Sprintf("not found in the journal (SIGTERM %v, old stopped %v, new ready %v)",
+			!rt.sigterm.IsZero(), !rt.oldStopped.IsZero(), !rt.newReady.IsZero())
+	}
+	first := firstAnswerAfter(res, rt.oldStopped)
+	if first < 0 {
+		return "the new process never answered"
+	}
+	ms := func(d time.Duration) int64 { return d.Milliseconds() }
+	return fmt.Sprintf("SIGTERM to old process gone %d ms, to new process ready %d ms, to the first answer after %d ms",
+		ms(rt.oldStopped.Sub(rt.sigterm)), ms(rt.newReady.Sub(rt.sigterm)), ms(res.Start.Add(first).Sub(rt.sigterm)))
+}
+
+// badCorefileNote says, for bad-corefile on a node that runs dnsstandby,
+// how dnsstandby's restart and cold start went (timing) and what it made
+// of the refused Corefile: the Corefile changes it did not apply and the
+// reloads it did (its log lines), and how often its unit failed.
+func badCorefileNote(res lab.LoadResult, evs []lab.Event, t *topology) string {
+	marks := map[string]time.Duration{}
+	for _, e := range evs {
+		if _, seen := marks[e.Label]; !seen {
+			marks[e.Label] = e.At
+		}
+	}
+	refused, ok := marks[refusedMark]
+	if !ok || !isStandby(t.setup) {
+		return ""
+	}
+	journal, err := t.guest.Journal(context.Background(), "dnsstandby.service")
+	if err != nil {
+		return "bad Corefile: journal unreadable: " + err.Error()
+	}
+	lines := parseJournal(journal)
+	var parts []string
+	for _, s := range []struct{ what, mark string }{{"restart", restartMark}, {"cold start", coldStartMark}} {
+		if at, ok := marks[s.mark]; ok {
+			parts = append(parts, s.what+": "+timing(res, lines, res.Start.Add(at)))
+		}
+	}
+	notApplied, reloaded := 0, 0
+	for _, l := range lines {
+		switch {
+		case l.time.Before(res.Start.Add(refused)):
+		case strings.HasPrefix(l.msg, "Corefile change not applied"):
+			notApplied++
+		case l.msg == "Corefile reloaded":
+			reloaded++
+		}
+	}
+	parts = append(parts, fmt.Sprintf("from the refused Corefile on, dnsstandby logged %d Corefile changes not applied and %d reloads; its unit failed %d times",
+		notApplied, reloaded, strings.Count(journal, "dnsstandby.service: Failed with result")))
+	return "bad Corefile: " + strings.Join(parts, "; ")
+}
+
 // restartNote measures the standby-restart scenario's restart of
 // dnsstandby, while it answers alone and only from its cache: from SIGTERM
 // to the old process gone, to the new one ready, and to the new one's
@@ -208,15 +284,7 @@ func restartNote(res lab.LoadResult, evs []lab.Event, t *topology) string {
 		return fmt.Sprintf("restart: not found in the journal (SIGTERM %v, old stopped %v, new ready %v)",
 			!rt.sigterm.IsZero(), !rt.oldStopped.IsZero(), !rt.newReady.IsZero())
 	}
-	first := time.Duration(-1)
-	for _, r := range res.Records {
-		if r.Outcome == lab.LoadUnanswered {
-			continue
-		}
-		if at := res.Start.Add(r.Sent + r.Latency); at.After(rt.oldStopped) && (first < 0 || r.Sent+r.Latency < first) {
-			first = r.Sent + r.Latency
-		}
-	}
+	first := firstAnswerAfter(res, rt.oldStopped)
 	if first < 0 {
 		return "restart: the new process never answered"
 	}

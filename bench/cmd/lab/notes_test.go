@@ -46,6 +46,23 @@ func TestWarmCoverage(t *testing.T) {
 	}
 }
 
+// TestWarmCoverageFresh: a fresh entry's queries each ask a name of their
+// own, so an answer to one before the fault warms none of the others.
+func TestWarmCoverageFresh(t *testing.T) {
+	s := time.Second
+	names := []lab.LoadName{{FQDN: "a."}, {FQDN: lab.FreshZone, Fresh: true}}
+	ok := lab.LoadFirstTry
+	res := lab.LoadResult{Names: names, Records: []lab.LoadRecord{
+		{Sent: 1 * s, Name: 0, Outcome: ok}, {Sent: 2 * s, Name: 1, Outcome: ok},
+		{Sent: 12 * s, Name: 0, Outcome: ok}, {Sent: 13 * s, Name: 1, Outcome: ok, By: lab.LoadNSIDStandby},
+	}}
+	got := warmCoverage(res, 10*s, 11*s, 20*s)
+	want := coverage{warmed: 1, asked: 1, allAnswered: 1, queries: 1, answered: 1, coldQueries: 1, coldAnswered: 1, standbyAnswer: 1}
+	if got != want {
+		t.Errorf("warmCoverage = %+v, want %+v", got, want)
+	}
+}
+
 func TestFindRestart(t *testing.T) {
 	journal := `Nov 29 22:16:41.571561 lab-x systemd[1]: Starting dnsstandby.service
 Nov 29 22:16:41.571561 lab-x dnsstandby[110]: {"time":"2026-11-29T22:16:41.5Z","level":"INFO","msg":"dnsstandby ready"}
@@ -68,6 +85,34 @@ Nov 29 22:16:50.200000 lab-x dnsstandby[150]: not json
 	// The first process's ready line (before since) is not the new one's.
 	if rt := findRestart(lines, at("2026-11-29T22:16:51Z")); !rt.sigterm.IsZero() {
 		t.Errorf("restart found after the last line: %+v", rt)
+	}
+}
+
+// TestTiming: a stop and start of dnsstandby measured from its journal,
+// to the first answer the load got after the old process stopped.
+func TestTiming(t *testing.T) {
+	journal := `Nov 29 22:16:50.000000 lab-x dnsstandby[110]: {"time":"2026-11-29T22:16:50.000Z","level":"INFO","msg":"shutting down"}
+Nov 29 22:16:50.100000 lab-x dnsstandby[110]: {"time":"2026-11-29T22:16:50.100Z","level":"INFO","msg":"stopped"}
+Nov 29 22:16:50.400000 lab-x dnsstandby[150]: {"time":"2026-11-29T22:16:50.400Z","level":"INFO","msg":"dnsstandby ready"}
+`
+	at := func(s string) time.Time { v, _ := time.Parse(time.RFC3339Nano, s); return v }
+	ms := time.Millisecond
+	start := at("2026-11-29T22:16:40Z")
+	res := lab.LoadResult{Start: start, Records: []lab.LoadRecord{
+		{Sent: 10000 * ms, Latency: 50 * ms, Outcome: lab.LoadFirstTry},     // answered at 50.05: the old process
+		{Sent: 10200 * ms, Outcome: lab.LoadUnanswered},                     //
+		{Sent: 10300 * ms, Latency: 1150 * ms, Outcome: lab.LoadAfterRetry}, // at 51.45
+		{Sent: 10350 * ms, Latency: 100 * ms, Outcome: lab.LoadFirstTry},    // at 50.45: the first after
+	}}
+	if got := firstAnswerAfter(res, at("2026-11-29T22:16:50.1Z")); got != 10450*ms {
+		t.Errorf("firstAnswerAfter = %v, want 10.45s", got)
+	}
+	want := "SIGTERM to old process gone 100 ms, to new process ready 400 ms, to the first answer after 450 ms"
+	if got := timing(res, parseJournal(journal), start); got != want {
+		t.Errorf("timing:\n got %s\nwant %s", got, want)
+	}
+	if got := timing(res, parseJournal(journal), at("2026-11-29T22:16:51Z")); !strings.HasPrefix(got, "not found") {
+		t.Errorf("timing after the last line: %s", got)
 	}
 }
 

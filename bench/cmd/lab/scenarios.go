@@ -25,6 +25,9 @@ type scenario struct {
 	// corefile, if not nil, rewrites LocalDNS's Corefile before the
 	// scenario's nodes start.
 	corefile func(string) string
+	// fresh adds names never asked before to the clients' loads
+	// (nameMixes.withFresh).
+	fresh bool
 	// note is printed with the results (what the run does and does not
 	// show).
 	note string
@@ -120,6 +123,14 @@ var scenarios = []scenario{
 		name: "interface-teardown", baseline: 5 * time.Second, observe: 15 * time.Second,
 		fault: interfaceTeardown,
 		note:  "CoreDNS and its supervisor killed, the localdns link deleted as the cleanup does, 30 s, then LocalDNS started again",
+	},
+	{
+		// The observation outlasts dnsstandby's hold-down (5 probes over
+		// 4 s) by recoverySettle and more, so that the recovery check
+		// counts LocalDNS with its traffic back.
+		name: "bad-corefile", baseline: 10 * time.Second, observe: 20 * time.Second, fresh: true,
+		fault: badCorefile,
+		note:  "after a 10 s warm-up through LocalDNS: its Corefile replaced by one CoreDNS refuses (forward misspelt froward in the pods' root block) and LocalDNS restarted, failing every start from then on; 15 s later systemctl restart dnsstandby (the fd-store handover), 15 s later a cold start (stopped; /run/dnsstandby and its anchor link gone; started: only its state directory left), 15 s later the good Corefile back and LocalDNS restarted (reset-failed first); the loads ask names never asked before throughout",
 	},
 }
 
@@ -480,7 +491,7 @@ func standbySurge(ctx context.Context, t *topology, ev *events) error {
 	// Type=notify: systemd-run returns once the second is ready, that is
 	// once the first has handed over and stopped.
 	args := append([]string{"--unit=" + surgeUnit, "--property=Type=notify", "--property=NotifyAccess=main",
-		"--property=TimeoutStartSec=60s", "--setenv=GOMEMLIMIT=200MiB", standbyPath, "run"}, standbyOptions(t.setup)...)
+		"--property=TimeoutStartSec=60s", "--setenv=GOMEMLIMIT=200MiB", standbyPath, "run"}, standbyOptions(t.setup, t.bins.fallback)...)
 	args = append(args, "--handover-from", "/run/dnsstandby/admin.sock")
 	if out, err := t.guest.Exec(ctx, "systemd-run", args...); err != nil {
 		return fmt.Errorf("start the second dnsstandby: %w: %s", err, out)
@@ -612,6 +623,131 @@ func interfaceTeardown(ctx context.Context, t *topology, ev *events) error {
 		return err
 	}
 	ev.mark("LocalDNS started")
+	return nil
+}
+
+// Marks of bad-corefile.
+const (
+	refusedMark      = "refused Corefile"
+	coldStartMark    = "cold start dnsstandby"
+	coldStartedMark  = "dnsstandby cold-started"
+	localDNSBackMark = "LocalDNS back"
+)
+
+// badCorefileStep is how long each stage of bad-corefile lasts: LocalDNS
+// down on the refused Corefile (its stop's 5 s, then a start that fails
+// after localdns.sh's 10 s wait for CoreDNS's pidfile), then dnsstandby
+// restarted, then dnsstandby cold-started, each answering alone for it.
+const badCorefileStep = 15 * time.Second
+
+// coldStartScript starts dnsstandby as after a reboot: stopped, which
+// drops its file descriptor store (the unit keeps it only across a
+// restart), with everything a reboot takes gone too — /run/dnsstandby
+// (admin socket, lock) and its anchor link — and only its state directory
+// left; then started.
+const coldStartScript = `set -eu
+systemctl stop dnsstandby.service
+rm -rf /run/dnsstandby
+if ip link show dev dnsstandby >/dev/null 2>&1; then ip link del dev dnsstandby; fi
+systemctl start dnsstandby.service
+`
+
+// badCorefile gives LocalDNS a Corefile CoreDNS refuses and restarts it, so
+// that it fails every start until someone repairs the file; meanwhile
+// dnsstandby (where the setup runs it) is restarted, then cold-started,
+// each time reading the refused file from disk; then the good Corefile
+// comes back and LocalDNS is restarted. The setup's own stand-in script
+// reads the Corefile it runs (lab.LocalDNSCorefilePath) as it is, so that
+// file is the one replaced (AKS's localdns.sh regenerates it from
+// localdns.corefile at every start: there that file would be the bad one).
+// The fault fails when LocalDNS ran on the refused file, or did not run
+// again on the good one, or dnsstandby could not be restarted.
+func badCorefile(ctx context.Context, t *topology, ev *events) error {
+	good, err := t.guest.Exec(ctx, "cat", lab.LocalDNSCorefilePath)
+	if err != nil {
+		return fmt.Errorf("bad Corefile: read the good one: %w", err)
+	}
+	refused, err := lab.LocalDNSRefusedCorefile(good)
+	if err != nil {
+		return fmt.Errorf("bad Corefile: %w", err)
+	}
+	before, err := t.guest.Show(ctx, localDNSUnit, "ActiveEnterTimestampMonotonic")
+	if err != nil {
+		return fmt.Errorf("bad Corefile: %w", err)
+	}
+	if err := t.writeFile(ctx, lab.LocalDNSCorefilePath, refused); err != nil {
+		return fmt.Errorf("bad Corefile: %w", err)
+	}
+	ev.mark(refusedMark)
+	var errs []error
+	// --no-block: the start after the stop fails only after localdns.sh's
+	// 10 s wait for the pidfile, and the restarts go on from there.
+	if out, err := t.guest.Systemctl(ctx, "restart", "--no-block", localDNSUnit); err != nil {
+		errs = append(errs, fmt.Errorf("bad Corefile: restart LocalDNS: %w: %s", err, out))
+	} else {
+		ev.mark("restart LocalDNS")
+	}
+	sleep(ctx, badCorefileStep)
+	if isStandby(t.setup) {
+		ev.mark(restartMark)
+		if out, err := t.guest.Systemctl(ctx, "restart", "dnsstandby.service"); err != nil {
+			errs = append(errs, fmt.Errorf("bad Corefile: restart dnsstandby: %w: %s", err, out))
+		} else {
+			ev.mark("dnsstandby restarted")
+		}
+	}
+	sleep(ctx, badCorefileStep)
+	if isStandby(t.setup) {
+		ev.mark(coldStartMark)
+		if out, err := t.guest.Exec(ctx, "sh", "-c", coldStartScript); err != nil {
+			errs = append(errs, fmt.Errorf("bad Corefile: cold start dnsstandby: %w: %s", err, out))
+		} else {
+			ev.mark(coldStartedMark)
+		}
+	}
+	sleep(ctx, badCorefileStep)
+	return errors.Join(append(errs, t.localDNSBack(good, before["ActiveEnterTimestampMonotonic"], ev))...)
+}
+
+// localDNSBack ends bad-corefile: it checks that LocalDNS did not run on
+// the refused Corefile (it entered the active state last at
+// activeBefore, before the fault), puts the good Corefile back and
+// restarts LocalDNS, after a reset-failed as an operator would: restart
+// rather than start, because a unit still in its restart loop may be
+// half-way through a start that waits for a pidfile that never comes. It
+// runs even after ctx ended, so the node is whole again.
+func (t *topology) localDNSBack(good, activeBefore string, ev *events) error {
+	ctx := context.Background()
+	var errs []error
+	st, err := t.guest.Show(ctx, localDNSUnit, "ActiveState", "SubState", "Result", "NRestarts", "ActiveEnterTimestampMonotonic")
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		ev.mark(fmt.Sprintf("LocalDNS %s/%s, %s restarts", st["ActiveState"], st["SubState"], st["NRestarts"]))
+		if st["ActiveEnterTimestampMonotonic"] != activeBefore {
+			errs = append(errs, fmt.Errorf("bad Corefile: LocalDNS became active on the refused Corefile (%v)", st))
+		}
+	}
+	if err := t.writeFile(ctx, lab.LocalDNSCorefilePath, good); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("bad Corefile: put the good one back: %w", err))...)
+	}
+	ev.mark("good Corefile")
+	if out, err := t.guest.Systemctl(ctx, "reset-failed", localDNSUnit); err != nil {
+		errs = append(errs, fmt.Errorf("bad Corefile: reset-failed LocalDNS: %w: %s", err, out))
+	}
+	if out, err := t.guest.Systemctl(ctx, "restart", localDNSUnit); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("bad Corefile: LocalDNS on the good Corefile: %w: %s", err, out))...)
+	}
+	ev.mark(localDNSBackMark)
+	return errors.Join(errs...)
+}
+
+// writeFile writes data to path inside the node, in place (truncated and
+// rewritten, as localdns.sh's cp writes the Corefile).
+func (t *topology) writeFile(ctx context.Context, path, data string) error {
+	if out, err := t.guest.Exec(ctx, "sh", "-c", `printf '%s' "$1" >"$2"`, "sh", data, path); err != nil {
+		return fmt.Errorf("write %s: %w: %s", path, err, out)
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -73,10 +74,32 @@ func steeringOf(setup string) string {
 // listeners, each served from LocalDNS's own blocks for it (the same
 // Corefile file LocalDNS runs, as deploy/systemd's defaults read it), no
 // --upstream; the anchor is a bridge, as this machine has no dummy driver.
-func standbyOptions(setup string) []string {
-	return []string{"--listen", nodeDNS + ":53", "--listen", localDNS + ":53",
+// With fallback, kube-dns's ClusterIP is the fallback upstream, for a
+// node that never saw a Corefile dnsstandby could apply (a build without
+// --fallback-upstream refuses to start with it: see fallbackFlag).
+func standbyOptions(setup string, fallback bool) []string {
+	opts := []string{"--listen", nodeDNS + ":53", "--listen", localDNS + ":53",
 		"--localdns-corefile", lab.LocalDNSCorefilePath,
 		"--metrics-addr", "127.0.0.1:9355", "--anchor-kind", "bridge", "--steering", steeringOf(setup)}
+	if fallback {
+		opts = append(opts, fallbackFlag, clusterIP+":53")
+	}
+	return opts
+}
+
+// fallbackFlag is dnsstandby's option for the upstreams it uses when no
+// Corefile it could apply is known.
+const fallbackFlag = "--fallback-upstream"
+
+// knowsFlag reports whether the dnsstandby binary bin has the option flag
+// (`dnsstandby run -h` lists it).
+func knowsFlag(ctx context.Context, bin, flag string) (bool, error) {
+	out, err := exec.CommandContext(ctx, bin, "run", "-h").CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("%s run -h: %w: %s", bin, err, out)
+	}
+	listed := regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(strings.TrimLeft(flag, "-")) + `(\s|$)`)
+	return listed.Match(out), nil
 }
 
 // topology is one node: a systemd guest running LocalDNS (and dnsstandby)
@@ -102,6 +125,8 @@ type binaries struct {
 	// "" when no scenario that runs needs it; nextVersion and version are
 	// what `dnsstandby version` prints for it and for dnsstandby.
 	next, nextVersion, version string
+	// fallback gives dnsstandby its fallback upstream (standbyOptions).
+	fallback bool
 }
 
 // readNext makes next absolute and reads both builds' versions: an
@@ -172,7 +197,7 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 			cfg.Binds[nextPath] = bins.next
 		}
 		cfg.Units["dnsstandby.service"] = lab.DnsstandbyUnit()
-		opts, err := lab.DnsstandbyDefaults(standbyOptions(setup)...)
+		opts, err := lab.DnsstandbyDefaults(standbyOptions(setup, bins.fallback)...)
 		if err != nil {
 			return t, err
 		}
