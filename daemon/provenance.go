@@ -150,7 +150,10 @@ func Resolve(layer Layer) (Config, Provenance, error) {
 		if err == nil {
 			return cfg, Provenance{Source: SourceFile, Corefile: src.File, SHA256: src.SHA256, src: src}, nil
 		}
-		prov.Refused = fmt.Errorf("%s: %w", path, err)
+		prov.Refused = err
+		if ce := (*corefile.Error)(nil); !errors.As(err, &ce) {
+			prov.Refused = fmt.Errorf("%s: %w", path, err) // the daemon's own refusal names no file
+		}
 	} else {
 		prov.Refused = err
 	}

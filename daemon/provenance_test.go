@@ -219,6 +219,46 @@ func TestLastGoodServes(t *testing.T) {
 	}
 }
 
+// TestFallbackServes runs the daemon on a node that never had a good
+// Corefile: refused, no last known good. It answers through the fallback,
+// says so, and takes the Corefile once it is good.
+func TestFallbackServes(t *testing.T) {
+	kube, good := nstest.StartAnswerer(t, "192.0.2.10"), nstest.StartAnswerer(t, "192.0.2.20")
+	base := loopbackConfig(t, kube)
+	base.Routes = nil
+	base.Fallback.Upstreams = []netip.AddrPort{kube}
+	listen := base.Listen[0]
+	path := filepath.Join(t.TempDir(), "Corefile")
+	corefileText := fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), listen.Addr(), good)
+	rewrite(t, path, strings.Replace(corefileText, "forward", "froward", 1))
+	cfg := resolved(t, corefileLayer(base, path))
+	cfg.ReloadInterval = 50 * time.Millisecond
+	r := start(t, cfg)
+	ask := func() string {
+		m := new(dns.Msg)
+		m.SetQuestion(fmt.Sprintf("f%d.example.", time.Now().UnixNano()), dns.TypeA)
+		resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, listen.String())
+		if err != nil || len(resp.Answer) != 1 {
+			return fmt.Sprint(resp, err)
+		}
+		return resp.Answer[0].(*dns.A).A.String()
+	}
+	if got := ask(); got != "192.0.2.10" {
+		t.Fatalf("from the fallback: %s, want kube-dns's 192.0.2.10", got)
+	}
+	if st := r.d.Status().Config.Source; st.From != SourceFallback || st.Reason != "unknown_directive" {
+		t.Errorf("status source %+v", st)
+	}
+	if !strings.Contains(r.logs.String(), `"msg":"Corefile refused and no last known good configuration: serving the fallback until the Corefile is good again"`) {
+		t.Error("no warning at a start from the fallback")
+	}
+	rewrite(t, path, corefileText)
+	testkit.Eventually(t, 2*time.Second, "the good Corefile in force", func() bool { return ask() == "192.0.2.20" })
+	if _, err := lastgood.Load(base.StateDir); err != nil {
+		t.Errorf("no last known good once the Corefile is good: %v", err)
+	}
+}
+
 // TestHandedLastGood checks that a last known good handed over by the
 // previous process replaces the fallback before anything is built, and
 // is kept in the state directory.
