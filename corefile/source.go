@@ -48,25 +48,57 @@ type Token struct {
 	Text string `json:"text"`
 }
 
+// Build is what one CoreDNS build accepts: its directives. The zero
+// Build is CoreDNS 1.13.1's standard build (Directives); LocalDNS's own
+// binary may have more or fewer (`coredns -plugins` lists them).
+type Build struct {
+	Directives []string // nil: Directives
+	From       string   // where the list came from, for messages; "" for the standard build
+}
+
+func (b Build) directives() []string {
+	if b.Directives == nil {
+		return Directives
+	}
+	return b.Directives
+}
+
+// String says which build b is.
+func (b Build) String() string {
+	if b.From == "" {
+		return fmt.Sprintf("CoreDNS 1.13.1's standard build (%d directives)", len(Directives))
+	}
+	return fmt.Sprintf("%s (%d directives)", b.From, len(b.directives()))
+}
+
+// Read reads the Corefile at path for the standard build.
+func Read(path string) (*Source, error) { return Build{}.Read(path) }
+
+// ReadFrom reads a Corefile from r for the standard build.
+func ReadFrom(filename string, r io.Reader) (*Source, error) { return Build{}.ReadFrom(filename, r) }
+
+// Check is Build{}.Check(s): s as the standard build checks it.
+func (s *Source) Check() error { return Build{}.Check(s) }
+
 // Read reads the Corefile at path: ReadFrom of its content.
-func Read(path string) (*Source, error) {
+func (b Build) Read(path string) (*Source, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("load corefile: %w", err)
 	}
 	defer f.Close()
-	return ReadFrom(path, f)
+	return b.ReadFrom(path, f)
 }
 
 // ReadFrom reads a Corefile from r as CoreDNS 1.13.1 reads its own: the
-// Caddyfile parser CoreDNS is built with, CoreDNS's directive list, and
+// Caddyfile parser CoreDNS is built with, the build's directive list, and
 // Check of every server block. filename names the input in errors and is
 // where relative `import` paths start from, as in CoreDNS.
 //
 // A Corefile that CoreDNS would refuse to start with gives an *Error
 // (see Reason for what kind of refusal); one that cannot be read gives
 // the reader's error.
-func ReadFrom(filename string, r io.Reader) (*Source, error) {
+func (b Build) ReadFrom(filename string, r io.Reader) (*Source, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxCorefileSize+1))
 	if err != nil {
 		return nil, &Error{File: filename, Err: fmt.Errorf("read: %w", err)}
@@ -74,22 +106,22 @@ func ReadFrom(filename string, r io.Reader) (*Source, error) {
 	if len(data) > maxCorefileSize {
 		return nil, &Error{File: filename, Err: fmt.Errorf("larger than %d bytes", maxCorefileSize)}
 	}
-	blocks, err := caddyfile.Parse(filename, bytes.NewReader(data), Directives)
+	blocks, err := caddyfile.Parse(filename, bytes.NewReader(data), b.directives())
 	if err != nil {
 		return nil, syntaxError(filename, err)
 	}
 	sum := sha256.Sum256(data)
 	s := &Source{File: filename, SHA256: hex.EncodeToString(sum[:])}
 	lines := keyLines(filename, data)
-	for _, b := range blocks {
+	for _, sb := range blocks {
 		var (
 			line int
 			file string
 		)
-		line, file, lines = blockLine(b, filename, lines)
-		s.Blocks = append(s.Blocks, newBlock(filename, b, file, line))
+		line, file, lines = blockLine(sb, filename, lines)
+		s.Blocks = append(s.Blocks, newBlock(filename, sb, file, line))
 	}
-	if err := s.Check(); err != nil {
+	if err := b.Check(s); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -131,14 +163,14 @@ func (b *Block) tokens(main, name string) []caddyfile.Token {
 	return out
 }
 
-// Check says whether CoreDNS 1.13.1 would start with s, as far as the
-// Corefile decides it: every directive known to CoreDNS, every server
+// Check says whether the build would start with s, as far as the
+// Corefile decides it: every directive known to the build, every server
 // block key valid, no zone served twice on one address and port, and
 // every plugin's arguments as its setup accepts them, in every block —
 // a block dnsstandby never serves included, since CoreDNS refuses the
 // whole file for it. What this package does differently, and why, is in
 // its README. The error is an *Error naming the place.
-func (s *Source) Check() error {
+func (bd Build) Check(s *Source) error {
 	if s == nil {
 		return &Error{Err: fmt.Errorf("no Corefile")}
 	}
@@ -151,7 +183,7 @@ func (s *Source) Check() error {
 			return &Error{File: b.file(s.File), Line: b.Line, Kind: KindServerBlock, Err: fmt.Errorf("server block without keys")}
 		}
 		for name, toks := range b.Directives {
-			if !slices.Contains(Directives, name) {
+			if !slices.Contains(bd.directives(), name) {
 				return &Error{File: b.file(s.File), Line: b.Line, Kind: KindDirective, Err: fmt.Errorf("unknown directive '%s'", name)}
 			}
 			// As the Caddyfile parser groups them; only a Source made

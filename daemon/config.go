@@ -86,20 +86,24 @@ type Config struct {
 	// finish once Run's context is done.
 	ShutdownTimeout time.Duration
 
-	// Layer makes the configuration again from a Corefile (the command
-	// line's layering of defaults, Corefile, environment and flags), for
-	// Resolve at start and at every change of a file of Watch; nil: no
-	// Corefile and no reload. Provenance says where the configuration
-	// came from (Resolve sets it). ReloadInterval is how often Watch is
+	// Resolver makes the configuration again (Resolve), at every change
+	// of a file of Watch, and while the Corefile is refused at every
+	// tick; nil: no Corefile and no reload. Provenance says where the
+	// configuration came from. ReloadInterval is how often Watch is
 	// checked (0: never). The routes of a reload take effect at once;
 	// other changed settings at the next start.
-	Layer          Layer
+	Resolver       *Resolver
 	Provenance     Provenance
 	Watch          []string
 	ReloadInterval time.Duration
 	// Fallback is where misses go when neither the Corefile nor the last
 	// known good can be used (Resolve).
 	Fallback Fallback
+	// LocalDNSCoreDNS is the CoreDNS binary LocalDNS runs: a Corefile is
+	// judged against the directives it lists (`coredns -plugins`), or
+	// CoreDNS 1.13.1's standard build's when it cannot be run ("": never
+	// run it).
+	LocalDNSCoreDNS string
 }
 
 // Route is one zone's server block on one listen address: the answers
@@ -308,6 +312,8 @@ func DefaultConfig() Config {
 			NodeListen: status.NodeListen,
 			ResolvConf: "/run/systemd/resolve/resolv.conf",
 		},
+		// Where AKS's node image puts it.
+		LocalDNSCoreDNS: "/opt/azure/containers/localdns/binary/coredns",
 	}
 }
 

@@ -89,7 +89,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 // parts refuse what Validate refuses.
 func newUnchecked(cfg Config, log *slog.Logger) *Daemon {
 	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{}), surge: newSurge()}
-	if cfg.Layer != nil {
+	if cfg.Resolver != nil {
 		d.watched = fingerprint(cfg.Watch)
 	}
 	d.config.set(cfg.Provenance)
@@ -253,7 +253,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// the first mode in place: systemd may now start LocalDNS.
 	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(cfg.Listen), st.Mode, st.Steering.Level))
 	wg.Go(func() { sd.watchdog(life, d.srv.Healthy) })
-	if cfg.Layer != nil && len(cfg.Watch) > 0 && cfg.ReloadInterval > 0 {
+	if cfg.Resolver != nil && len(cfg.Watch) > 0 && cfg.ReloadInterval > 0 {
 		wg.Go(func() { d.watch(life) })
 	}
 

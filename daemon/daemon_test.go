@@ -43,6 +43,7 @@ func loopbackConfig(t *testing.T, up netip.AddrPort) Config {
 	cfg.Anchor.Link = ""
 	cfg.Mirror = Mirror{Kind: MirrorNone}
 	cfg.Responder.ReadersPerSocket = 2
+	cfg.LocalDNSCoreDNS = "" // the standard build, whatever this machine has
 	return cfg
 }
 

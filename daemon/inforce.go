@@ -56,7 +56,7 @@ func (d *Daemon) applied(prov Provenance) {
 	if prov.Source == SourceFile && prov.src != nil {
 		prov.Applied = time.Now().UTC()
 		if d.stateDir != "" {
-			r, err := lastgood.Load(d.stateDir)
+			r, err := lastgood.Load(d.stateDir, prov.Build)
 			switch {
 			case err == nil && r.Source.SHA256 == prov.SHA256 && r.Source.File == prov.Corefile:
 				prov.Applied = r.Applied
@@ -113,23 +113,23 @@ func (d *Daemon) lastGoodSave() *handover.CacheSave {
 // and the Corefile is not in force: a state directory the two do not
 // share, or one not written yet. It runs before the views are built.
 func (d *Daemon) takeHandedLastGood(b []byte) {
-	r, err := lastgood.Decode(bytes.NewReader(b))
+	r, err := lastgood.Decode(bytes.NewReader(b), d.cfg.Provenance.Build)
 	if err != nil {
 		d.log.Warn("handover: last known good configuration ignored", slog.Any("err", err))
 		return
 	}
 	cur := d.cfg.Provenance
-	if cur.Source == SourceFile || cur.Source == SourceFlags || d.cfg.Layer == nil ||
+	if cur.Source == SourceFile || cur.Source == SourceFlags || d.cfg.Resolver == nil ||
 		(cur.Source == SourceLastGood && !r.Applied.After(cur.Applied)) {
 		return
 	}
-	cfg, err := layerChecked(d.cfg.Layer, r.Source, d.cfg.Watch)
+	cfg, err := layerChecked(d.cfg.Resolver.Layer, r.Source, d.cfg.Watch)
 	if err != nil {
 		d.log.Warn("handover: last known good configuration not usable", slog.Any("err", err))
 		return
 	}
 	prov := Provenance{Source: SourceLastGood, Corefile: r.Source.File, SHA256: r.Source.SHA256, Applied: r.Applied,
-		Refused: cur.Refused, src: r.Source}
+		Refused: cur.Refused, Build: cur.Build, BuildErr: cur.BuildErr, src: r.Source}
 	cfg.Provenance = prov
 	d.cfg = cfg
 	d.config.set(prov)

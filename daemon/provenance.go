@@ -69,6 +69,11 @@ type Provenance struct {
 	// when it was looked for (nil when it is, or there is none).
 	Refused  error
 	LastGood error
+	// Build is the CoreDNS the Corefile was judged for: LocalDNS's own
+	// (Config.LocalDNSCoreDNS), or, BuildErr says why not, the standard
+	// build.
+	Build    corefile.Build
+	BuildErr error
 
 	src *corefile.Source // the Corefile in force, kept as the last known good
 }
@@ -122,11 +127,22 @@ func DefaultLayer(listen []netip.AddrPort) Layer {
 	}
 }
 
+// Resolver makes the configuration in force by the rule above, at start
+// and at each reload, from the command line's Layer.
+type Resolver struct {
+	Layer  Layer
+	builds builds
+}
+
+// Resolve is Resolver.Resolve of a new Resolver: for one resolution.
+func Resolve(layer Layer) (Config, Provenance, error) { return (&Resolver{Layer: layer}).Resolve() }
+
 // Resolve makes the configuration in force by the rule above, and says
 // where it came from. Its error is for settings that are wrong whatever
 // the Corefile (the flags'); a Corefile or last known good that cannot be
 // used is only in Provenance.
-func Resolve(layer Layer) (Config, Provenance, error) {
+func (r *Resolver) Resolve() (Config, Provenance, error) {
+	layer := r.Layer
 	base, err := layer(nil)
 	if err != nil {
 		return base, Provenance{}, err
@@ -143,12 +159,14 @@ func Resolve(layer Layer) (Config, Provenance, error) {
 		base.Watch = append(base.Watch, rc)
 	}
 	var prov Provenance
+	prov.Build, prov.BuildErr = r.builds.get(base.LocalDNSCoreDNS)
 	path := firstExisting(paths)
-	src, err := corefile.Read(path)
+	src, err := prov.Build.Read(path)
 	if err == nil {
 		cfg, err := layerChecked(layer, src, base.Watch)
 		if err == nil {
-			return cfg, Provenance{Source: SourceFile, Corefile: src.File, SHA256: src.SHA256, src: src}, nil
+			prov.Source, prov.Corefile, prov.SHA256, prov.src = SourceFile, src.File, src.SHA256, src
+			return cfg, prov, nil
 		}
 		prov.Refused = err
 		if ce := (*corefile.Error)(nil); !errors.As(err, &ce) {
@@ -158,11 +176,11 @@ func Resolve(layer Layer) (Config, Provenance, error) {
 		prov.Refused = err
 	}
 	if base.StateDir != "" {
-		r, err := lastgood.Load(base.StateDir)
+		rec, err := lastgood.Load(base.StateDir, prov.Build)
 		if err == nil {
-			cfg, err := layerChecked(layer, r.Source, base.Watch)
+			cfg, err := layerChecked(layer, rec.Source, base.Watch)
 			if err == nil {
-				prov.Source, prov.Corefile, prov.SHA256, prov.Applied, prov.src = SourceLastGood, r.Source.File, r.Source.SHA256, r.Applied, r.Source
+				prov.Source, prov.Corefile, prov.SHA256, prov.Applied, prov.src = SourceLastGood, rec.Source.File, rec.Source.SHA256, rec.Applied, rec.Source
 				return cfg, prov, nil
 			}
 			prov.LastGood = err

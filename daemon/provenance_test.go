@@ -162,7 +162,7 @@ func TestLastGoodServes(t *testing.T) {
 	if got := ask(); got != "192.0.2.1" {
 		t.Fatalf("from the Corefile: %s", got)
 	}
-	rec, err := lastgood.Load(base.StateDir)
+	rec, err := lastgood.Load(base.StateDir, corefile.Build{})
 	if err != nil || rec.Source.File != path {
 		t.Fatalf("last known good after a start from the Corefile: %+v %v", rec, err)
 	}
@@ -214,7 +214,7 @@ func TestLastGoodServes(t *testing.T) {
 		st := r.d.Status().Config.Source
 		return st.From == SourceFile && st.Refused == ""
 	})
-	if rec, err := lastgood.Load(base.StateDir); err != nil || !strings.Contains(rec.Source.SHA256, r.d.Status().Config.Source.SHA256) {
+	if rec, err := lastgood.Load(base.StateDir, corefile.Build{}); err != nil || !strings.Contains(rec.Source.SHA256, r.d.Status().Config.Source.SHA256) {
 		t.Errorf("last known good after the fix: %v", err)
 	}
 }
@@ -254,7 +254,7 @@ func TestFallbackServes(t *testing.T) {
 	}
 	rewrite(t, path, corefileText)
 	testkit.Eventually(t, 2*time.Second, "the good Corefile in force", func() bool { return ask() == "192.0.2.20" })
-	if _, err := lastgood.Load(base.StateDir); err != nil {
+	if _, err := lastgood.Load(base.StateDir, corefile.Build{}); err != nil {
 		t.Errorf("no last known good once the Corefile is good: %v", err)
 	}
 }
@@ -293,7 +293,7 @@ func TestHandedLastGood(t *testing.T) {
 	if len(d.cfg.Routes) != 1 || d.cfg.Routes[0].Upstream.Servers[0] != up {
 		t.Errorf("routes %+v, want the handed Corefile's", d.cfg.Routes)
 	}
-	if _, err := lastgood.Load(base.StateDir); err != nil {
+	if _, err := lastgood.Load(base.StateDir, corefile.Build{}); err != nil {
 		t.Errorf("the handed last known good is not kept: %v", err)
 	}
 }

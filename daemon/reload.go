@@ -107,7 +107,7 @@ func (d *Daemon) watch(life context.Context) {
 // force stays, as the last known good, and the error says why. A retry
 // that finds nothing new does nothing.
 func (d *Daemon) reloadChanged(life context.Context, changed bool) ([]*routeSet, error) {
-	next, prov, err := Resolve(d.cfg.Layer)
+	next, prov, err := d.cfg.Resolver.Resolve()
 	if err != nil {
 		return nil, err
 	}

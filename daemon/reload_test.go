@@ -244,14 +244,15 @@ func corefileLayer(base Config, path string) Layer {
 	}
 }
 
-// resolved is Resolve of layer, ready to run: its Layer and Provenance
+// resolved is Resolve of layer, ready to run: its Resolver and Provenance
 // set as the command line sets them.
 func resolved(t *testing.T, layer Layer) Config {
 	t.Helper()
-	cfg, prov, err := Resolve(layer)
+	res := &Resolver{Layer: layer}
+	cfg, prov, err := res.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Layer, cfg.Provenance = layer, prov
+	cfg.Resolver, cfg.Provenance = res, prov
 	return cfg
 }

@@ -114,6 +114,9 @@ func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.d.Give
 func statusSource(p Provenance) *status.Source {
 	s := &status.Source{From: p.Source, Corefile: p.Corefile, SHA256: p.SHA256,
 		Refused: errString(p.Refused), LastGood: errString(p.LastGood)}
+	if p.Source != SourceFlags {
+		s.Build = p.Build.String()
+	}
 	if p.Refused != nil {
 		s.Reason = corefile.Reason(p.Refused)
 	}

@@ -104,6 +104,11 @@ func (c *Config) writeProvenance(w io.Writer) {
 		fmt.Fprintln(w, "configuration: from the flags (no --localdns-corefile)")
 	}
 	if p.Source != SourceFlags {
+		fmt.Fprintf(w, "judged for: %s", p.Build)
+		if p.BuildErr != nil {
+			fmt.Fprintf(w, " (not LocalDNS's own: %v)", p.BuildErr)
+		}
+		fmt.Fprintln(w)
 		lg := "none (no --state-dir)"
 		if c.StateDir != "" {
 			lg = lastgood.Path(c.StateDir)

@@ -52,10 +52,10 @@ func Path(dir string) string { return filepath.Join(dir, FileName) }
 // ErrNone is wrapped when dir holds no record.
 var ErrNone = errors.New("no last known good configuration")
 
-// Load reads the record in dir and checks it as a Corefile is checked
-// (corefile.Source.Check), so that a file damaged on disk, or one a
+// Load reads the record in dir and checks it as a Corefile is checked for
+// build (corefile.Build.Check), so that a file damaged on disk, or one a
 // newer rule refuses, is never used.
-func Load(dir string) (Record, error) {
+func Load(dir string, build corefile.Build) (Record, error) {
 	f, err := os.Open(Path(dir))
 	if errors.Is(err, os.ErrNotExist) {
 		return Record{}, fmt.Errorf("%w in %s", ErrNone, dir)
@@ -64,15 +64,15 @@ func Load(dir string) (Record, error) {
 		return Record{}, fmt.Errorf("last known good: %w", err)
 	}
 	defer f.Close()
-	r, err := Decode(f)
+	r, err := Decode(f, build)
 	if err != nil {
 		return Record{}, fmt.Errorf("last known good %s: %w", Path(dir), err)
 	}
 	return r, nil
 }
 
-// Decode reads a record written by Encode and checks it.
-func Decode(rd io.Reader) (Record, error) {
+// Decode reads a record written by Encode and checks it for build.
+func Decode(rd io.Reader, build corefile.Build) (Record, error) {
 	b, err := io.ReadAll(io.LimitReader(rd, maxSize+1))
 	if err != nil {
 		return Record{}, err
@@ -94,7 +94,7 @@ func Decode(rd io.Reader) (Record, error) {
 	case r.Applied.IsZero():
 		return Record{}, errors.New("no time applied in the record")
 	}
-	if err := r.Source.Check(); err != nil {
+	if err := build.Check(r.Source); err != nil {
 		return Record{}, fmt.Errorf("refused: %w", err)
 	}
 	return r, nil

@@ -26,7 +26,7 @@ func read(t *testing.T) *corefile.Source {
 // same Settings as the Corefile it was read from.
 func TestSaveLoad(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Load(dir); !errors.Is(err, ErrNone) || !errors.Is(err, ErrNone) {
+	if _, err := Load(dir, corefile.Build{}); !errors.Is(err, ErrNone) || !errors.Is(err, ErrNone) {
 		t.Fatalf("Load of an empty directory: %v, want ErrNone", err)
 	}
 	src := read(t)
@@ -34,7 +34,7 @@ func TestSaveLoad(t *testing.T) {
 	if err := Save(dir, New(src, at)); err != nil {
 		t.Fatal(err)
 	}
-	r, err := Load(dir)
+	r, err := Load(dir, corefile.Build{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +73,13 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Decode(strings.NewReader(tt.edit(good.String())))
+			_, err := Decode(strings.NewReader(tt.edit(good.String())), corefile.Build{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Decode: %v, want an error with %q", err, tt.want)
 			}
 		})
 	}
-	if _, err := Decode(&good); err != nil {
+	if _, err := Decode(&good, corefile.Build{}); err != nil {
 		t.Errorf("Decode of the record as written: %v", err)
 	}
 }

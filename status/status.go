@@ -50,6 +50,9 @@ type Source struct {
 	Refused  string `json:"refused,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	LastGood string `json:"last_good,omitempty"`
+	// Build is the CoreDNS build the Corefile is judged for: LocalDNS's
+	// own binary's directives, or CoreDNS 1.13.1's standard build.
+	Build string `json:"build,omitempty"`
 }
 
 // Upstream is one upstream server of one zone on one listen address.

@@ -111,13 +111,14 @@ func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config
 		o = opts
 		return cfg, err
 	}
-	cfg, prov, err := daemon.Resolve(layer)
+	res := &daemon.Resolver{Layer: layer}
+	cfg, prov, err := res.Resolve()
 	if err != nil {
 		return cfg, o, err
 	}
 	cfg.Provenance = prov
 	if prov.Source != daemon.SourceFlags {
-		cfg.Layer = layer
+		cfg.Resolver = res
 	}
 	return cfg, o, nil
 }
@@ -202,6 +203,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: never)")
 	fs.Var(&addrList{p: &cfg.Fallback.Upstreams}, "fallback-upstream", "kube-dns's `ADDR:PORT` (its ClusterIP), repeatable: where misses go when neither the Corefile nor the last known good in --state-dir can be used (every listener's cluster.local, and all names but on --fallback-node-listen)")
 	fs.Var(parsed[netip.AddrPort]{&cfg.Fallback.NodeListen, parseAddrPort, netip.AddrPort.String}, "fallback-node-listen", "the node's own listener (LocalDNS's `ADDR:PORT` for kubelet and the node): in the fallback, its names outside cluster.local go to the node's resolvers, never to kube-dns")
+	fs.StringVar(&cfg.LocalDNSCoreDNS, "localdns-coredns", cfg.LocalDNSCoreDNS, "LocalDNS's CoreDNS binary (`PATH`): a Corefile is judged against the directives its build has (`coredns -plugins`, run once per binary); without it, against CoreDNS 1.13.1's standard build (empty: never run it)")
 	fs.StringVar(&cfg.Fallback.ResolvConf, "fallback-resolv-conf", cfg.Fallback.ResolvConf, "resolv.conf `PATH` listing the node's upstream resolvers (systemd-resolved's), for the fallback of --fallback-node-listen; loopback and the listen addresses are left out")
 	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "`ADDR:PORT` for /metrics, /healthz and /readyz (empty: off)")
 
