@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/coredns/caddy/caddyfile"
-
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/status"
 )
@@ -30,15 +28,7 @@ type corefileFacts struct {
 	Err   error    // Path could not be read, or not parsed
 	// Listeners are the addresses some block of the Corefile serves plain
 	// DNS on, the defaults first.
-	Listeners []localdnsListener
-}
-
-// localdnsListener is one address LocalDNS serves.
-type localdnsListener struct {
-	Addr netip.AddrPort
-	// Err: the blocks serving Addr are there, but dnsstandby cannot read
-	// them (`dnsstandby run` would then fall back to its flags).
-	Err error
+	Listeners []netip.AddrPort
 }
 
 // corefileListeners finds the addresses LocalDNS serves, from its Corefile
@@ -48,13 +38,9 @@ type localdnsListener struct {
 // blocks it takes (corefile.Parse: plain DNS, the port, bind and its
 // except); this function only proposes the addresses to ask about. Bind
 // arguments that are interface names propose nothing.
-func corefileListeners(file string, data []byte) ([]localdnsListener, error) {
+func corefileListeners(file string, data []byte) ([]netip.AddrPort, error) {
 	// A Corefile CoreDNS refuses serves nowhere: LocalDNS does not start.
 	src, err := corefile.ReadFrom(file, bytes.NewReader(data))
-	if err != nil {
-		return nil, err
-	}
-	blocks, err := caddyfile.Parse(file, bytes.NewReader(data), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -64,14 +50,14 @@ func corefileListeners(file string, data []byte) ([]localdnsListener, error) {
 			candidates = append(candidates, ap)
 		}
 	}
-	for _, b := range blocks {
+	for _, b := range src.Blocks {
 		var ports []uint16
 		for _, k := range b.Keys {
 			if p := keyPort(k); !slices.Contains(ports, p) {
 				ports = append(ports, p)
 			}
 		}
-		for _, tok := range b.Tokens["bind"] {
+		for _, tok := range b.Directives["bind"] {
 			ip, err := netip.ParseAddr(tok.Text)
 			if err != nil {
 				continue // "bind", an interface name, "except", a brace
@@ -81,17 +67,17 @@ func corefileListeners(file string, data []byte) ([]localdnsListener, error) {
 			}
 		}
 	}
-	var out []localdnsListener
+	var out []netip.AddrPort
 	for _, c := range candidates {
+		// Read has checked every block: what is left is whether one
+		// serves c.
 		_, err := src.Settings([]netip.AddrPort{c})
 		switch {
 		case errors.Is(err, corefile.ErrNoServerBlock):
 		case err != nil:
-			// Not a key or bind error (those are found above): a plugin
-			// of a block serving c, which is there all the same.
-			out = append(out, localdnsListener{Addr: c, Err: err})
+			return nil, err
 		default:
-			out = append(out, localdnsListener{Addr: c})
+			out = append(out, c)
 		}
 	}
 	return out, nil
@@ -155,14 +141,8 @@ func localdnsListenersResult(f corefileFacts, d daemonFacts) Result {
 			Found: fmt.Sprintf("no block of %s serves plain DNS on %s or on an address it binds", f.Path, joinAddrPorts(localdnsDefaultListeners())),
 			Fix:   fixPath}
 	}
-	served := make([]netip.AddrPort, len(f.Listeners))
+	served := f.Listeners
 	var more []finding
-	for i, l := range f.Listeners {
-		served[i] = l.Addr
-		if l.Err != nil {
-			more = append(more, finding{Warn, fmt.Sprintf("dnsstandby cannot read LocalDNS's blocks for %s (%v): `dnsstandby run --localdns-corefile %s --validate` says more", l.Addr, l.Err, f.Path)})
-		}
-	}
 	found := fmt.Sprintf("LocalDNS serves %s (%s)", joinAddrPorts(served), f.Path)
 	var listen []netip.AddrPort
 	if d.Status != nil && d.Status.Config != nil {
@@ -194,11 +174,6 @@ func localdnsListenersResult(f corefileFacts, d daemonFacts) Result {
 			add[i] = "--listen " + ap.String()
 		}
 		more = slices.Insert(more, 0, finding{Warn, "add " + strings.Join(add, " ") + " to dnsstandby's options (/etc/default/dnsstandby, or the DaemonSet's args) and restart it"})
-	}
-	for _, l := range f.Listeners {
-		if l.Err != nil {
-			found += fmt.Sprintf("; %s: its blocks are unreadable to dnsstandby", l.Addr)
-		}
 	}
 	return verdict(name, found, more...)
 }
