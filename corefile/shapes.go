@@ -68,25 +68,17 @@ func unchecked(name string) bool {
 	return true
 }
 
-// errOnce is CoreDNS's plugin.ErrOnce.
-func (d *directive) errOnce() error {
-	return d.errf("this plugin can only be used once per Server Block")
-}
-
 // shapeAnything is a setup that reads no token: anything goes.
 func shapeAnything(*directive) error { return nil }
 
 // shapeNoArgsOnce: once per block, no arguments (loop).
 func shapeNoArgsOnce(d *directive) error {
-	for i := 0; d.Next(); i++ {
-		if i > 0 {
-			return d.errOnce()
-		}
+	return d.once(func() error {
 		if d.NextArg() {
 			return d.argErr()
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // shapeFirstNoArgs: the first line has no arguments; the rest is not read
@@ -135,10 +127,7 @@ func shapeLog(d *directive) error {
 
 // shapeErrors: once, `errors [stdout] { stacktrace; consolidate ... }`.
 func shapeErrors(d *directive) error {
-	for i := 0; d.Next(); i++ {
-		if i > 0 {
-			return d.errOnce()
-		}
+	return d.once(func() error {
 		switch args := d.RemainingArgs(); len(args) {
 		case 0:
 		case 1:
@@ -159,8 +148,8 @@ func shapeErrors(d *directive) error {
 				return d.errf("unknown field %s", d.Val())
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // consolidate is `consolidate DURATION REGEXP [LEVEL]` of errors.
@@ -185,28 +174,26 @@ func (d *directive) consolidate() error {
 	return nil
 }
 
-// hostPort is the check of ready's, health's and prometheus's address.
-func (d *directive) hostPort(addr string) error {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return d.errf("%v", err)
+// optionalAddr reads the optional HOST:PORT of ready, health and
+// prometheus, the rest of the line.
+func (d *directive) optionalAddr() error {
+	switch args := d.RemainingArgs(); len(args) {
+	case 0:
+		return nil
+	case 1:
+		if _, _, err := net.SplitHostPort(args[0]); err != nil {
+			return d.errf("%v", err)
+		}
+		return nil
 	}
-	return nil
+	return d.argErr()
 }
 
 // shapeReady: once, `ready [ADDRESS] { monitor until-ready|continuously }`.
 func shapeReady(d *directive) error {
-	for i := 0; d.Next(); i++ {
-		if i > 0 {
-			return d.errOnce()
-		}
-		switch args := d.RemainingArgs(); len(args) {
-		case 0:
-		case 1:
-			if err := d.hostPort(args[0]); err != nil {
-				return err
-			}
-		default:
-			return d.argErr()
+	return d.once(func() error {
+		if err := d.optionalAddr(); err != nil {
+			return err
 		}
 		for d.NextBlock() {
 			// Other options are read as nothing, as CoreDNS does.
@@ -221,21 +208,15 @@ func shapeReady(d *directive) error {
 				return d.errf("monitor type '%s' not supported", args[0])
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // shapeHealth: `health [ADDRESS] { lameduck DURATION }`, many times.
 func shapeHealth(d *directive) error {
 	for d.Next() {
-		switch args := d.RemainingArgs(); len(args) {
-		case 0:
-		case 1:
-			if err := d.hostPort(args[0]); err != nil {
-				return err
-			}
-		default:
-			return d.argErr()
+		if err := d.optionalAddr(); err != nil {
+			return err
 		}
 		for d.NextBlock() {
 			if d.Val() != "lameduck" {
@@ -255,23 +236,7 @@ func shapeHealth(d *directive) error {
 
 // shapePrometheus: once, `prometheus [ADDRESS]`, no block: its braces
 // would be read as a second occurrence.
-func shapePrometheus(d *directive) error {
-	for i := 0; d.Next(); i++ {
-		if i > 0 {
-			return d.errOnce()
-		}
-		switch args := d.RemainingArgs(); len(args) {
-		case 0:
-		case 1:
-			if err := d.hostPort(args[0]); err != nil {
-				return err
-			}
-		default:
-			return d.argErr()
-		}
-	}
-	return nil
-}
+func shapePrometheus(d *directive) error { return d.once(d.optionalAddr) }
 
 // shapeReload: the first line, `reload [INTERVAL [JITTER]]`, interval at
 // least 2 s and jitter at least 1 s.
@@ -436,10 +401,7 @@ func shapeErratic(d *directive) error {
 // shapeView: once, `view NAME { expr EXPRESSION }`. The expressions are
 // not compiled: dnsstandby does not model views.
 func shapeView(d *directive) error {
-	for i := 0; d.Next(); i++ {
-		if i > 0 {
-			return d.errOnce()
-		}
+	return d.once(func() error {
 		if len(d.RemainingArgs()) != 1 {
 			return d.argErr()
 		}
@@ -449,6 +411,6 @@ func shapeView(d *directive) error {
 			}
 			d.RemainingArgs()
 		}
-	}
-	return nil
+		return nil
+	})
 }
