@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
-
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
@@ -146,16 +144,7 @@ func TestLastGoodServes(t *testing.T) {
 		return fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), listen.Addr(), up)
 	}
 	layer := corefileLayer(base, path)
-	ask := func() string {
-		t.Helper()
-		m := new(dns.Msg)
-		m.SetQuestion(fmt.Sprintf("q%d.example.", time.Now().UnixNano()), dns.TypeA)
-		resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, listen.String())
-		if err != nil || len(resp.Answer) != 1 {
-			t.Fatalf("query: %v %v", resp, err)
-		}
-		return resp.Answer[0].(*dns.A).A.String()
-	}
+	ask := func() string { return askFresh(listen) }
 
 	rewrite(t, path, forwardTo(upA))
 	r := start(t, resolved(t, layer))
@@ -234,15 +223,7 @@ func TestFallbackServes(t *testing.T) {
 	cfg := resolved(t, corefileLayer(base, path))
 	cfg.ReloadInterval = 50 * time.Millisecond
 	r := start(t, cfg)
-	ask := func() string {
-		m := new(dns.Msg)
-		m.SetQuestion(fmt.Sprintf("f%d.example.", time.Now().UnixNano()), dns.TypeA)
-		resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, listen.String())
-		if err != nil || len(resp.Answer) != 1 {
-			return fmt.Sprint(resp, err)
-		}
-		return resp.Answer[0].(*dns.A).A.String()
-	}
+	ask := func() string { return askFresh(listen) }
 	if got := ask(); got != "192.0.2.10" {
 		t.Fatalf("from the fallback: %s, want kube-dns's 192.0.2.10", got)
 	}
@@ -296,6 +277,16 @@ func TestHandedLastGood(t *testing.T) {
 	if _, err := lastgood.Load(base.StateDir, corefile.Build{}); err != nil {
 		t.Errorf("the handed last known good is not kept: %v", err)
 	}
+}
+
+// askFresh asks listen for a name never asked before and returns the
+// answer's address, or what went wrong.
+func askFresh(listen netip.AddrPort) string {
+	a, err := askA(listen, freshName())
+	if err != nil {
+		return err.Error()
+	}
+	return a
 }
 
 func write(t *testing.T, path, text string) {

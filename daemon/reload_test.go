@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -38,19 +36,7 @@ func TestCorefileReload(t *testing.T) {
 	r := start(t, cfg)
 
 	var n atomic.Int64
-	ask := func(name string) (string, error) {
-		m := new(dns.Msg)
-		m.SetQuestion(name, dns.TypeA)
-		c := &dns.Client{Timeout: time.Second}
-		resp, _, err := c.Exchange(m, listen.String())
-		if err != nil {
-			return "", err
-		}
-		if len(resp.Answer) != 1 {
-			return "", fmt.Errorf("%s: %s %v", name, dns.RcodeToString[resp.Rcode], resp.Answer)
-		}
-		return resp.Answer[0].(*dns.A).A.String(), nil
-	}
+	ask := func(name string) (string, error) { return askA(listen, name) }
 	fresh := func() string { return fmt.Sprintf("q%d.example.", n.Add(1)) }
 	if got, err := ask(fresh()); err != nil || got != "192.0.2.1" {
 		t.Fatalf("before the reload: %s %v, want 192.0.2.1", got, err)
@@ -144,23 +130,11 @@ func TestReloadCaches(t *testing.T) {
 	}
 	ask := func(name string) string {
 		t.Helper()
-		m := new(dns.Msg)
-		m.SetQuestion(name, dns.TypeA)
-		resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, listen.String())
-		if err != nil || len(resp.Answer) != 1 {
-			t.Fatalf("%s: %v %v", name, resp, err)
-		}
-		return resp.Answer[0].(*dns.A).A.String()
-	}
-	metrics := func() string {
-		t.Helper()
-		resp, err := http.Get("http://" + cfg.MetricsAddr + "/metrics")
+		a, err := askA(listen, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
+		return a
 	}
 
 	first := caches()
@@ -206,10 +180,27 @@ func TestReloadCaches(t *testing.T) {
 	// The new cache's metrics are registered just after it is in force.
 	var body string
 	testkit.Eventually(t, time.Second, "the new cache's metrics, and none of cluster.local's", func() bool {
-		body = metrics()
+		body = metricsText(t, cfg.MetricsAddr)
 		return strings.Contains(body, `dnsstandby_cache_entries{listener="`+listen.String()+`",zone="."} 1`) && !strings.Contains(body, `zone="cluster.local."`)
 	})
 }
+
+// askA asks listen for name's A record and returns its one address.
+func askA(listen netip.AddrPort, name string) (string, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	resp, _, err := (&dns.Client{Timeout: time.Second}).Exchange(m, listen.String())
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Answer) != 1 {
+		return "", fmt.Errorf("%s: %s %v", name, dns.RcodeToString[resp.Rcode], resp.Answer)
+	}
+	return resp.Answer[0].(*dns.A).A.String(), nil
+}
+
+// freshName is a name no test has asked before.
+func freshName() string { return fmt.Sprintf("q%d.example.", time.Now().UnixNano()) }
 
 // rewrite replaces the file at path by text as localdns.sh and editors
 // do: a new file renamed over the old.

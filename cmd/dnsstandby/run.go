@@ -76,20 +76,13 @@ func unusableHint(p daemon.Provenance) string {
 	if p.Source != daemon.SourceFallback {
 		return ""
 	}
-	hint := "; the Corefile is refused (" + errText(p.Refused) + ")"
+	hint := fmt.Sprintf("; the Corefile is refused (%v)", p.Refused)
 	if p.LastGood != nil {
 		hint += ", the last known good is unusable (" + p.LastGood.Error() + ")"
 	} else {
 		hint += ", there is no last known good"
 	}
 	return hint + ", and the fallback has no servers: give --fallback-upstream KUBE_DNS_CLUSTER_IP:53"
-}
-
-func errText(err error) string {
-	if err == nil {
-		return "none"
-	}
-	return err.Error()
 }
 
 // runOptions are the settings of `dnsstandby run` that are not the
