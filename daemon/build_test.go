@@ -40,7 +40,7 @@ func TestBuildOfLocalDNS(t *testing.T) {
 		{filepath.Join(dir, "absent"), SourceFallback},
 	} {
 		base.LocalDNSCoreDNS = tt.binary
-		_, prov, err := Resolve(corefileLayer(base, path))
+		_, prov, err := (&Resolver{Layer: corefileLayer(base, path)}).Resolve()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,15 +57,12 @@ func (d *Daemon) applied(prov Provenance) {
 		prov.Applied = time.Now().UTC()
 		if d.stateDir != "" {
 			r, err := lastgood.Load(d.stateDir, prov.Build)
-			switch {
-			case err == nil && r.Source.SHA256 == prov.SHA256 && r.Source.File == prov.Corefile:
+			if err == nil && r.Source.SHA256 == prov.SHA256 && r.Source.File == prov.Corefile {
 				prov.Applied = r.Applied
-			default:
-				if err := lastgood.Save(d.stateDir, lastgood.New(prov.src, prov.Applied)); err != nil {
-					d.log.Error("last known good configuration not written", slog.Any("err", err))
-				} else {
-					d.log.Info("last known good configuration written", "path", lastgood.Path(d.stateDir), "corefile", prov.Corefile, "sha256", prov.SHA256)
-				}
+			} else if err := lastgood.Save(d.stateDir, lastgood.New(prov.src, prov.Applied)); err != nil {
+				d.log.Error("last known good configuration not written", slog.Any("err", err))
+			} else {
+				d.log.Info("last known good configuration written", "path", lastgood.Path(d.stateDir), "corefile", prov.Corefile, "sha256", prov.SHA256)
 			}
 		}
 	}

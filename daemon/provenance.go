@@ -134,9 +134,6 @@ type Resolver struct {
 	builds builds
 }
 
-// Resolve is Resolver.Resolve of a new Resolver: for one resolution.
-func Resolve(layer Layer) (Config, Provenance, error) { return (&Resolver{Layer: layer}).Resolve() }
-
 // Resolve makes the configuration in force by the rule above, and says
 // where it came from. Its error is for settings that are wrong whatever
 // the Corefile (the flags'); a Corefile or last known good that cannot be

@@ -69,7 +69,7 @@ func TestResolve(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cfg, prov, err := Resolve(corefileLayer(base, path))
+			cfg, prov, err := (&Resolver{Layer: corefileLayer(base, path)}).Resolve()
 			if err != nil {
 				t.Fatal(err)
 			}

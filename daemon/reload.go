@@ -134,11 +134,10 @@ func (d *Daemon) reloadChanged(life context.Context, changed bool) ([]*routeSet,
 	if err != nil {
 		return nil, err
 	}
-	prev := d.config.provenance()
 	d.applied(prov)
 	now := d.config.provenance()
 	d.log.Info("Corefile reloaded", "corefile", next.Corefile, "source", now.Source, "sha256", now.SHA256, "ignored", len(next.Ignored))
-	if prev.Source != now.Source {
+	if cur.Source != now.Source {
 		d.logProvenance(now)
 	}
 	return sets, nil
