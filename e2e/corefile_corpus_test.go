@@ -22,7 +22,7 @@ import (
 )
 
 // load is dnsstandby's verdict on a Corefile, as the daemon decides it
-// (daemon.Resolve: read and checked as CoreDNS reads it, then the
+// (daemon.Resolver: read and checked as CoreDNS reads it, then the
 // configuration it gives valid): nil means it would apply it.
 // TestCorefileCorpus holds it against CoreDNS's.
 var load = func(p string) error {

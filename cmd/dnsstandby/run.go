@@ -94,7 +94,7 @@ type runOptions struct {
 }
 
 // runConfig makes the configuration `dnsstandby run` starts with, by the
-// daemon's rule (daemon.Resolve): from the LocalDNS Corefile, else the
+// daemon's rule (daemon.Resolver): from the LocalDNS Corefile, else the
 // last known good, else the fallback. Its error is for the flags and
 // environment; a Corefile that cannot be used is in the Provenance.
 func runConfig(args []string, lookup func(string) (string, bool)) (daemon.Config, runOptions, error) {
