@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build release deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab
+.PHONY: build release deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab docs
 
 # What a build says it is (`dnsstandby version`), from git: VERSION
 # DEBVERSION REVISION TIME MODIFIED, "-" for unknown (scripts/version).
@@ -90,6 +90,13 @@ test: test-deps fmt-check vet bin/coredns
 	$(GO) test -race -count=1 ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/tests && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## docs: rewrite the parts of the documents made from the code (flag and
+## metric tables, sample output: internal/gendoc); `make test` fails while
+## a document's copy differs
+docs:
+	DNSSTANDBY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'Docs' ./...
+	cd deploy/tests && DNSSTANDBY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'Docs' ./...
 
 ## bin/coredns: the CoreDNS pinned as a tool in bench/tools/go.mod (v1.13.1),
 ## built once; about 2 minutes on this project's 2-core machines. It has a
