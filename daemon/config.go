@@ -12,6 +12,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
@@ -68,9 +69,10 @@ type Config struct {
 	// HandoverFrom is the admin socket of a dnsstandby that may be
 	// running ("" : none): when LockFile is held, Run asks that process
 	// for a surge handover (its sockets, caches and lock) instead of
-	// exiting with ErrRunning. WaitAfterHandover keeps a process that
-	// gave a handover waiting for its stop signal once stopped, rather
-	// than returning (a DaemonSet container that exits is restarted).
+	// returning handover.ErrRunning. WaitAfterHandover keeps a process
+	// that gave a handover waiting for its stop signal once stopped,
+	// rather than returning ErrHandedOver (a DaemonSet container that
+	// exits is restarted).
 	HandoverFrom      string
 	WaitAfterHandover bool
 
@@ -305,7 +307,7 @@ func DefaultConfig() Config {
 			MaxConnsPerAddr: 8,
 		},
 		AdminSocket:     admin.DefaultSocket,
-		LockFile:        DefaultLockFile,
+		LockFile:        handover.DefaultLockFile,
 		ShutdownTimeout: 5 * time.Second,
 		ReloadInterval:  time.Second,
 		Fallback: Fallback{

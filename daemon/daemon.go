@@ -23,6 +23,7 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/clock"
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/internal/buildinfo"
 	"github.com/dnsstandby/dnsstandby/mirror/dnstap"
@@ -62,9 +64,10 @@ type Daemon struct {
 	srv      *responder.Server
 	dnstap   *dnstap.Receiver
 	ctrl     *takeover.Controller
-	ho       *handoverState // set first by Run (handover.go)
-	lock     *instanceLock  // nil without LockFile
-	surge    *surge         // surge handovers (surge.go)
+	hand     *handover.Handover // set first by Run; what came from the previous process
+	// savedAtStop: the stop's disk snapshots are written (or left to a
+	// surge taker), so the routes' closers do not write them again.
+	savedAtStop atomic.Bool
 }
 
 // group is one route's running upstream group.
@@ -88,7 +91,7 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 // newUnchecked is New without Validate: tests use it to see that Run's
 // parts refuse what Validate refuses.
 func newUnchecked(cfg Config, log *slog.Logger) *Daemon {
-	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{}), surge: newSurge()}
+	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}
 	if cfg.Resolver != nil {
 		d.watched = fingerprint(cfg.Watch)
 	}
@@ -127,38 +130,28 @@ func (c closers) closeAll(log *slog.Logger) {
 // last mode, then closes the sockets (the store keeps its copies). A part that
 // fails to start stops those already started and Run returns its error.
 // Every goroutine of every part runs under one context that Run cancels
-// after the last part has stopped. Run may be called once.
+// after the last part has stopped. Run may be called once. It returns
+// handover.ErrRunning when another dnsstandby holds the lock, and
+// ErrHandedOver when it stopped because it gave a surge handover.
 func (d *Daemon) Run(ctx context.Context) error {
 	cfg := d.cfg
 	log := d.log
 	var stack closers
 	defer func() { stack.closeAll(log) }()
-	if cfg.LockFile != "" {
-		lock, err := lockInstance(cfg.LockFile)
-		if errors.Is(err, ErrRunning) && cfg.HandoverFrom != "" {
-			// One runs: ask it for a surge handover. A refusal
-			// leaves it as it was, like the error above.
-			lock, err = d.take(ctx)
-		}
-		if err != nil {
-			return err
-		}
-		d.lock = lock
-		stack.push("instance lock", lock.release)
-	} else if cfg.HandoverFrom != "" {
-		if _, err := d.take(ctx); err != nil {
-			log.Info("handover: none taken: starting on its own", slog.Any("err", err))
-		}
+	// Before anything binds or any cache is made: the lock, and what the
+	// previous process passed (systemd's store, or a surge giver).
+	hand, err := handover.Begin(ctx, d.handoverConfig(), handover.SystemdFromEnv())
+	if err != nil {
+		return err
 	}
-	if t := d.surge.taking; t != nil {
-		// Until acceptHandover, the giver serves: a failed start
-		// leaves it so.
-		stack.push("handover", func() error { t.refuse(errors.New("start failed: see its log")); return nil })
-	}
+	d.hand = hand
+	stack.push("handover", hand.Close)
 	d.openStateDir()
 	// The configuration may change here, to a newer last known good the
 	// previous process handed over.
-	d.inherit()
+	if b := hand.Cache(handover.LastGoodKey); b != nil {
+		d.takeHandedLastGood(b)
+	}
 	cfg = d.cfg
 	log.Info("dnsstandby starting", "version", d.build.Version, "revision", d.build.ShortRevision(), "go", d.build.GoVersion, "pid", os.Getpid())
 	if p := cfg.Provenance; p.Refused != nil {
@@ -189,22 +182,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.startListeners(&stack, reg); err != nil {
 		return err
 	}
-	d.keepSockets()
 	d.startMirror(life, &stack, reg)
-	if err := d.startTakeover(life, &stack, reg); err != nil {
+	ctrl, err := d.startTakeover(life, &stack, reg)
+	if err != nil {
 		return err
 	}
-	d.startHedgers(life, &stack)
-	// Our sockets read and our steering program is attached: a giver
-	// may stop. It frees the admin socket and the metrics address as it
-	// does.
-	if err := d.acceptHandover(); err != nil {
+	d.startHedgers(life, &stack, ctrl)
+	// Our sockets read and our steering program is attached: they go
+	// into the store for the next process, and a giver may stop. It
+	// frees the admin socket and the metrics address as it does.
+	if err := hand.Serving(served{d}); err != nil {
 		return err
 	}
 	if cfg.AdminSocket != "" {
 		var as *admin.Server
-		err := d.afterGiver(ctx, "admin socket", func() (err error) {
-			as, err = admin.Listen(cfg.AdminSocket, handler{d}, d.base)
+		err := hand.AfterGiver(ctx, "admin socket", func() (err error) {
+			as, err = admin.Listen(cfg.AdminSocket, handler{d: d, hand: hand}, d.base)
 			return err
 		})
 		if err != nil {
@@ -215,7 +208,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	var ready readiness
 	if cfg.MetricsAddr != "" {
 		var hs *http.Server
-		err := d.afterGiver(ctx, "metrics address", func() (err error) {
+		err := hand.AfterGiver(ctx, "metrics address", func() (err error) {
 			hs, err = d.serveHTTP(&wg, reg, &ready)
 			return err
 		})
@@ -236,7 +229,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.srv.Drain(sctx)
 		return nil
 	})
-	stack.push("handover", func() error { d.handOver(); return nil })
+	stack.push("cache hand-off", func() error { d.handOver(); return nil })
 	sd := notify{log}
 	stack.push("readiness", func() error {
 		ready.set(false)
@@ -247,7 +240,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	ready.set(true)
 	close(d.ready)
-	st := d.ctrl.Status()
+	st := ctrl.Status()
 	log.Info("dnsstandby ready", "listen", fmt.Sprint(cfg.Listen), "mode", st.Mode, "steering", st.Steering.Level, "caches", len(d.caches()))
 	// takeover.Start returned with the anchor, the steering program and
 	// the first mode in place: systemd may now start LocalDNS.
@@ -259,20 +252,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
-	case <-d.surge.gave:
+	case <-hand.GaveC():
 	}
 	start := time.Now()
 	stack.closeAll(log)
 	stack = nil
 	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
-	if d.gaveHandover() && cfg.WaitAfterHandover && ctx.Err() == nil {
+	if !hand.Gave() || ctx.Err() != nil {
+		return nil
+	}
+	if cfg.WaitAfterHandover {
 		// As a DaemonSet's old pod: exiting would restart the
 		// container, which would ask for the handover back.
-		log.Info("handover: done; waiting for the stop signal", "to_pid", d.surge.toPID.Load())
+		log.Info("handover: done; waiting for the stop signal", "to_pid", hand.GaveTo())
 		<-ctx.Done()
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: PID %d", ErrHandedOver, hand.GaveTo())
 }
+
+// ErrHandedOver is returned by Run when it stopped because it handed over
+// to a surge taker (--handover-from), which serves the node now; with
+// WaitAfterHandover, Run waits for ctx instead and returns nil.
+var ErrHandedOver = errors.New("handed over: another dnsstandby serves this node")
 
 // openStateDir makes the state directory if it is not there; without it
 // there are no cache snapshots and no last known good.
@@ -358,7 +360,7 @@ func (d *Daemon) newZoneCache(v *view, zone string, cc cache.Config, clk *clock.
 	switch {
 	case prev != nil:
 		zc.snap.copyFrom(prev.c, c)
-	case d.loadWarm(v.listen, zone, c, zc.snap.log):
+	case d.hand.LoadCache(handover.CacheKey(v.listen, zone), c, zc.snap.log):
 	case zc.snap.path != "":
 		zc.snap.load(c)
 	}
@@ -493,7 +495,7 @@ func (d *Daemon) startRoutes(life context.Context, stack *closers, clk *clock.Co
 		s.stop.closeAll(d.log)
 		var errs []error
 		for _, zc := range s.caches {
-			if zc.snap.path != "" && !d.savedAtStop() {
+			if zc.snap.path != "" && !d.savedAtStop.Load() {
 				errs = append(errs, zc.snap.save(zc.c, slog.LevelInfo))
 			}
 		}
@@ -558,7 +560,9 @@ func (d *Daemon) startListeners(stack *closers, reg *prometheus.Registry) error 
 	rc := d.cfg.Responder
 	rc.Listen = d.cfg.Listen
 	rc.Logger = d.base
-	rc.Inherit = d.inheritor()
+	if in := d.hand.Inherited(); in != nil {
+		rc.Inherit = in
+	}
 	srv, err := responder.Listen(rc, pipes)
 	if err != nil {
 		return err
@@ -639,10 +643,10 @@ func (d *Daemon) setMirrorSafe(safe bool) {
 // startTakeover starts the controller once the read loops run: the
 // steering program may send traffic to our sockets the moment it is
 // attached.
-func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *prometheus.Registry) error {
+func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *prometheus.Registry) (*takeover.Controller, error) {
 	socks, err := d.srv.Sockets()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tc := d.cfg.Takeover
 	tc.Logger = d.base
@@ -661,12 +665,12 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 	}
 	ctrl, err := takeover.Start(life, tc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	stack.push("takeover", ctrl.Close)
 	reg.MustRegister(ctrl)
-	d.ctrl = ctrl
-	return nil
+	d.ctrl = ctrl // for the status and the admin socket, served from here on
+	return ctrl, nil
 }
 
 // answered is the running total of queries dnsstandby answered, for

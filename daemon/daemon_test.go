@@ -25,6 +25,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -487,7 +488,7 @@ func TestOneInstance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err = d.Run(ctx)
-	if !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d holds %s", os.Getpid(), first.LockFile)) {
+	if !errors.Is(err, handover.ErrRunning) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d holds %s", os.Getpid(), first.LockFile)) {
 		t.Fatalf("second Run: %v, want ErrRunning naming pid %d", err, os.Getpid())
 	}
 	for _, addr := range []string{second.Listen[0].String(), second.MetricsAddr} {

@@ -57,11 +57,6 @@ func (o observer) Reply(p *tap.Packet) bool { return o.h.Reply(p.At, p.Client, p
 func (d *Daemon) newHedger(v *view) (*hedge.Hedger, error) {
 	hc := d.cfg.hedgeConfig()
 	hc.Logger = d.base.With("listener", v.listen.String())
-	listen := v.listen
-	hc.OnSilent = func(unanswered int, since time.Time) {
-		// Set before startHedgers runs the deadlines that call this.
-		d.ctrl.Silent(takeover.Silence{Listener: listen, Unanswered: unanswered, Since: since})
-	}
 	a := &answers{listen: v.listen, pipe: v.pipe, srv: d.srv, run: v.pipe.NewWorker(), tap: v.pipe.NewWorker()}
 	h, err := hedge.New(hc, a)
 	if err != nil {
@@ -71,16 +66,21 @@ func (d *Daemon) newHedger(v *view) (*hedge.Hedger, error) {
 	return h, nil
 }
 
-// startHedgers runs the hedgers' deadlines once takeover runs (a fast
-// hold goes to its controller), and stops them first at shutdown, before
-// the sockets they answer from drain.
-func (d *Daemon) startHedgers(life context.Context, stack *closers) {
+// startHedgers runs the hedgers' deadlines once takeover runs: a fast
+// hold goes to its controller ctrl. It stops them first at shutdown,
+// before the sockets they answer from drain.
+func (d *Daemon) startHedgers(life context.Context, stack *closers, ctrl *takeover.Controller) {
 	ctx, cancel := context.WithCancel(life)
 	var wg sync.WaitGroup
 	for _, v := range d.views {
-		if v.hedger != nil {
-			wg.Go(func() { v.hedger.Run(ctx) })
+		if v.hedger == nil {
+			continue
 		}
+		listen := v.listen
+		silent := func(unanswered int, since time.Time) {
+			ctrl.Silent(takeover.Silence{Listener: listen, Unanswered: unanswered, Since: since})
+		}
+		wg.Go(func() { v.hedger.Run(ctx, silent) })
 	}
 	stack.push("hedgers", func() error { cancel(); wg.Wait(); return nil })
 }

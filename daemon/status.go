@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/takeover"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
@@ -101,14 +102,17 @@ func (d *Daemon) Status() status.Daemon {
 
 // handler serves the admin socket: status from the daemon, hold and
 // release to the takeover controller.
-type handler struct{ d *Daemon }
+type handler struct {
+	d    *Daemon
+	hand *handover.Handover
+}
 
 func (h handler) Status() status.Daemon      { return h.d.Status() }
 func (h handler) Hold(d time.Duration) error { return h.d.ctrl.Hold(d) }
 func (h handler) Release() error             { return h.d.ctrl.Release() }
 
-// Give is admin.Giver (surge.go).
-func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.d.Give(c, peer) }
+// Give is admin.Giver: the surge handover (package handover).
+func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.hand.Give(c, peer) }
 
 // statusSource is the status's view of p.
 func statusSource(p Provenance) *status.Source {

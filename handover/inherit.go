@@ -1,17 +1,3 @@
-// Package handover passes what one dnsstandby process serves with to the
-// next through systemd's file descriptor store (FileDescriptorStoreMax=):
-// its listen sockets, so that datagrams and connections queued on them
-// while neither process reads are answered by the next one rather than
-// lost with a closed socket, and its caches, written into a sealed memfd
-// at stop, so that the next process starts warm without the disk.
-//
-// It does not decide when to hand over: the daemon stores the sockets
-// once they exist and the caches at stop; systemd passes whatever is in
-// the store to the next process of the unit (LISTEN_FDS) and drops the
-// store when the unit stops for good. It never trusts what it inherits:
-// a socket is taken only when its family, type, protocol, local address
-// and SO_REUSEPORT are what the listen address needs, and a cache file
-// only when it is sealed, within its bound and checks out.
 package handover
 
 import (

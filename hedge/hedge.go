@@ -79,17 +79,13 @@ type Config struct {
 
 	// MinQueries hits past their cache deadline, all within SilentWindow
 	// of each other and with no LocalDNS reply seen since the earliest
-	// arrived, make a fast hold: OnSilent is called once.
+	// arrived, make a fast hold: Run's onSilent is called once.
 	MinQueries   int
 	SilentWindow time.Duration
 	// SilentMin is how long the silence must have lasted: longer than
 	// the stall of a CPU-throttled LocalDNS (a CFS period is 100 ms),
 	// which hedging covers without moving traffic.
 	SilentMin time.Duration
-	// OnSilent is called from Run's goroutine and must not block; nil
-	// only counts.
-	OnSilent func(unanswered int, since time.Time)
-
 	// Tick is how often Run fires deadlines.
 	Tick time.Duration
 

@@ -459,8 +459,8 @@ func TestFastHold(t *testing.T) {
 	setup := func(t *testing.T) (*harness, *[]call) {
 		var calls []call
 		cfg := DefaultConfig()
-		cfg.OnSilent = func(n int, since time.Time) { calls = append(calls, call{n, since}) }
 		x := newHarness(t, cfg, newFakeAnswerer("hit.example."))
+		x.onSilent = func(n int, since time.Time) { calls = append(calls, call{n, since}) }
 		// LocalDNS healthy first: one reply.
 		x.h.Query(x.now, podB, query(999, "hit.example."))
 		x.h.Reply(x.now+ms, podB, answer(query(999, "hit.example."), "10.0.0.1"))
@@ -678,7 +678,7 @@ func TestRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { h.Run(ctx); close(done) }()
+	go func() { h.Run(ctx, nil); close(done) }()
 	h.Query(time.Now().UnixNano(), podA, query(1, "hit.example."))
 	deadline := time.Now().Add(5 * time.Second)
 	for ans.sentCount() == 0 && time.Now().Before(deadline) {

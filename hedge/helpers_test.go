@@ -97,6 +97,8 @@ type harness struct {
 	h   *Hedger
 	ans *fakeAnswerer
 	now int64
+	// onSilent is what the ticks call on a silence, as Run's argument.
+	onSilent func(int, time.Time)
 }
 
 func newHarness(t testing.TB, cfg Config, ans *fakeAnswerer) *harness {
@@ -115,11 +117,11 @@ func newHarness(t testing.TB, cfg Config, ans *fakeAnswerer) *harness {
 func (x *harness) advanceTo(at int64) {
 	for x.now+5*ms <= at {
 		x.now += 5 * ms
-		x.h.tick(x.now)
+		x.h.tick(x.now, x.onSilent)
 	}
 	if x.now < at {
 		x.now = at
-		x.h.tick(x.now)
+		x.h.tick(x.now, x.onSilent)
 	}
 }
 

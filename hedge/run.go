@@ -7,8 +7,10 @@ import (
 )
 
 // Run fires deadlines every Config.Tick until ctx is done. It is the
-// Hedger's one goroutine; the daemon starts one per Hedger.
-func (h *Hedger) Run(ctx context.Context) {
+// Hedger's one goroutine; the daemon starts one per Hedger, once the
+// fast hold has somewhere to go: onSilent is called from it, must not
+// block, and may be nil (silences are then only counted).
+func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since time.Time)) {
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	for {
@@ -16,13 +18,13 @@ func (h *Hedger) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			h.tick(h.now())
+			h.tick(h.now(), onSilent)
 		}
 	}
 }
 
 // tick does one round of Run's work at now.
-func (h *Hedger) tick(now int64) {
+func (h *Hedger) tick(now int64, onSilent func(int, time.Time)) {
 	h.mu.Lock()
 	h.tok.refill(now)
 	h.updateDeadlines(now)
@@ -38,8 +40,8 @@ func (h *Hedger) tick(now int64) {
 	if fire {
 		h.st.silent.Add(1)
 		h.log.Warn("LocalDNS answered none of the hits it was sent", "unanswered", n, "since", time.Unix(0, since))
-		if h.cfg.OnSilent != nil {
-			h.cfg.OnSilent(n, time.Unix(0, since))
+		if onSilent != nil {
+			onSilent(n, time.Unix(0, since))
 		}
 	}
 }

@@ -39,7 +39,7 @@ func simulate(t *testing.T, qps int, dur time.Duration, missShare float64,
 	var silentAt []int64
 	cfg := DefaultConfig()
 	x := newHarness(t, cfg, ans)
-	x.h.cfg.OnSilent = func(int, time.Time) { silentAt = append(silentAt, x.now) }
+	x.onSilent = func(int, time.Time) { silentAt = append(silentAt, x.now) }
 	n := int(dur.Seconds() * float64(qps))
 	qs := make([]simQuery, n)
 	evs := make([]simEvent, 0, 2*n)
@@ -111,7 +111,7 @@ func simulate(t *testing.T, qps int, dur time.Duration, missShare float64,
 		ans.resolves = ans.resolves[:0]
 
 		before := len(ans.sent)
-		x.h.tick(x.now)
+		x.h.tick(x.now, x.onSilent)
 		for _, s := range ans.sent[before:] {
 			q := &qs[byClient[s.client]]
 			q.hedged = true

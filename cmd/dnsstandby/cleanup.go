@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/dnsstandby/dnsstandby/daemon"
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/takeover/anchor"
 )
 
@@ -21,7 +21,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dnsstandby cleanup", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	link := fs.String("anchor-link", anchor.DefaultLink, "the anchor link to delete, if dnsstandby made it")
-	lockFile := fs.String("lock-file", daemon.DefaultLockFile, "the lock a running dnsstandby holds")
+	lockFile := fs.String("lock-file", handover.DefaultLockFile, "the lock a running dnsstandby holds")
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: dnsstandby cleanup [flags]\n\nDeletes the anchor link a stopped dnsstandby left (it keeps LocalDNS's\naddresses local across restarts); refuses while dnsstandby runs.")
@@ -37,7 +37,7 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *lockFile != "" {
-		release, err := daemon.LockInstance(*lockFile)
+		release, err := handover.LockInstance(*lockFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "dnsstandby cleanup: %v\n", err)
 			return exitFail

@@ -1,4 +1,4 @@
-package daemon
+package handover
 
 import (
 	"bytes"
@@ -17,7 +17,8 @@ import (
 // and a DaemonSet pod on one node see the same lock.
 const DefaultLockFile = "/run/dnsstandby/dnsstandby.lock"
 
-// ErrRunning is returned by Run when another dnsstandby holds the lock.
+// ErrRunning is returned by Begin when another dnsstandby holds the lock
+// (and there is no --handover-from to ask it for a handover).
 var ErrRunning = errors.New("another dnsstandby is running on this node")
 
 // instanceLock is the lock one dnsstandby per node holds while it runs.
@@ -29,8 +30,8 @@ type instanceLock struct {
 	given atomic.Bool // passed on to a taker: released without emptying
 }
 
-// lockInstance takes the lock at path before Run changes anything on the
-// node: two dnsstandby processes would each attach their steering program
+// lockInstance takes the lock at path before the daemon changes anything
+// on the node: two dnsstandby processes would each attach their steering program
 // to LocalDNS's reuseport groups and replace each other's, so a second
 // one must stop before its first side effect. The lock is an flock on the
 // file, released by the kernel when the process dies however it dies; the
