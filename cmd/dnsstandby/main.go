@@ -8,11 +8,21 @@ import (
 	"os"
 )
 
-// Exit codes: 2 for usage errors, as flag's and the Go tools' own.
+// Exit codes: 2 for usage errors, as flag's and the Go tools' own. `run`
+// has two of its own, both from sysexits.h so that systemctl names them,
+// and both in the unit's RestartPreventExitStatus= (a crash, exit 2 from
+// the Go runtime or a signal, still restarts):
+//   - exitConfig (78, CONFIG): its flags, environment or configuration
+//     are not usable; the unit stops, failed, with the line that says why.
+//   - exitServed (75, TEMPFAIL): another dnsstandby serves this node (it
+//     holds the lock, or this one handed over to it); the unit stops,
+//     inactive, not failed (SuccessExitStatus=).
 const (
-	exitOK    = 0
-	exitFail  = 1
-	exitUsage = 2
+	exitOK     = 0
+	exitFail   = 1
+	exitUsage  = 2
+	exitServed = 75
+	exitConfig = 78
 )
 
 func main() {

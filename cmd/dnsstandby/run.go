@@ -17,6 +17,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/cache"
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/daemon"
+	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
@@ -33,24 +34,34 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v (dnsstandby run -h lists the flags)\n", err)
-		return exitUsage
+		return exitConfig
 	}
 	log := newLogger(o, stderr)
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v%s\n", err, unusableHint(cfg.Provenance))
-		return exitUsage
+		return exitConfig
 	}
 	if o.validate {
 		return validate(cfg, stdout, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := d.Run(ctx); err != nil {
-		log.Error("dnsstandby stopped", slog.Any("err", err))
-		return exitFail
+	return runExit(d.Run(ctx), log)
+}
+
+// runExit turns Run's error into the exit code, with one line: another
+// dnsstandby serving the node is not a failure of this one.
+func runExit(err error, log *slog.Logger) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, handover.ErrRunning), errors.Is(err, daemon.ErrHandedOver):
+		log.Warn("dnsstandby stopped: another dnsstandby serves this node", slog.Any("err", err))
+		return exitServed
 	}
-	return exitOK
+	log.Error("dnsstandby stopped", slog.Any("err", err))
+	return exitFail
 }
 
 // validate is `dnsstandby run --validate`: where the configuration comes
@@ -226,9 +237,9 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&r.TCPIdle), "tcp-idle-timeout", "close a TCP connection idle this long")
 
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "control socket for dnsstandby status, hold and release (empty: off)")
-	fs.StringVar(&cfg.LockFile, "lock-file", cfg.LockFile, "file locked while running, before anything on the node is changed: a second dnsstandby exits 1 without touching the first (empty: no lock)")
-	fs.StringVar(&cfg.HandoverFrom, "handover-from", cfg.HandoverFrom, "admin socket (`PATH`) of the dnsstandby that may be running: when the lock is held, ask it for its sockets, caches and lock, and serve in its place once started (a surge handover: DaemonSet rollout, a new build beside the old); it stops. Empty: a second dnsstandby exits 1")
-	fs.Var(parsed[bool]{&cfg.WaitAfterHandover, parseAfterHandover, afterHandoverString}, "after-handover", "what a dnsstandby does once it has handed over to a --handover-from one and stopped: exit (0), or wait for its stop signal (a DaemonSet's old pod, whose exit would restart it)")
+	fs.StringVar(&cfg.LockFile, "lock-file", cfg.LockFile, "file locked while running, before anything on the node is changed: a second dnsstandby exits 75 without touching the first (empty: no lock)")
+	fs.StringVar(&cfg.HandoverFrom, "handover-from", cfg.HandoverFrom, "admin socket (`PATH`) of the dnsstandby that may be running: when the lock is held, ask it for its sockets, caches and lock, and serve in its place once started (a surge handover: DaemonSet rollout, a new build beside the old); it stops. Empty: a second dnsstandby exits 75")
+	fs.Var(parsed[bool]{&cfg.WaitAfterHandover, parseAfterHandover, afterHandoverString}, "after-handover", "what a dnsstandby does once it has handed over to a --handover-from one and stopped: exit (75: another serves this node), or wait for its stop signal and exit 0 (a DaemonSet's old pod, whose exit would restart it)")
 	fs.StringVar(&cfg.Anchor.Link, "anchor-link", cfg.Anchor.Link, "link of our own that keeps the listen addresses local when LocalDNS deletes its link (empty: no anchor)")
 	fs.StringVar(&cfg.Anchor.Kind, "anchor-kind", cfg.Anchor.Kind, "kind of the anchor link (bridge where the dummy driver is missing)")
 	fs.BoolVar(&cfg.Anchor.Cleanup, "anchor-cleanup", cfg.Anchor.Cleanup, "delete the anchor link on exit (by default it stays, so the addresses stay local across restarts)")

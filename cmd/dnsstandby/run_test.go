@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dnsstandby/dnsstandby/daemon"
+	"github.com/dnsstandby/dnsstandby/handover"
 )
 
 func TestCommandLineErrors(t *testing.T) {
@@ -26,40 +29,40 @@ func TestCommandLineErrors(t *testing.T) {
 	}{
 		{"no command", nil, nil, exitUsage, "usage"},
 		{"unknown command", []string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},
-		{"unknown flag", []string{"run", "--bogus"}, nil, exitUsage, "flag provided but not defined: -bogus"},
-		{"bad address", []string{"run", "--upstream", "kube-dns"}, nil, exitUsage, `"kube-dns" is not an IP address`},
-		{"bad duration", []string{"run", "--upstream", "10.0.0.10", "--stale-budget", "soon"}, nil, exitUsage, "stale-budget"},
-		{"bad stale mode from env", []string{"run", "--upstream", "10.0.0.10"}, map[string]string{"DNSSTANDBY_STALE_MODE": "never"}, exitUsage, `stale mode "never"`},
-		{"bad env value", []string{"run"}, map[string]string{"DNSSTANDBY_MAX_INFLIGHT": "many"}, exitUsage, "DNSSTANDBY_MAX_INFLIGHT"},
-		{"zero cap", []string{"run", "--upstream", "10.0.0.10", "--max-per-client", "0"}, nil, exitUsage, "-max-per-client: must be positive"},
-		{"negative ttl", []string{"run", "--upstream", "10.0.0.10", "--servfail-ttl", "-1s"}, nil, exitUsage, "-servfail-ttl: must not be negative"},
-		{"size overflow", []string{"run", "--upstream", "10.0.0.10", "--cache-max-bytes", "9999999999GiB"}, nil, exitUsage, "too large"},
-		{"no upstream", []string{"run"}, nil, exitUsage, "no upstream"},
-		{"loop", []string{"run", "--listen", "169.254.10.11:53", "--upstream", "169.254.10.11"}, nil, exitUsage, "would loop"},
-		{"missing corefile and no upstream", []string{"run", "--localdns-corefile", "/nonexistent/Corefile"}, nil, exitUsage, "/nonexistent/Corefile"},
-		{"stray argument", []string{"run", "--upstream", "10.0.0.10", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
-		{"bad steering", []string{"run", "--upstream", "10.0.0.10", "--steering", "full"}, nil, exitUsage, "flag -steering"},
-		{"bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "dnstap:"}, nil, exitUsage, "flag -mirror"},
-		{"validate finds a bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "tapz", "--validate"}, nil, exitUsage, "flag -mirror"},
-		{"validate finds a loop", []string{"run", "--upstream", "169.254.10.11", "--validate"}, nil, exitUsage, "would loop"},
+		{"unknown flag", []string{"run", "--bogus"}, nil, exitConfig, "flag provided but not defined: -bogus"},
+		{"bad address", []string{"run", "--upstream", "kube-dns"}, nil, exitConfig, `"kube-dns" is not an IP address`},
+		{"bad duration", []string{"run", "--upstream", "10.0.0.10", "--stale-budget", "soon"}, nil, exitConfig, "stale-budget"},
+		{"bad stale mode from env", []string{"run", "--upstream", "10.0.0.10"}, map[string]string{"DNSSTANDBY_STALE_MODE": "never"}, exitConfig, `stale mode "never"`},
+		{"bad env value", []string{"run"}, map[string]string{"DNSSTANDBY_MAX_INFLIGHT": "many"}, exitConfig, "DNSSTANDBY_MAX_INFLIGHT"},
+		{"zero cap", []string{"run", "--upstream", "10.0.0.10", "--max-per-client", "0"}, nil, exitConfig, "-max-per-client: must be positive"},
+		{"negative ttl", []string{"run", "--upstream", "10.0.0.10", "--servfail-ttl", "-1s"}, nil, exitConfig, "-servfail-ttl: must not be negative"},
+		{"size overflow", []string{"run", "--upstream", "10.0.0.10", "--cache-max-bytes", "9999999999GiB"}, nil, exitConfig, "too large"},
+		{"no upstream", []string{"run"}, nil, exitConfig, "no upstream"},
+		{"loop", []string{"run", "--listen", "169.254.10.11:53", "--upstream", "169.254.10.11"}, nil, exitConfig, "would loop"},
+		{"missing corefile and no upstream", []string{"run", "--localdns-corefile", "/nonexistent/Corefile"}, nil, exitConfig, "/nonexistent/Corefile"},
+		{"stray argument", []string{"run", "--upstream", "10.0.0.10", "extra"}, nil, exitConfig, `unexpected argument "extra"`},
+		{"bad steering", []string{"run", "--upstream", "10.0.0.10", "--steering", "full"}, nil, exitConfig, "flag -steering"},
+		{"bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "dnstap:"}, nil, exitConfig, "flag -mirror"},
+		{"validate finds a bad mirror", []string{"run", "--upstream", "10.0.0.10", "--mirror", "tapz", "--validate"}, nil, exitConfig, "flag -mirror"},
+		{"validate finds a loop", []string{"run", "--upstream", "169.254.10.11", "--validate"}, nil, exitConfig, "would loop"},
 		{"hold with a bad duration", []string{"hold", "--for", "soon"}, nil, exitUsage, "invalid value"},
 		{"hold for a negative time", []string{"hold", "--for", "-5s"}, nil, exitUsage, `invalid value "-5s" for flag -for: must be positive`},
 		{"hold for no time", []string{"hold", "--for", "0s"}, nil, exitUsage, `invalid value "0s" for flag -for: must be positive`},
 		{"hold with a stray argument", []string{"hold", "5m"}, nil, exitUsage, `unexpected argument "5m"`},
-		{"unknown variable", []string{"run", "--upstream", "10.0.0.10"}, map[string]string{"DNSSTANDBY_UPSTREAMS": "10.0.0.11"}, exitUsage, "DNSSTANDBY_UPSTREAMS: no such setting"},
+		{"unknown variable", []string{"run", "--upstream", "10.0.0.10"}, map[string]string{"DNSSTANDBY_UPSTREAMS": "10.0.0.11"}, exitConfig, "DNSSTANDBY_UPSTREAMS: no such setting"},
 		{"unknown variable beside service links", []string{"run", "--upstream", "10.0.0.10"},
 			map[string]string{"DNSSTANDBY_SERVICE_HOST": "10.1.2.3", "DNSSTANDBY_PORT_9355_TCP": "tcp://10.1.2.3:9355", "DNSSTANDBY_OPTS": "--listen x", "DNSSTANDBY_STATEDIR": "/tmp"},
-			exitUsage, "DNSSTANDBY_STATEDIR: no such setting"},
-		{"bad metrics address", []string{"run", "--upstream", "10.0.0.10", "--metrics-addr", "localhost", "--validate"}, nil, exitUsage, "MetricsAddr"},
+			exitConfig, "DNSSTANDBY_STATEDIR: no such setting"},
+		{"bad metrics address", []string{"run", "--upstream", "10.0.0.10", "--metrics-addr", "localhost", "--validate"}, nil, exitConfig, "MetricsAddr"},
 		// What a part refuses, start refuses before it touches the node,
 		// and --validate says so too.
-		{"min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h"}, nil, exitUsage, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
-		{"validate: min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h", "--validate"}, nil, exitUsage, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
-		{"validate: min TTL above a block's max", []string{"run", "--localdns-corefile", corefile, "--cache-min-ttl", "20m", "--validate"}, nil, exitUsage,
+		{"min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h"}, nil, exitConfig, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
+		{"validate: min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h", "--validate"}, nil, exitConfig, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
+		{"validate: min TTL above a block's max", []string{"run", "--localdns-corefile", corefile, "--cache-min-ttl", "20m", "--validate"}, nil, exitConfig,
 			"cache of zone . on 169.254.10.11:53: cache: MinTTL 20m0s is above MaxTTL 10m0s"},
-		{"udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000"}, nil, exitUsage, "Batch must be from 1 to 1024"},
-		{"validate: udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000", "--validate"}, nil, exitUsage, "Batch must be from 1 to 1024"},
-		{"validate: long NSID", []string{"run", "--upstream", "10.0.0.10", "--nsid", strings.Repeat("n", 513), "--validate"}, nil, exitUsage, "NSID must be at most 512 bytes"},
+		{"udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000"}, nil, exitConfig, "Batch must be from 1 to 1024"},
+		{"validate: udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000", "--validate"}, nil, exitConfig, "Batch must be from 1 to 1024"},
+		{"validate: long NSID", []string{"run", "--upstream", "10.0.0.10", "--nsid", strings.Repeat("n", 513), "--validate"}, nil, exitConfig, "NSID must be at most 512 bytes"},
 		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
 	for _, tt := range tests {
@@ -306,5 +309,47 @@ func TestSizes(t *testing.T) {
 	}
 	if s := formatSize(64 << 20); s != "64MiB" {
 		t.Errorf("formatSize(64 MiB) = %q", s)
+	}
+}
+
+// TestRunExit: how `dnsstandby run` ends, as the unit reads it. Another
+// dnsstandby serving the node (the lock held, or a surge handover given)
+// is exitServed, in the unit's SuccessExitStatus= and
+// RestartPreventExitStatus=, with one line that names the holder; any
+// other error is exitFail, which the unit restarts; a configuration
+// error is exitConfig (TestCommandLineErrors).
+func TestRunExit(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		wantCode int
+		wantLog  string
+	}{
+		{"stopped", nil, exitOK, ""},
+		{"lock held", fmt.Errorf("%w (pid 4242 holds /run/dnsstandby/dnsstandby.lock): stop it first; this one changed nothing", handover.ErrRunning),
+			exitServed, `"level":"WARN","msg":"dnsstandby stopped: another dnsstandby serves this node","err":"another dnsstandby is running on this node (pid 4242 holds`},
+		{"handed over", fmt.Errorf("%w: PID 4243", daemon.ErrHandedOver), exitServed, "another dnsstandby serves this node: PID 4243"},
+		{"a part failed", errors.New("listen 169.254.10.11:53: address in use"), exitFail, `"level":"ERROR","msg":"dnsstandby stopped"`},
+		{"a refused surge handover", fmt.Errorf("handover from PID 7: %w", errors.New("refused by the running process")), exitFail, "refused by the running process"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			code := runExit(tt.err, slog.New(slog.NewJSONHandler(&buf, nil)))
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d", code, tt.wantCode)
+			}
+			if lines := strings.Count(buf.String(), "\n"); (tt.wantLog == "") != (lines == 0) || lines > 1 {
+				t.Errorf("%d lines logged, want %d: %s", lines, min(len(tt.wantLog), 1), buf.String())
+			}
+			if !strings.Contains(buf.String(), tt.wantLog) {
+				t.Errorf("log %q lacks %q", buf.String(), tt.wantLog)
+			}
+		})
+	}
+	// The codes systemd names, and none another path uses: Go's runtime
+	// exits 2 on a panic, flag-style usage errors are 2.
+	if exitServed != 75 || exitConfig != 78 || exitServed == exitConfig {
+		t.Errorf("exitServed %d, exitConfig %d: want 75 (TEMPFAIL) and 78 (CONFIG), as the unit lists them", exitServed, exitConfig)
 	}
 }

@@ -76,23 +76,31 @@ func TestSystemdUnitVerifies(t *testing.T) {
 func TestSystemdUnitSettings(t *testing.T) {
 	got := unitSettings(deploy.SystemdUnit)
 	for key, want := range map[string]string{
-		"Unit.StartLimitIntervalSec":    "0", // never left failed by a start limit
-		"Service.Type":                  "notify",
-		"Service.NotifyAccess":          "main",
-		"Service.Restart":               "always",
-		"Service.RestartSec":            "200ms",
-		"Service.WatchdogSec":           "10s",
-		"Service.User":                  "root", // LocalDNS's UID, or no shared reuseport group
-		"Service.ExecStart":             "/usr/local/bin/dnsstandby run $DNSSTANDBY_OPTS",
-		"Service.EnvironmentFile":       "-/etc/default/dnsstandby",
-		"Service.NoNewPrivileges":       "yes",
-		"Service.ProtectSystem":         "strict",
-		"Service.ProtectHome":           "yes",
-		"Service.PrivateTmp":            "yes",
-		"Service.RuntimeDirectory":      "dnsstandby",
-		"Service.StateDirectory":        "dnsstandby",
-		"Service.MemoryMax":             "256M",
-		"Service.CapabilityBoundingSet": "CAP_NET_BIND_SERVICE CAP_NET_ADMIN CAP_BPF CAP_NET_RAW CAP_SYS_PTRACE",
+		"Unit.StartLimitIntervalSec": "0", // never left failed by a start limit
+		"Service.Type":               "notify",
+		"Service.NotifyAccess":       "main",
+		"Service.Restart":            "always",
+		"Service.RestartSec":         "200ms",
+		"Service.WatchdogSec":        "10s",
+		"Service.User":               "root", // LocalDNS's UID, or no shared reuseport group
+		"Service.ExecStart":          "/usr/local/bin/dnsstandby run $DNSSTANDBY_OPTS",
+		"Service.EnvironmentFile":    "-/etc/default/dnsstandby",
+		"Service.NoNewPrivileges":    "yes",
+		"Service.ProtectSystem":      "strict",
+		"Service.ProtectHome":        "yes",
+		"Service.PrivateTmp":         "yes",
+		"Service.RuntimeDirectory":   "dnsstandby",
+		// The lock file and admin.sock of a DaemonSet pod that took over
+		// live there: the unit's stop must not remove them.
+		"Service.RuntimeDirectoryPreserve": "yes",
+		// Another dnsstandby serves the node (75): inactive, not failed,
+		// no restart. A configuration error (78): failed, no restart. A
+		// crash (2, signals) is in neither: restarted.
+		"Service.SuccessExitStatus":        "75",
+		"Service.RestartPreventExitStatus": "75 78",
+		"Service.StateDirectory":           "dnsstandby",
+		"Service.MemoryMax":                "256M",
+		"Service.CapabilityBoundingSet":    "CAP_NET_BIND_SERVICE CAP_NET_ADMIN CAP_BPF CAP_NET_RAW CAP_SYS_PTRACE",
 	} {
 		if v := got[key]; len(v) != 1 || v[0] != want {
 			t.Errorf("%s = %q, want %q", key, v, want)
