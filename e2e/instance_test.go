@@ -11,7 +11,7 @@ import (
 )
 
 // TestOneInstanceAndCleanup: a second `dnsstandby run` on a node where one
-// runs exits 1 with one line and changes nothing (the first keeps
+// runs exits 75 with one line and changes nothing (the first keeps
 // answering, its anchor stays); `dnsstandby cleanup` refuses while one
 // runs, and after it stopped deletes the anchor link it left.
 func TestOneInstanceAndCleanup(t *testing.T) {
@@ -35,8 +35,8 @@ func TestOneInstanceAndCleanup(t *testing.T) {
 
 	_, err := run("run", "--listen", standbyAddr, "--upstream", kubeDNS, "--metrics-addr", "127.0.0.1:9356",
 		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir(), "--lock-file", lock)
-	if err == nil || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
-		t.Fatalf("second run: %v, want exit 1 saying another runs", err)
+	if err == nil || !strings.Contains(err.Error(), "exit status 75") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
+		t.Fatalf("second run: %v, want exit 75 saying another runs", err)
 	}
 	if err := ask(); err != nil {
 		t.Fatalf("the first dnsstandby after the second's attempt: %v", err)
@@ -68,7 +68,7 @@ func TestOneInstanceAndCleanup(t *testing.T) {
 
 // TestSecondInstanceLeavesMirror: a second `dnsstandby run` started
 // without --handover-from beside one that mirrors a healthy LocalDNS at
-// level adopt exits 1 and changes nothing: the first stays in mirror at
+// level adopt exits 75 and changes nothing: the first stays in mirror at
 // adopt with its tap inserting, and LocalDNS still gets every query (a
 // second instance used to attach its own steering program before it failed,
 // and dnsstandby then answered everything).
@@ -88,8 +88,8 @@ func TestSecondInstanceLeavesMirror(t *testing.T) {
 	defer cancel()
 	_, err := l.node.Run(ctx, binary, "run", "--listen", standbyAddr, "--upstream", kubeDNS, "--metrics-addr", "127.0.0.1:9356",
 		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir(), "--lock-file", lock, "--steering", "adopt")
-	if err == nil || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
-		t.Fatalf("second run: %v, want exit 1 saying another runs", err)
+	if err == nil || !strings.Contains(err.Error(), "exit status 75") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
+		t.Fatalf("second run: %v, want exit 75 saying another runs", err)
 	}
 	if !mirroring() {
 		t.Fatal("the first dnsstandby left mirror at adopt after the second's attempt")

@@ -65,10 +65,11 @@ func (in *instance) waitLog(t *testing.T, within time.Duration, want string) {
 
 // TestSurgeHandover: instance A serves alone (LocalDNS absent, kube-dns
 // gone: a takeover from its cache); a second instance without
-// --handover-from exits 1 and changes nothing; B, started with it, takes
+// --handover-from exits 75 and changes nothing; B, started with it, takes
 // A's sockets, cache and lock while queries flow every millisecond or
 // two: none is lost, B answers from A's cache (its own state directory
-// is empty and kube-dns is gone), A exits 0 logging the handover with
+// is empty and kube-dns is gone), A exits 75 (another serves the node)
+// logging the handover with
 // both PIDs, and B's status says it serves.
 func TestSurgeHandover(t *testing.T) {
 	l := newLab(t)
@@ -87,13 +88,13 @@ func TestSurgeHandover(t *testing.T) {
 		t.Logf("stop kube-dns: %v", err)
 	}
 
-	// Without the flag: exit 1, one line, A untouched.
+	// Without the flag: exit 75, one line, A untouched.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	out, err := l.node.Run(ctx, binary, "run", "--listen", standbyAddr, "--upstream", kubeDNS, "--metrics-addr", "127.0.0.1:9356",
 		"--anchor-kind", "bridge", "--admin-socket", filepath.Join(dir, "other.sock"), "--state-dir", t.TempDir(), "--lock-file", lock)
 	cancel()
-	if err == nil || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
-		t.Fatalf("second run without --handover-from: %v %q, want exit 1 saying another runs", err, out)
+	if err == nil || !strings.Contains(err.Error(), "exit status 75") || !strings.Contains(err.Error(), "another dnsstandby is running on this node") {
+		t.Fatalf("second run without --handover-from: %v %q, want exit 75 saying another runs", err, out)
 	}
 	if r := l.ask(t, "udp", standbyAddr, m); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		t.Fatalf("A after the refused second run: %v", r)
@@ -129,8 +130,8 @@ func TestSurgeHandover(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("A still runs after the handover:\n%s", a.out.String())
 	}
-	if a.err != nil {
-		t.Fatalf("A exited with %v, want 0:\n%s", a.err, a.out.String())
+	if ee, ok := a.err.(*exec.ExitError); !ok || ee.ExitCode() != 75 {
+		t.Fatalf("A exited with %v, want 75 (another serves the node):\n%s", a.err, a.out.String())
 	}
 	time.Sleep(500 * time.Millisecond)
 	stopQueries()
@@ -184,6 +185,6 @@ func TestSurgeHandover(t *testing.T) {
 	if _, err := l.node.Run(ctx, binary, "run", "--listen", standbyAddr, "--upstream", kubeDNS, "--metrics-addr", "127.0.0.1:9356",
 		"--anchor-kind", "bridge", "--admin-socket", "", "--state-dir", t.TempDir(), "--lock-file", lock); err == nil ||
 		!strings.Contains(err.Error(), fmt.Sprintf("pid %d holds", bpid)) {
-		t.Errorf("a run after the handover: %v, want exit 1 naming B's PID %d", err, bpid)
+		t.Errorf("a run after the handover: %v, want exit 75 naming B's PID %d", err, bpid)
 	}
 }
