@@ -303,11 +303,13 @@ func (h *Handover) Stop() (gave bool) {
 
 // Close releases the lock (a lock given on is only closed: its holder
 // goes on) and, when this process took a surge handover but did not get
-// to serve, tells the giver, which serves on.
+// to serve, tells the giver, which serves on. It runs last, once the
+// daemon's parts have stopped.
 func (h *Handover) Close() error {
 	if t := h.take; t != nil {
 		t.refuse(errors.New("start failed: see its log"))
 	}
+	h.warm.Close() // nil once Serving ran
 	if h.lock != nil {
 		return h.lock.release()
 	}

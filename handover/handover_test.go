@@ -81,12 +81,14 @@ func TestFits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(tcpBound)
+	// The file owns the descriptor: closing it as well would close,
+	// from the file's finalizer, whatever reuses its number later.
+	tcpBoundFile := os.NewFile(uintptr(tcpBound), "bound")
+	defer tcpBoundFile.Close()
 	_ = unix.SetsockoptInt(tcpBound, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
 	if err := unix.Bind(tcpBound, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	tcpBoundFile := os.NewFile(uintptr(tcpBound), "bound")
 	memfd, err := unix.MemfdCreate("x", 0)
 	if err != nil {
 		t.Fatal(err)
