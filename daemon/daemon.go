@@ -141,6 +141,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Before anything binds or any cache is made: the lock, and what the
 	// previous process passed (systemd's store, or a surge giver).
 	hand, err := handover.Begin(ctx, d.handoverConfig(), handover.SystemdFromEnv())
+	if errors.Is(err, handover.ErrRunning) {
+		notify{log}.stepAside(err.Error())
+	}
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,15 @@ func (n notify) send(state string) {
 // then on a restart of LocalDNS is covered.
 func (n notify) ready(status string) { n.send(daemon.SdNotifyReady + "\nSTATUS=" + status) }
 
+// stepAside is sent when another dnsstandby serves the node and this one
+// exits without starting: READY=1 first, so that the unit ends as a clean
+// stop (inactive) rather than a failed start (a Type=notify main process
+// that exits before READY=1 fails with result 'protocol', whatever its
+// exit status).
+func (n notify) stepAside(status string) {
+	n.send(daemon.SdNotifyReady + "\n" + daemon.SdNotifyStopping + "\nSTATUS=" + status)
+}
+
 func (n notify) stopping() { n.send(daemon.SdNotifyStopping + "\nSTATUS=draining") }
 
 // watchdog pets systemd's watchdog (WatchdogSec) while healthy reports the

@@ -467,18 +467,11 @@ const surgeUnit = "dnsstandby-surge.service"
 // standbySurge starts a second dnsstandby with --handover-from while the
 // first is the only one answering, from its cache alone: the second must
 // take the first's sockets and caches without a query lost, and the first
-// must go. The unit gets a runtime drop-in first, as a node running the
-// surge beside the unit needs: no restart of its clean exit after the
-// handover (the restarted one would find the lock held and fail), and
-// /run/dnsstandby kept when it stops (the second's admin socket and lock).
+// must go. The shipped unit needs nothing for it: the first exits 75
+// (another dnsstandby serves the node), which the unit neither restarts
+// nor counts as a failure, and /run/dnsstandby (the second's admin socket
+// and lock) stays when the unit stops.
 func standbySurge(ctx context.Context, t *topology, ev *events) error {
-	dropIn := "[Service]\nRestart=on-failure\nRuntimeDirectoryPreserve=yes\n"
-	if out, err := t.guest.Exec(ctx, "sh", "-c", "mkdir -p /run/systemd/system/dnsstandby.service.d && printf '"+dropIn+"' >/run/systemd/system/dnsstandby.service.d/surge.conf"); err != nil {
-		return fmt.Errorf("surge drop-in: %w: %s", err, out)
-	}
-	if out, err := t.guest.Systemctl(ctx, "daemon-reload"); err != nil {
-		return fmt.Errorf("daemon-reload: %w: %s", err, out)
-	}
 	if err := t.cutKubeDNS(ctx, ev); err != nil {
 		return err
 	}
