@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/sys/unix"
 )
 
 // notify tells systemd (Type=notify) how dnsstandby is doing. Outside
@@ -28,8 +31,52 @@ func (n notify) ready(status string) { n.send(daemon.SdNotifyReady + "\nSTATUS="
 // stop (inactive) rather than a failed start (a Type=notify main process
 // that exits before READY=1 fails with result 'protocol', whatever its
 // exit status).
+// The barrier makes systemd read READY=1 before it sees the exit.
 func (n notify) stepAside(status string) {
 	n.send(daemon.SdNotifyReady + "\n" + daemon.SdNotifyStopping + "\nSTATUS=" + status)
+	if err := barrier(time.Second); err != nil {
+		n.log.Warn("sd_notify barrier", slog.Any("err", err))
+	}
+}
+
+// barrier returns once systemd has read every notification sent before
+// it (sd_notify_barrier(3): BARRIER=1 with a pipe's write end, which
+// systemd closes once it got there), or after timeout. Outside systemd it
+// returns at once.
+func barrier(timeout time.Duration) error {
+	sock := os.Getenv("NOTIFY_SOCKET")
+	if sock == "" {
+		return nil
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	defer unix.Close(p[0])
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(p[1])
+		return err
+	}
+	err = unix.Sendmsg(s, []byte("BARRIER=1"), unix.UnixRights(p[1]), &unix.SockaddrUnix{Name: sock}, 0)
+	unix.Close(s)
+	unix.Close(p[1])
+	if err != nil {
+		return err
+	}
+	fds := []unix.PollFd{{Fd: int32(p[0]), Events: unix.POLLHUP}}
+	for {
+		n, err := unix.Poll(fds, int(timeout.Milliseconds()))
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return err
+		case n == 0:
+			return errors.New("systemd did not answer")
+		}
+		return nil
+	}
 }
 
 func (n notify) stopping() { n.send(daemon.SdNotifyStopping + "\nSTATUS=draining") }

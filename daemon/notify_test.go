@@ -138,3 +138,39 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestNotifyStepAside: a dnsstandby that finds another serving says
+// READY and STOPPING, then waits (the barrier) until systemd has read
+// them, so that the unit sees a clean stop, not a start that failed; a
+// manager that does not read costs at most the barrier's timeout.
+func TestNotifyStepAside(t *testing.T) {
+	got := notifySocket(t)
+	sd := notify{slog.New(slog.NewTextHandler(io.Discard, nil))}
+	start := time.Now()
+	sd.stepAside("another dnsstandby is running on this node (pid 42 holds /run/dnsstandby/dnsstandby.lock)")
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("stepAside took %v: the barrier did not see the message read", took)
+	}
+	for _, want := range []string{"READY=1\nSTOPPING=1\nSTATUS=another dnsstandby is running on this node (pid 42 holds /run/dnsstandby/dnsstandby.lock)", "BARRIER=1"} {
+		select {
+		case m := <-got:
+			if m != want {
+				t.Errorf("got %q, want %q", m, want)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no %q", want)
+		}
+	}
+
+	// Nobody reads: the barrier gives up.
+	path := filepath.Join(t.TempDir(), "deaf")
+	deaf, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deaf.Close()
+	t.Setenv("NOTIFY_SOCKET", path)
+	if err := barrier(100 * time.Millisecond); err == nil {
+		t.Error("barrier returned nil with nobody reading")
+	}
+}
