@@ -31,9 +31,10 @@ func (n notify) ready(status string) { n.send(daemon.SdNotifyReady + "\nSTATUS="
 // stop (inactive) rather than a failed start (a Type=notify main process
 // that exits before READY=1 fails with result 'protocol', whatever its
 // exit status).
-// The barrier makes systemd read READY=1 before it sees the exit.
+// The barrier makes systemd read READY=1 before it sees the exit. No
+// STOPPING=1 with it: systemd ignores READY=1 beside STOPPING=1.
 func (n notify) stepAside(status string) {
-	n.send(daemon.SdNotifyReady + "\n" + daemon.SdNotifyStopping + "\nSTATUS=" + status)
+	n.send(daemon.SdNotifyReady + "\nSTATUS=" + status)
 	if err := barrier(time.Second); err != nil {
 		n.log.Warn("sd_notify barrier", slog.Any("err", err))
 	}
