@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/internal/testkit"
 	"github.com/dnsstandby/dnsstandby/status"
 )
@@ -265,23 +265,37 @@ func TestPeerCredentials(t *testing.T) {
 }
 
 // askHandover asks for a handover and says what came: "served N files"
-// or "refused: ...".
+// or "refused: ...". What a giver sends is package handover's business;
+// the giver here sends one line with its files attached, and takes a line
+// back as the reply.
 func askHandover(ctx context.Context, path string) string {
 	c, _, err := DialHandover(ctx, path)
 	if err != nil {
 		return "refused: " + err.Error()
 	}
 	defer c.Close()
-	o, err := handover.ReadOffer(c)
+	b, oob := make([]byte, 512), make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
 	if err != nil {
 		return "refused: " + err.Error()
 	}
-	defer o.Close()
-	_ = handover.SendReply(c, os.Getpid(), nil)
-	return fmt.Sprintf("served %d files", len(o.Files))
+	var fds []int
+	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+	for i := range msgs {
+		got, _ := unix.ParseUnixRights(&msgs[i])
+		fds = append(fds, got...)
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if len(fds) == 0 {
+		return "refused: " + strings.TrimSpace(string(b[:n]))
+	}
+	_, _ = c.Write([]byte("ok\n"))
+	return fmt.Sprintf("served %d files", len(fds))
 }
 
-// giver is a Handler that gives /dev/null as a cache file.
+// giver is a Handler that gives /dev/null and waits for the taker's line.
 type giver struct {
 	fakeHandler
 	mu    sync.Mutex
@@ -295,9 +309,13 @@ func (g *giver) Give(c *net.UnixConn, peer *unix.Ucred) error {
 		return err
 	}
 	defer f.Close()
-	err = handover.SendOffer(c, os.Getpid(), []string{handover.CacheName}, []int{int(f.Fd())})
+	_, _, err = c.WriteMsgUnix([]byte("offer\n"), unix.UnixRights(int(f.Fd())), nil)
 	if err == nil {
-		err = handover.ReadReply(c)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var line string
+		if line, err = bufio.NewReader(c).ReadString('\n'); err == nil && line != "ok\n" {
+			err = fmt.Errorf("reply %q", line)
+		}
 	}
 	g.mu.Lock()
 	g.peers, g.err = append(g.peers, peer.Pid), err
@@ -343,7 +361,7 @@ func TestHandoverRequest(t *testing.T) {
 		path, _ := start(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if out := askHandover(ctx, path); !strings.Contains(out, "refused by the running process: handover: this process cannot hand over") {
+		if out := askHandover(ctx, path); !strings.Contains(out, "handover: this process cannot hand over") {
 			t.Errorf("asked a handler that cannot give: %q", out)
 		}
 	})
