@@ -18,6 +18,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/daemon"
 	"github.com/dnsstandby/dnsstandby/hedge"
+	"github.com/dnsstandby/dnsstandby/internal/journald"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
@@ -35,7 +36,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dnsstandby run: %v (dnsstandby run -h lists the flags)\n", err)
 		return exitUsage
 	}
-	log := newLogger(o, stderr)
+	log := newLogger(o, stderr, isJournal(stderr))
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v%s\n", err, unusableHint(cfg.Provenance))
@@ -368,12 +369,29 @@ func parseLogFormat(v string) (string, error) {
 
 func identity(s string) string { return s }
 
-func newLogger(o runOptions, w io.Writer) *slog.Logger {
+// newLogger is the daemon's logger: a line per record on w in the format
+// of --log-format; journal says w is the journal's stream
+// (journald.Connected), whose lines then carry their syslog priority, so
+// that `journalctl -p warning` filters by level.
+func newLogger(o runOptions, w io.Writer, journal bool) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: o.logLevel}
-	if o.logFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, hopts))
+	format := func(w io.Writer) slog.Handler {
+		if o.logFormat == "text" {
+			return slog.NewTextHandler(w, hopts)
+		}
+		return slog.NewJSONHandler(w, hopts)
 	}
-	return slog.New(slog.NewJSONHandler(w, hopts))
+	if journal {
+		return slog.New(journald.NewHandler(w, format))
+	}
+	return slog.New(format(w))
+}
+
+// isJournal reports whether w is a file that is the journal's stream
+// systemd connected this process to (JOURNAL_STREAM).
+func isJournal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && journald.Connected(os.Getenv(journald.StreamEnv), f)
 }
 
 // parseAfterHandover is --after-handover: exit or wait.

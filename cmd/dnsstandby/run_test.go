@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/daemon"
 )
@@ -306,5 +309,47 @@ func TestSizes(t *testing.T) {
 	}
 	if s := formatSize(64 << 20); s != "64MiB" {
 		t.Errorf("formatSize(64 MiB) = %q", s)
+	}
+}
+
+// TestLoggerJournal: `dnsstandby run` prefixes its lines with their
+// syslog priority when, and only when, its stderr is the stream
+// JOURNAL_STREAM names, in both log formats.
+func TestLoggerJournal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.Create(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+	if !isJournal(f) || isJournal(other) || isJournal(&bytes.Buffer{}) {
+		t.Errorf("isJournal: the stream %v, another file %v, a buffer %v; want true, false, false", isJournal(f), isJournal(other), isJournal(&bytes.Buffer{}))
+	}
+	for _, format := range []string{"json", "text"} {
+		for _, journal := range []bool{true, false} {
+			var b bytes.Buffer
+			log := newLogger(runOptions{logFormat: format, logLevel: slog.LevelDebug}, &b, journal)
+			log.Warn("w")
+			log.Info("i")
+			log.Debug("d")
+			lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("%s: %q", format, b.String())
+			}
+			for i, prefix := range []string{"<4>", "<6>", "<7>"} {
+				if strings.HasPrefix(lines[i], prefix) != journal || strings.HasPrefix(lines[i], "<") != journal {
+					t.Errorf("%s, journal %v: line %q", format, journal, lines[i])
+				}
+			}
+		}
 	}
 }
