@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/sys/unix"
 )
 
 // notify tells systemd (Type=notify) how dnsstandby is doing. Outside
@@ -22,6 +24,20 @@ func (n notify) send(state string) {
 // ready is sent once listeners, anchor and steering are in place: from
 // then on a restart of LocalDNS is covered.
 func (n notify) ready(status string) { n.send(daemon.SdNotifyReady + "\nSTATUS=" + status) }
+
+// reloading and reloaded bracket a reload asked of dnsstandby (SIGHUP,
+// systemctl reload), as sd_notify(3) asks of a service that reloads:
+// systemd shows the unit "reloading" meanwhile. MONOTONIC_USEC is what
+// Type=notify-reload (systemd 253+) needs to match the reload to its
+// request; older systemd ignores it. READY=1 alone keeps the STATUS= of
+// the start.
+func (n notify) reloading() {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	n.send(fmt.Sprintf("%s\nMONOTONIC_USEC=%d", daemon.SdNotifyReloading, ts.Nano()/1000))
+}
+
+func (n notify) reloaded() { n.send(daemon.SdNotifyReady) }
 
 func (n notify) stopping() { n.send(daemon.SdNotifyStopping + "\nSTATUS=draining") }
 

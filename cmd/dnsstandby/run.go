@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,11 +48,37 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP (systemctl reload) reloads; from here on it no longer kills.
+	defer onSignal(syscall.SIGHUP, d.Reload)()
 	if err := d.Run(ctx); err != nil {
 		log.Error("dnsstandby stopped", slog.Any("err", err))
 		return exitFail
 	}
 	return exitOK
+}
+
+// onSignal calls fn at each sig until the returned stop is called; stop
+// returns once fn is no longer running.
+func onSignal(sig os.Signal, fn func()) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sig)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-ch:
+				fn()
+			}
+		}
+	})
+	return func() {
+		signal.Stop(ch)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // validate is `dnsstandby run --validate`: where the configuration comes
@@ -194,7 +221,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(&addrList{p: &cfg.Listen}, "listen", "`ADDR:PORT` to serve, repeatable")
 	fs.Var(&upstreamFlag{cfg: cfg}, "upstream", "`ADDR:PORT` misses are forwarded to, repeatable, tried in order (the kube-dns ClusterIP); replaces the Corefile's forwards")
 	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`, or several separated by commas of which the first that exists is read: take upstreams, zones, cache policy, templates and hosts from its blocks bound to the listen addresses; flags override")
-	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: never)")
+	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: only at SIGHUP, systemctl reload)")
 	fs.Var(&addrList{p: &cfg.Fallback.Upstreams}, "fallback-upstream", "kube-dns's `ADDR:PORT` (its ClusterIP), repeatable: where misses go when neither the Corefile nor the last known good in --state-dir can be used (every listener's cluster.local, and all names but on --fallback-node-listen)")
 	fs.Var(parsed[netip.AddrPort]{&cfg.Fallback.NodeListen, parseAddrPort, netip.AddrPort.String}, "fallback-node-listen", "the node's own listener (LocalDNS's `ADDR:PORT` for kubelet and the node): in the fallback, its names outside cluster.local go to the node's resolvers, never to kube-dns")
 	fs.StringVar(&cfg.LocalDNSCoreDNS, "localdns-coredns", cfg.LocalDNSCoreDNS, "LocalDNS's CoreDNS binary (`PATH`): a Corefile is judged against the directives its build has (`coredns -plugins`, run once per binary); without it, against CoreDNS 1.13.1's standard build (empty: never run it)")

@@ -8,11 +8,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/daemon"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 func TestCommandLineErrors(t *testing.T) {
@@ -351,5 +355,22 @@ func TestLoggerJournal(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSIGHUPReloads: `dnsstandby run` maps SIGHUP to a reload
+// (daemon.Reload), and SIGHUP no longer kills the process (its default).
+func TestSIGHUPReloads(t *testing.T) {
+	var n atomic.Int32
+	stop := onSignal(syscall.SIGHUP, func() { n.Add(1) })
+	for i := int32(1); i <= 2; i++ {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 2*time.Second, fmt.Sprintf("reload %d", i), func() bool { return n.Load() == i })
+	}
+	stop()
+	if n.Load() != 2 {
+		t.Errorf("%d reloads, want 2", n.Load())
 	}
 }
