@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/takeover"
@@ -103,9 +104,13 @@ func (d *Daemon) Status() status.Daemon {
 // release to the takeover controller.
 type handler struct{ d *Daemon }
 
-func (h handler) Status() status.Daemon      { return h.d.Status() }
-func (h handler) Hold(d time.Duration) error { return h.d.ctrl.Hold(d) }
-func (h handler) Release() error             { return h.d.ctrl.Release() }
+func (h handler) Status() status.Daemon { return h.d.Status() }
+func (h handler) Release() error        { return h.d.ctrl.Release() }
+
+func (h handler) Hold(d time.Duration) (admin.Hold, error) {
+	holding, until, err := h.d.ctrl.Hold(d)
+	return admin.Hold{Holding: holding, Until: until}, err
+}
 
 // Give is admin.Giver (surge.go).
 func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.d.Give(c, peer) }
