@@ -57,6 +57,7 @@ func (f *fakeHandler) Status() status.Daemon {
 	st.Holding, st.Reason = f.held, f.holding.String()
 	return st
 }
+
 // fakeEpoch is when the fake's timed holds count from.
 var fakeEpoch = time.Date(2026, 12, 4, 4, 0, 0, 0, time.UTC)
 
