@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dnsstandby/dnsstandby/internal/gendoc"
 )
 
 // testOptions log every level, without the time, so that two handlers'
@@ -162,3 +164,16 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 }
 
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestPriorityDocs keeps docs/operating.md's table of priorities in step
+// with Priority.
+func TestPriorityDocs(t *testing.T) {
+	names := [8]string{3: "err", 4: "warning", 6: "info", 7: "debug"}
+	var b strings.Builder
+	b.WriteString("| log level | prefix | journald priority (`journalctl -p`) |\n|---|---|---|\n")
+	for _, l := range []slog.Level{slog.LevelError, slog.LevelWarn, slog.LevelInfo, slog.LevelDebug} {
+		p := Priority(l)
+		fmt.Fprintf(&b, "| %s | `<%d>` | %d, %s |\n", l, p, p, names[p])
+	}
+	gendoc.Check(t, filepath.Join("..", "..", "docs", "operating.md"), "journald-priorities", b.String())
+}
