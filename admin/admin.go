@@ -33,10 +33,41 @@ type Request struct {
 
 // Response is what the server answers. Status holds the daemon's status
 // for "status" and the status after the change for "hold" and "release".
+// Replaced, for "hold", is the hold it replaced.
 type Response struct {
-	OK     bool            `json:"ok"`
-	Error  string          `json:"error,omitempty"`
-	Status json.RawMessage `json:"status,omitempty"`
+	OK       bool            `json:"ok"`
+	Error    string          `json:"error,omitempty"`
+	Status   json.RawMessage `json:"status,omitempty"`
+	Replaced *Hold           `json:"replaced,omitempty"`
+}
+
+// Hold is an operator hold: none (Holding false), until Until, or until
+// released (Until zero). A hold replaces the one in force, timed or not:
+// the last one asked says how long.
+type Hold struct {
+	Holding bool      `json:"holding"`
+	Until   time.Time `json:"until,omitzero"`
+}
+
+// StatusHold is the hold st reports.
+func StatusHold(st status.Daemon) Hold {
+	h := Hold{Holding: st.Holding}
+	if st.HoldUntil != nil {
+		h.Until = *st.HoldUntil
+	}
+	return h
+}
+
+// String says h for a person: "no hold", "until released", or "until
+// 2026-12-04T04:00:30Z (timed)".
+func (h Hold) String() string {
+	switch {
+	case !h.Holding:
+		return "no hold"
+	case h.Until.IsZero():
+		return "until released"
+	}
+	return "until " + h.Until.UTC().Format(time.RFC3339) + " (timed)"
 }
 
 // DefaultSocket is where the daemon listens and its clients connect
@@ -46,7 +77,7 @@ const DefaultSocket = "/run/dnsstandby/admin.sock"
 // Handler carries out requests.
 type Handler interface {
 	Status() status.Daemon
-	Hold(d time.Duration) error // 0: until released
+	Hold(d time.Duration) (replaced Hold, err error) // d 0: until released
 	Release() error
 }
 
@@ -200,6 +231,7 @@ func (s *Server) handle(req Request, err error) Response {
 	if err != nil {
 		return Response{Error: fmt.Sprintf("malformed request: %v", err)}
 	}
+	var replaced *Hold
 	switch req.Cmd {
 	case "status":
 	case "hold":
@@ -210,10 +242,11 @@ func (s *Server) handle(req Request, err error) Response {
 				return Response{Error: fmt.Sprintf("hold: bad duration %q", req.For)}
 			}
 		}
-		if err := s.h.Hold(d); err != nil {
+		was, err := s.h.Hold(d)
+		if err != nil {
 			return Response{Error: "hold: " + err.Error()}
 		}
-		s.log.Info("operator hold", "for", req.For)
+		replaced = &was
 	case "release":
 		if err := s.h.Release(); err != nil {
 			return Response{Error: "release: " + err.Error()}
@@ -222,11 +255,15 @@ func (s *Server) handle(req Request, err error) Response {
 	default:
 		return Response{Error: fmt.Sprintf("unknown command %q: want status, hold, release or handover", req.Cmd)}
 	}
-	b, err := json.Marshal(s.h.Status())
+	st := s.h.Status()
+	if replaced != nil {
+		s.log.Info("operator hold", "for", req.For, "hold", StatusHold(st).String(), "replaced", replaced.String())
+	}
+	b, err := json.Marshal(st)
 	if err != nil {
 		return Response{Error: "status: " + err.Error()}
 	}
-	return Response{OK: true, Status: b}
+	return Response{OK: true, Status: b, Replaced: replaced}
 }
 
 // Close stops serving and removes the socket; safe to call twice.

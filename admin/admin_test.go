@@ -57,11 +57,21 @@ func (f *fakeHandler) Status() status.Daemon {
 	st.Holding, st.Reason = f.held, f.holding.String()
 	return st
 }
-func (f *fakeHandler) Hold(d time.Duration) error {
+
+// fakeEpoch is when the fake's timed holds count from.
+var fakeEpoch = time.Date(2026, 12, 4, 4, 0, 0, 0, time.UTC)
+
+// Hold replaces the hold, as the controller does, and returns the one
+// replaced; a timed one ends fakeEpoch plus its duration.
+func (f *fakeHandler) Hold(d time.Duration) (Hold, error) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := Hold{Holding: f.held}
+	if f.held && f.holding > 0 {
+		was.Until = fakeEpoch.Add(f.holding)
+	}
 	f.held, f.holding = true, d
-	f.mu.Unlock()
-	return nil
+	return was, nil
 }
 func (f *fakeHandler) Release() error { f.mu.Lock(); f.held = false; f.mu.Unlock(); return nil }
 
@@ -85,33 +95,39 @@ func TestRequests(t *testing.T) {
 	}
 	ctx := context.Background()
 	tests := []struct {
-		req     Request
-		wantErr string
-		check   func(t *testing.T, st status.Daemon)
+		req      Request
+		wantErr  string
+		check    func(t *testing.T, st status.Daemon)
+		replaced string // the answer's Replaced, as String says it; "": none
 	}{
 		{Request{Cmd: "status"}, "", func(t *testing.T, s status.Daemon) {
 			if s.Holding {
 				t.Errorf("status %+v", s)
 			}
-		}},
+		}, ""},
 		{Request{Cmd: "hold", For: "30s"}, "", func(t *testing.T, s status.Daemon) {
 			if !s.Holding || s.Reason != "30s" {
 				t.Errorf("status after hold %+v", s)
 			}
-		}},
+		}, "no hold"},
 		{Request{Cmd: "hold"}, "", func(t *testing.T, s status.Daemon) {
 			if s.Reason != "0s" {
 				t.Errorf("hold without duration: %+v", s)
 			}
-		}},
+		}, "until 2026-12-04T04:00:30Z (timed)"},
+		{Request{Cmd: "hold", For: "1m"}, "", func(t *testing.T, s status.Daemon) {
+			if s.Reason != "1m0s" {
+				t.Errorf("hold for 1m: %+v", s)
+			}
+		}, "until released"},
 		{Request{Cmd: "release"}, "", func(t *testing.T, s status.Daemon) {
 			if s.Holding {
 				t.Errorf("status after release %+v", s)
 			}
-		}},
-		{Request{Cmd: "hold", For: "soon"}, `bad duration "soon"`, nil},
-		{Request{Cmd: "hold", For: "-5s"}, `bad duration "-5s"`, nil},
-		{Request{Cmd: "reboot"}, `unknown command "reboot"`, nil},
+		}, ""},
+		{Request{Cmd: "hold", For: "soon"}, `bad duration "soon"`, nil, ""},
+		{Request{Cmd: "hold", For: "-5s"}, `bad duration "-5s"`, nil, ""},
+		{Request{Cmd: "reboot"}, `unknown command "reboot"`, nil, ""},
 	}
 	for _, tt := range tests {
 		resp, err := Do(ctx, path, tt.req)
@@ -129,6 +145,9 @@ func TestRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		tt.check(t, st)
+		if got := resp.Replaced; (got == nil) != (tt.replaced == "") || got != nil && got.String() != tt.replaced {
+			t.Errorf("%+v: replaced %v, want %q", tt.req, got, tt.replaced)
+		}
 	}
 }
 

@@ -90,10 +90,11 @@ type Config struct {
 
 	// Resolver makes the configuration again (Resolve), at every change
 	// of a file of Watch, and while the Corefile is refused at every
-	// tick; nil: no Corefile and no reload. Provenance says where the
-	// configuration came from. ReloadInterval is how often Watch is
-	// checked (0: never). The routes of a reload take effect at once;
-	// other changed settings at the next start.
+	// tick, and at every Daemon.Reload (SIGHUP); nil: no Corefile and no
+	// reload. Provenance says where the configuration came from.
+	// ReloadInterval is how often Watch is checked (0: only at Reload).
+	// The routes of a reload take effect at once; other changed settings
+	// at the next start.
 	Resolver       *Resolver
 	Provenance     Provenance
 	Watch          []string

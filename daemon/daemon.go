@@ -54,6 +54,11 @@ type Daemon struct {
 	// watched is what the files of Watch held at New; the reload's
 	// goroutine owns it from Run on.
 	watched string
+	// reloadable: there is a Corefile to reload (Resolver and Watch).
+	reloadable bool
+	// reloads carries Reload's requests to the reload's goroutine; one
+	// pending stands for any number (cap 1).
+	reloads chan struct{}
 	// config is the configuration in force, for status and metrics.
 	config configState
 
@@ -91,10 +96,11 @@ func New(cfg Config, log *slog.Logger) (*Daemon, error) {
 // newUnchecked is New without Validate: tests use it to see that Run's
 // parts refuse what Validate refuses.
 func newUnchecked(cfg Config, log *slog.Logger) *Daemon {
-	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{})}
+	d := &Daemon{cfg: cfg, base: log, log: log.With("component", "daemon"), build: buildinfo.Read(), ready: make(chan struct{}), reloads: make(chan struct{}, 1)}
 	if cfg.Resolver != nil {
 		d.watched = fingerprint(cfg.Watch)
 	}
+	d.reloadable = cfg.Resolver != nil && len(cfg.Watch) > 0
 	d.config.set(cfg.Provenance)
 	return d
 }
@@ -249,7 +255,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// the first mode in place: systemd may now start LocalDNS.
 	sd.ready(fmt.Sprintf("serving %s; mode %s; steering %s", fmt.Sprint(cfg.Listen), st.Mode, st.Steering.Level))
 	wg.Go(func() { sd.watchdog(life, d.srv.Healthy) })
-	if cfg.Resolver != nil && len(cfg.Watch) > 0 && cfg.ReloadInterval > 0 {
+	if d.reloadable {
 		wg.Go(func() { d.watch(life) })
 	}
 

@@ -128,6 +128,7 @@ func (d *Daemon) takeHandedLastGood(b []byte) {
 	prov := Provenance{Source: SourceLastGood, Corefile: r.Source.File, SHA256: r.Source.SHA256, Applied: r.Applied,
 		Refused: cur.Refused, Build: cur.Build, BuildErr: cur.BuildErr, src: r.Source}
 	cfg.Provenance = prov
+	cfg.Resolver = d.cfg.Resolver // layer's Config has none: without it, no reload
 	d.cfg = cfg
 	d.config.set(prov)
 	if d.stateDir != "" {

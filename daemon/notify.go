@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -79,6 +80,19 @@ func barrier(timeout time.Duration) error {
 		return nil
 	}
 }
+// reloading and reloaded bracket a reload asked of dnsstandby (SIGHUP,
+// systemctl reload), as sd_notify(3) asks of a service that reloads:
+// systemd shows the unit "reloading" meanwhile. MONOTONIC_USEC is what
+// Type=notify-reload (systemd 253+) needs to match the reload to its
+// request; older systemd ignores it. READY=1 alone keeps the STATUS= of
+// the start.
+func (n notify) reloading() {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	n.send(fmt.Sprintf("%s\nMONOTONIC_USEC=%d", daemon.SdNotifyReloading, ts.Nano()/1000))
+}
+
+func (n notify) reloaded() { n.send(daemon.SdNotifyReady) }
 
 func (n notify) stopping() { n.send(daemon.SdNotifyStopping + "\nSTATUS=draining") }
 

@@ -241,8 +241,8 @@ func TestFallbackServes(t *testing.T) {
 }
 
 // TestHandedLastGood checks that a last known good handed over by the
-// previous process replaces the fallback before anything is built, and
-// is kept in the state directory.
+// previous process replaces the fallback before anything is built, is
+// kept in the state directory, and leaves the Corefile watched.
 func TestHandedLastGood(t *testing.T) {
 	up := nstest.StartAnswerer(t, "192.0.2.1")
 	base := loopbackConfig(t, up)
@@ -273,6 +273,11 @@ func TestHandedLastGood(t *testing.T) {
 	}
 	if len(d.cfg.Routes) != 1 || d.cfg.Routes[0].Upstream.Servers[0] != up {
 		t.Errorf("routes %+v, want the handed Corefile's", d.cfg.Routes)
+	}
+	// The Corefile is still watched: a reload (SIGHUP, the periodic
+	// check) can replace what was handed.
+	if d.cfg.Resolver != cfg.Resolver || !slices.Equal(d.cfg.Watch, cfg.Watch) {
+		t.Errorf("after the handed last known good: Resolver %p, Watch %v; want %p, %v", d.cfg.Resolver, d.cfg.Watch, cfg.Resolver, cfg.Watch)
 	}
 	if _, err := lastgood.Load(base.StateDir, corefile.Build{}); err != nil {
 		t.Errorf("the handed last known good is not kept: %v", err)

@@ -41,19 +41,48 @@ func fingerprint(paths []string) string {
 	return b.String()
 }
 
-// watch checks the watched files every ReloadInterval until life ends
-// (against what they held when New was called, close to when the settings
-// were read), and when they change, resolves the configuration again
-// (Resolve) and applies it unless that would step down from what is in
-// force: a Corefile refused later leaves the one in force, a good one
-// replaces the last known good or the fallback. Route sets a reload
-// replaced are stopped once the resolutions that started with them are
-// done; the last at once when life ends. It runs on its own goroutine,
-// owned by Run.
+// Reload asks for a reload now, as SIGHUP (systemctl reload) does: the
+// watched files are read again and what changed is applied, by the
+// goroutine and the code of the periodic check (watch), at once. It never
+// blocks; a request made while one is pending joins it. Without a
+// Corefile there is nothing to reload, which it logs.
+func (d *Daemon) Reload() {
+	if !d.reloadable {
+		d.log.Info("reload: nothing to reload: dnsstandby runs from its flags, without a Corefile; changed flags take effect at the next start")
+		return
+	}
+	select {
+	case d.reloads <- struct{}{}:
+	default:
+	}
+}
+
+// Triggers of a reload, as its log line gives them.
+const (
+	triggerChange = "change" // the periodic check saw a watched file change
+	triggerRetry  = "retry"  // the periodic retry of a refused Corefile
+	triggerReload = "reload" // Reload: SIGHUP, systemctl reload
+)
+
+// watch checks the watched files every ReloadInterval (never when 0) and
+// at every Reload, until life ends (against what they held when New was
+// called, close to when the settings were read), and when they change,
+// resolves the configuration again (Resolve) and applies it unless that
+// would step down from what is in force: a Corefile refused later leaves
+// the one in force, a good one replaces the last known good or the
+// fallback. A Reload resolves again even when nothing changed, and logs
+// its outcome either way. Route sets a reload replaced are stopped once
+// the resolutions that started with them are done; the last at once when
+// life ends. It runs on its own goroutine, owned by Run.
 func (d *Daemon) watch(life context.Context) {
 	cfg := d.cfg
-	t := time.NewTicker(cfg.ReloadInterval)
-	defer t.Stop()
+	var tick <-chan time.Time
+	if cfg.ReloadInterval > 0 {
+		t := time.NewTicker(cfg.ReloadInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	sd := notify{d.log}
 	last := d.watched
 	type retired struct {
 		set   *routeSet
@@ -72,47 +101,65 @@ func (d *Daemon) watch(life context.Context) {
 	}
 	defer func() { stopRetired(time.Time{}, true) }()
 	for {
+		var now time.Time
+		asked := false
 		select {
 		case <-life.Done():
 			return
-		case now := <-t.C:
-			stopRetired(now, false)
-			// While the Corefile is not in force it is tried at every tick,
-			// changed or not: whether CoreDNS takes it may depend on the
-			// node (an interface or an address a bind names).
-			fp := fingerprint(cfg.Watch)
-			changed := fp != last
-			if !changed && d.config.provenance().Refused == nil {
-				continue
-			}
-			last = fp
-			sets, err := d.reloadChanged(life, changed)
-			if err != nil {
-				d.log.Error("Corefile change not applied: the configuration in force stays", "corefile", strings.Join(cfg.Watch, ","), "source", d.config.provenance().Source, slog.Any("err", err))
-				continue
-			}
-			// A resolution lasts at most UpstreamTimeout, a stale answer's
-			// wait StaleBudget: after both the replaced upstreams are idle.
-			after := now.Add(cfg.Pipeline.UpstreamTimeout + cfg.Pipeline.StaleBudget + time.Second)
-			for _, s := range sets {
-				old = append(old, retired{s, after})
-			}
+		case now = <-tick:
+		case <-d.reloads:
+			now, asked = time.Now(), true
+		}
+		stopRetired(now, false)
+		// While the Corefile is not in force it is tried at every tick,
+		// changed or not: whether CoreDNS takes it may depend on the
+		// node (an interface or an address a bind names).
+		fp := fingerprint(cfg.Watch)
+		changed := fp != last
+		trigger := triggerRetry
+		switch {
+		case asked:
+			trigger = triggerReload
+			sd.reloading()
+		case changed:
+			trigger = triggerChange
+		case d.config.provenance().Refused == nil:
+			continue
+		}
+		last = fp
+		sets, err := d.reloadChanged(life, changed, trigger)
+		if asked {
+			sd.reloaded()
+		}
+		if err != nil {
+			d.log.Error("Corefile change not applied: the configuration in force stays", "trigger", trigger, "corefile", strings.Join(cfg.Watch, ","), "source", d.config.provenance().Source, slog.Any("err", err))
+			continue
+		}
+		// A resolution lasts at most UpstreamTimeout, a stale answer's
+		// wait StaleBudget: after both the replaced upstreams are idle.
+		after := now.Add(cfg.Pipeline.UpstreamTimeout + cfg.Pipeline.StaleBudget + time.Second)
+		for _, s := range sets {
+			old = append(old, retired{s, after})
 		}
 	}
 }
 
 // reloadChanged resolves the configuration again (changed: after a change
-// of a watched file; else the periodic retry of a refused Corefile) and
+// of a watched file; else a Reload or the periodic retry of a refused
+// Corefile; trigger says which, for the log) and
 // applies it, unless that steps down the rule: then the configuration in
 // force stays, as the last known good, and the error says why. A retry
-// that finds nothing new does nothing.
-func (d *Daemon) reloadChanged(life context.Context, changed bool) ([]*routeSet, error) {
+// that finds nothing new does nothing; a Reload says so.
+func (d *Daemon) reloadChanged(life context.Context, changed bool, trigger string) ([]*routeSet, error) {
 	next, prov, err := d.cfg.Resolver.Resolve()
 	if err != nil {
 		return nil, err
 	}
 	cur := d.config.provenance()
 	if !changed && prov.Source == cur.Source && prov.SHA256 == cur.SHA256 && errString(prov.Refused) == errString(cur.Refused) {
+		if trigger == triggerReload {
+			d.log.Info("reload: nothing changed: the configuration in force stays", "trigger", trigger, "corefile", next.Corefile, "source", cur.Source, "sha256", cur.SHA256)
+		}
 		return nil, nil
 	}
 	if prov.Refused != nil {
@@ -136,7 +183,7 @@ func (d *Daemon) reloadChanged(life context.Context, changed bool) ([]*routeSet,
 	}
 	d.applied(prov)
 	now := d.config.provenance()
-	d.log.Info("Corefile reloaded", "corefile", next.Corefile, "source", now.Source, "sha256", now.SHA256, "ignored", len(next.Ignored))
+	d.log.Info("Corefile reloaded", "trigger", trigger, "corefile", next.Corefile, "source", now.Source, "sha256", now.SHA256, "ignored", len(next.Ignored))
 	if cur.Source != now.Source {
 		d.logProvenance(now)
 	}

@@ -185,6 +185,87 @@ func TestReloadCaches(t *testing.T) {
 	})
 }
 
+// TestReloadNow: Reload (what SIGHUP maps to) applies a rewritten
+// Corefile at once, by the reload of the periodic check, with the
+// periodic check off; it brackets the reload with RELOADING=1 and READY=1
+// for systemd, logs one line per reload with its outcome, and the daemon
+// serves on. A daemon without a Corefile says it has nothing to reload.
+func TestReloadNow(t *testing.T) {
+	sd := notifySocket(t)
+	upA, upB := nstest.StartAnswerer(t, "192.0.2.1"), nstest.StartAnswerer(t, "192.0.2.2")
+	base := loopbackConfig(t, upA)
+	listen := base.Listen[0]
+	path := filepath.Join(t.TempDir(), "Corefile")
+	forwardTo := func(up netip.AddrPort) string {
+		return fmt.Sprintf(".:%d {\n    bind %s\n    forward . %s\n}\n", listen.Port(), listen.Addr(), up)
+	}
+	rewrite(t, path, forwardTo(upA))
+	cfg := resolved(t, corefileLayer(base, path))
+	cfg.ReloadInterval = 0 // only Reload reloads
+	r := start(t, cfg)
+	notified := func(want string) {
+		t.Helper()
+		for end := time.After(2 * time.Second); ; {
+			select {
+			case m := <-sd:
+				if strings.HasPrefix(m, want) {
+					return
+				}
+			case <-end:
+				t.Fatalf("no %q notified", want)
+			}
+		}
+	}
+	notified("READY=1\nSTATUS=serving")
+	lines := func(msg string) int { return strings.Count(r.logs.String(), `"msg":"`+msg+`"`) }
+
+	rewrite(t, path, forwardTo(upB))
+	time.Sleep(300 * time.Millisecond)
+	if got, err := askA(listen, freshName()); err != nil || got != "192.0.2.1" {
+		t.Fatalf("rewritten, not reloaded: %s %v, want 192.0.2.1 still", got, err)
+	}
+	asked := time.Now()
+	r.d.Reload()
+	testkit.Eventually(t, time.Second, "the rewritten Corefile in force", func() bool {
+		got, err := askA(listen, freshName())
+		return err == nil && got == "192.0.2.2"
+	})
+	t.Logf("in force %s after Reload", time.Since(asked).Round(time.Millisecond))
+	notified("RELOADING=1\nMONOTONIC_USEC=")
+	notified("READY=1")
+	if n := lines("Corefile reloaded"); n != 1 || !strings.Contains(r.logs.String(), `"trigger":"reload"`) {
+		t.Errorf("%d \"Corefile reloaded\" lines, want 1, with trigger reload", n)
+	}
+
+	// Asked again with nothing changed: said so, routes kept.
+	r.d.Reload()
+	testkit.Eventually(t, time.Second, "the unchanged reload logged", func() bool {
+		return lines("reload: nothing changed: the configuration in force stays") == 1
+	})
+	// A refused Corefile: the routes in force stay.
+	rewrite(t, path, ".:53 {\n  cache 3600 {\n    serve_stale notaduration\n  }\n}\n")
+	r.d.Reload()
+	testkit.Eventually(t, time.Second, "the refused Corefile logged", func() bool {
+		return lines("Corefile change not applied: the configuration in force stays") == 1
+	})
+	if got, err := askA(listen, freshName()); err != nil || got != "192.0.2.2" {
+		t.Errorf("after a refused reload: %s %v, want 192.0.2.2 from the routes in force", got, err)
+	}
+	if n := lines("Corefile reloaded"); n != 1 {
+		t.Errorf("%d \"Corefile reloaded\" lines after three reloads, one applied, want 1", n)
+	}
+	if err := r.stop(); err != nil {
+		t.Errorf("Run after the reloads: %v", err)
+	}
+
+	// Without a Corefile: nothing to reload, said so.
+	flags := start(t, loopbackConfig(t, upA))
+	flags.d.Reload()
+	if !strings.Contains(flags.logs.String(), `"msg":"reload: nothing to reload`) {
+		t.Errorf("Reload without a Corefile did not say there is nothing to reload")
+	}
+}
+
 // askA asks listen for name's A record and returns its one address.
 func askA(listen netip.AddrPort, name string) (string, error) {
 	m := new(dns.Msg)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/status"
@@ -107,9 +108,13 @@ type handler struct {
 	hand *handover.Handover
 }
 
-func (h handler) Status() status.Daemon      { return h.d.Status() }
-func (h handler) Hold(d time.Duration) error { return h.d.ctrl.Hold(d) }
-func (h handler) Release() error             { return h.d.ctrl.Release() }
+func (h handler) Status() status.Daemon { return h.d.Status() }
+func (h handler) Release() error        { return h.d.ctrl.Release() }
+
+func (h handler) Hold(d time.Duration) (admin.Hold, error) {
+	holding, until, err := h.d.ctrl.Hold(d)
+	return admin.Hold{Holding: holding, Until: until}, err
+}
 
 // Give is admin.Giver: the surge handover (package handover).
 func (h handler) Give(c *net.UnixConn, peer *unix.Ucred) error { return h.hand.Give(c, peer) }

@@ -369,7 +369,7 @@ func TestRestartAndUpgrade(t *testing.T) {
 type giver struct{ h *Handover }
 
 func (giver) Status() status.Daemon                          { return status.Daemon{} }
-func (giver) Hold(time.Duration) error                       { return nil }
+func (giver) Hold(time.Duration) (admin.Hold, error)         { return admin.Hold{}, nil }
 func (giver) Release() error                                 { return nil }
 func (g giver) Give(c *net.UnixConn, peer *unix.Ucred) error { return g.h.Give(c, peer) }
 

@@ -158,7 +158,13 @@ type Controller struct {
 type operatorCmd struct {
 	hold bool
 	d    time.Duration
-	done chan error
+	done chan operatorDone
+}
+
+// operatorDone is the operator hold that stood before a command.
+type operatorDone struct {
+	holding bool
+	until   time.Time
 }
 
 // Start brings takeover up: the anchor first (so the addresses are local
@@ -478,13 +484,15 @@ func (c *Controller) run(ctx context.Context) {
 			}
 			c.carry(tr)
 		case op := <-c.ops:
+			var was operatorDone
 			c.handle(func(m *Machine, now time.Time) *Transition {
+				was.holding, was.until = m.Holding()
 				if op.hold {
 					return m.OperatorHold(now, op.d)
 				}
 				return m.OperatorRelease(now)
 			})
-			op.done <- nil
+			op.done <- was
 		case <-tick.C:
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.Tick(now) })
 		}
@@ -664,23 +672,31 @@ func (c *Controller) adopt(st peer.State) {
 }
 
 // Hold keeps the traffic away from LocalDNS for d (0: until Release), as
-// `dnsstandby hold` asks.
-func (c *Controller) Hold(d time.Duration) error { return c.operator(operatorCmd{hold: true, d: d}) }
+// `dnsstandby hold` asks. It replaces the hold in force, if any (see
+// Machine.OperatorHold), and returns it: wasHolding false when there was
+// none, wasUntil zero when it was until released.
+func (c *Controller) Hold(d time.Duration) (wasHolding bool, wasUntil time.Time, err error) {
+	was, err := c.operator(operatorCmd{hold: true, d: d})
+	return was.holding, was.until, err
+}
 
 // Release ends an operator hold, as `dnsstandby release` asks.
-func (c *Controller) Release() error { return c.operator(operatorCmd{}) }
+func (c *Controller) Release() error {
+	_, err := c.operator(operatorCmd{})
+	return err
+}
 
-func (c *Controller) operator(op operatorCmd) error {
-	op.done = make(chan error, 1)
+func (c *Controller) operator(op operatorCmd) (operatorDone, error) {
+	op.done = make(chan operatorDone, 1)
 	t := time.NewTimer(operatorWait)
 	defer t.Stop()
 	select {
 	case c.ops <- op:
-		return <-op.done
+		return <-op.done, nil
 	case <-c.ctx.Done():
-		return errors.New("controller stopped")
+		return operatorDone{}, errors.New("controller stopped")
 	case <-t.C:
-		return errors.New("controller busy")
+		return operatorDone{}, errors.New("controller busy")
 	}
 }
 

@@ -329,7 +329,7 @@ func (r *rig) do(input string) {
 		if arg != "" {
 			d = mustDuration(r.t, arg)
 		}
-		if err := r.c.Hold(d); err != nil {
+		if _, _, err := r.c.Hold(d); err != nil {
 			r.t.Fatalf("Hold(%v): %v", d, err)
 		}
 	case "release":
@@ -614,7 +614,7 @@ func TestControllerLifetime(t *testing.T) {
 					if _, _, left := r.steer.state(); left || r.anchor.closed || r.watch.closed {
 						t.Errorf("ctx ending released parts: steering left %v, anchor closed %v, watch closed %v", left, r.anchor.closed, r.watch.closed)
 					}
-					if err := r.c.Hold(0); err == nil {
+					if _, _, err := r.c.Hold(0); err == nil {
 						t.Error("Hold after ctx ended: no error")
 					}
 				}
@@ -638,6 +638,70 @@ func TestControllerLifetime(t *testing.T) {
 				}
 				if st := r.c.Status(); st.Mode != "mirror" {
 					t.Errorf("Status after Close: mode %s", st.Mode)
+				}
+			})
+		})
+	}
+}
+
+// TestHoldAfterHold: a hold replaces the one in force, timed or not, and
+// Hold returns the one it replaced; the replaced one's end does not end
+// the new one.
+func TestHoldAfterHold(t *testing.T) {
+	tests := []struct {
+		first, second string        // "": none; "hold" until released; "hold:D" for D
+		wasHolding    bool          // what the second Hold says it replaced
+		wasUntil      time.Duration // after the first (0: until released)
+		until         time.Duration // Status.HoldUntil after the second (0: none)
+	}{
+		{"", "hold", false, 0, 0},
+		{"", "hold:30s", false, 0, 30 * time.Second},
+		{"hold:30s", "hold", true, 30 * time.Second, 0},
+		{"hold:30s", "hold:10s", true, 30 * time.Second, 10 * time.Second},
+		{"hold:30s", "hold:60s", true, 30 * time.Second, 60 * time.Second},
+		{"hold", "hold:30s", true, 0, 30 * time.Second},
+		{"hold", "hold", true, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.first+" then "+tt.second, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, true, steer.Adopt)
+				if tt.first != "" {
+					r.do(tt.first)
+				}
+				start := time.Now()
+				var d time.Duration
+				if _, arg, ok := strings.Cut(tt.second, ":"); ok {
+					d = mustDuration(t, arg)
+				}
+				holding, until, err := r.c.Hold(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				synctest.Wait()
+				var want time.Time
+				if tt.wasUntil > 0 {
+					want = start.Add(tt.wasUntil)
+				}
+				if holding != tt.wasHolding || !until.Equal(want) {
+					t.Errorf("replaced: holding %v until %v, want %v until %v", holding, until, tt.wasHolding, want)
+				}
+				st := r.c.Status()
+				switch {
+				case !st.Holding:
+					t.Errorf("not holding after the second hold")
+				case tt.until == 0 && st.HoldUntil != nil:
+					t.Errorf("held until %v, want until released", st.HoldUntil)
+				case tt.until > 0 && (st.HoldUntil == nil || !st.HoldUntil.Equal(start.Add(tt.until))):
+					t.Errorf("held until %v, want %v", st.HoldUntil, start.Add(tt.until))
+				}
+				// Past the end of the first: the second alone decides.
+				r.do("wait:45s")
+				if held := r.c.Status().Holding; held != (tt.until == 0 || tt.until > 45*time.Second) {
+					t.Errorf("45s on: holding %v", held)
+				}
+				if err := r.c.Close(); err != nil {
+					t.Fatal(err)
 				}
 			})
 		})

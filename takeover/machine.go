@@ -202,7 +202,10 @@ func (m *Machine) Silent(now time.Time) *Transition {
 }
 
 // OperatorHold holds traffic away from LocalDNS for d (0: until released),
-// e.g. to drain it before a planned restart.
+// e.g. to drain it before a planned restart. A hold replaces the one in
+// force: the last hold asked says how long, so that a hold can be
+// shortened as well as lengthened without a release, which would hand
+// LocalDNS its traffic back in between. Hold reports what it replaced.
 func (m *Machine) OperatorHold(now time.Time, d time.Duration) *Transition {
 	m.holding = true
 	m.holdUntil = time.Time{}

@@ -62,6 +62,10 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dnsstandby %s: unreadable status: %v\n", cmd, err)
 		return exitFail
 	}
+	if resp.Replaced != nil {
+		// A hold replaces the one in force: say so, first.
+		fmt.Fprintf(stdout, "hold: now %s; was %s\n", admin.StatusHold(st), resp.Replaced)
+	}
 	printStatus(stdout, &st)
 	return exitOK
 }

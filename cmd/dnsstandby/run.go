@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/daemon"
 	"github.com/dnsstandby/dnsstandby/handover"
 	"github.com/dnsstandby/dnsstandby/hedge"
+	"github.com/dnsstandby/dnsstandby/internal/journald"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
@@ -36,7 +38,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dnsstandby run: %v (dnsstandby run -h lists the flags)\n", err)
 		return exitConfig
 	}
-	log := newLogger(o, stderr)
+	log := newLogger(o, stderr, isJournal(stderr))
 	d, err := daemon.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v%s\n", err, unusableHint(cfg.Provenance))
@@ -47,6 +49,8 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP (systemctl reload) reloads; from here on it no longer kills.
+	defer onSignal(syscall.SIGHUP, d.Reload)()
 	return runExit(d.Run(ctx), log)
 }
 
@@ -62,6 +66,30 @@ func runExit(err error, log *slog.Logger) int {
 	}
 	log.Error("dnsstandby stopped", slog.Any("err", err))
 	return exitFail
+}
+
+// onSignal calls fn at each sig until the returned stop is called; stop
+// returns once fn is no longer running.
+func onSignal(sig os.Signal, fn func()) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sig)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-ch:
+				fn()
+			}
+		}
+	})
+	return func() {
+		signal.Stop(ch)
+		close(done)
+		wg.Wait()
+	}
 }
 
 // validate is `dnsstandby run --validate`: where the configuration comes
@@ -204,7 +232,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(&addrList{p: &cfg.Listen}, "listen", "`ADDR:PORT` to serve, repeatable")
 	fs.Var(&upstreamFlag{cfg: cfg}, "upstream", "`ADDR:PORT` misses are forwarded to, repeatable, tried in order (the kube-dns ClusterIP); replaces the Corefile's forwards")
 	fs.StringVar(&cfg.Corefile, "localdns-corefile", cfg.Corefile, "LocalDNS Corefile `PATH`, or several separated by commas of which the first that exists is read: take upstreams, zones, cache policy, templates and hosts from its blocks bound to the listen addresses; flags override")
-	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: never)")
+	fs.Var(notNegative(&cfg.ReloadInterval), "corefile-check-interval", "how often the Corefile is checked for a change, applied while running (0: only at SIGHUP, systemctl reload)")
 	fs.Var(&addrList{p: &cfg.Fallback.Upstreams}, "fallback-upstream", "kube-dns's `ADDR:PORT` (its ClusterIP), repeatable: where misses go when neither the Corefile nor the last known good in --state-dir can be used (every listener's cluster.local, and all names but on --fallback-node-listen)")
 	fs.Var(parsed[netip.AddrPort]{&cfg.Fallback.NodeListen, parseAddrPort, netip.AddrPort.String}, "fallback-node-listen", "the node's own listener (LocalDNS's `ADDR:PORT` for kubelet and the node): in the fallback, its names outside cluster.local go to the node's resolvers, never to kube-dns")
 	fs.StringVar(&cfg.LocalDNSCoreDNS, "localdns-coredns", cfg.LocalDNSCoreDNS, "LocalDNS's CoreDNS binary (`PATH`): a Corefile is judged against the directives its build has (`coredns -plugins`, run once per binary); without it, against CoreDNS 1.13.1's standard build (empty: never run it)")
@@ -379,12 +407,29 @@ func parseLogFormat(v string) (string, error) {
 
 func identity(s string) string { return s }
 
-func newLogger(o runOptions, w io.Writer) *slog.Logger {
+// newLogger is the daemon's logger: a line per record on w in the format
+// of --log-format; journal says w is the journal's stream
+// (journald.Connected), whose lines then carry their syslog priority, so
+// that `journalctl -p warning` filters by level.
+func newLogger(o runOptions, w io.Writer, journal bool) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: o.logLevel}
-	if o.logFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, hopts))
+	format := func(w io.Writer) slog.Handler {
+		if o.logFormat == "text" {
+			return slog.NewTextHandler(w, hopts)
+		}
+		return slog.NewJSONHandler(w, hopts)
 	}
-	return slog.New(slog.NewJSONHandler(w, hopts))
+	if journal {
+		return slog.New(journald.NewHandler(w, format))
+	}
+	return slog.New(format(w))
+}
+
+// isJournal reports whether w is a file that is the journal's stream
+// systemd connected this process to (JOURNAL_STREAM).
+func isJournal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && journald.Connected(os.Getenv(journald.StreamEnv), f)
 }
 
 // parseAfterHandover is --after-handover: exit or wait.

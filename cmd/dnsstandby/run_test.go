@@ -9,10 +9,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/daemon"
 	"github.com/dnsstandby/dnsstandby/handover"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 func TestCommandLineErrors(t *testing.T) {
@@ -351,5 +357,64 @@ func TestRunExit(t *testing.T) {
 	// exits 2 on a panic, flag-style usage errors are 2.
 	if exitServed != 75 || exitConfig != 78 || exitServed == exitConfig {
 		t.Errorf("exitServed %d, exitConfig %d: want 75 (TEMPFAIL) and 78 (CONFIG), as the unit lists them", exitServed, exitConfig)
+	}
+}
+
+// TestLoggerJournal: `dnsstandby run` prefixes its lines with their
+// syslog priority when, and only when, its stderr is the stream
+// JOURNAL_STREAM names, in both log formats.
+func TestLoggerJournal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.Create(filepath.Join(t.TempDir(), "other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+	if !isJournal(f) || isJournal(other) || isJournal(&bytes.Buffer{}) {
+		t.Errorf("isJournal: the stream %v, another file %v, a buffer %v; want true, false, false", isJournal(f), isJournal(other), isJournal(&bytes.Buffer{}))
+	}
+	for _, format := range []string{"json", "text"} {
+		for _, journal := range []bool{true, false} {
+			var b bytes.Buffer
+			log := newLogger(runOptions{logFormat: format, logLevel: slog.LevelDebug}, &b, journal)
+			log.Warn("w")
+			log.Info("i")
+			log.Debug("d")
+			lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+			if len(lines) != 3 {
+				t.Fatalf("%s: %q", format, b.String())
+			}
+			for i, prefix := range []string{"<4>", "<6>", "<7>"} {
+				if strings.HasPrefix(lines[i], prefix) != journal || strings.HasPrefix(lines[i], "<") != journal {
+					t.Errorf("%s, journal %v: line %q", format, journal, lines[i])
+				}
+			}
+		}
+	}
+}
+
+// TestSIGHUPReloads: `dnsstandby run` maps SIGHUP to a reload
+// (daemon.Reload), and SIGHUP no longer kills the process (its default).
+func TestSIGHUPReloads(t *testing.T) {
+	var n atomic.Int32
+	stop := onSignal(syscall.SIGHUP, func() { n.Add(1) })
+	for i := int32(1); i <= 2; i++ {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, 2*time.Second, fmt.Sprintf("reload %d", i), func() bool { return n.Load() == i })
+	}
+	stop()
+	if n.Load() != 2 {
+		t.Errorf("%d reloads, want 2", n.Load())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +164,48 @@ func TestStatusForCheck(t *testing.T) {
 	}
 	if u := got["upstreams"]; !strings.Contains(u.Found, up.String()+" NOERROR for SOA example.") {
 		t.Errorf("upstreams row (the cluster domain from kubelet's config): %s", u.Found)
+	}
+}
+
+// TestHoldAfterHold: `dnsstandby hold` replaces the hold in force, timed
+// or not, and its first line says what it was and what it is now.
+func TestHoldAfterHold(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	startDaemon(t, "--listen", nstest.FreeLoopbackAddr(t).String(), "--upstream", nstest.StartAnswerer(t, "192.0.2.53").String(),
+		"--admin-socket", sock, "--anchor-link", "", "--metrics-addr", "", "--state-dir", "", "--mirror", "none")
+	run := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if code := dispatch(append(args, "--admin-socket", sock), &out, &errb); code != exitOK {
+			t.Fatalf("%v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String()
+	}
+	const timed = `until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(timed\)`
+	tests := []struct {
+		first, second []string // first nil: no hold before
+		line          string   // the second's first line, a regexp
+	}{
+		{nil, []string{"hold"}, `hold: now until released; was no hold`},
+		{nil, []string{"hold", "--for", "30s"}, `hold: now ` + timed + `; was no hold`},
+		{[]string{"hold", "--for", "30s"}, []string{"hold"}, `hold: now until released; was ` + timed},
+		{[]string{"hold", "--for", "30s"}, []string{"hold", "--for", "10m"}, `hold: now ` + timed + `; was ` + timed},
+		{[]string{"hold"}, []string{"hold", "--for", "30s"}, `hold: now ` + timed + `; was until released`},
+		{[]string{"hold"}, []string{"hold"}, `hold: now until released; was until released`},
+	}
+	for _, tt := range tests {
+		run("release")
+		if tt.first != nil {
+			run(tt.first...)
+		}
+		out := run(tt.second...)
+		first, _, _ := strings.Cut(out, "\n")
+		if !regexp.MustCompile(`^` + tt.line + `$`).MatchString(first) {
+			t.Errorf("%v then %v: first line %q, want %s", tt.first, tt.second, first, tt.line)
+		}
+	}
+	if out := run("release"); strings.HasPrefix(out, "hold:") {
+		t.Errorf("release says %q", out)
 	}
 }

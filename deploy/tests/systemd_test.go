@@ -78,6 +78,7 @@ func TestSystemdUnitSettings(t *testing.T) {
 	for key, want := range map[string]string{
 		"Unit.StartLimitIntervalSec": "0", // never left failed by a start limit
 		"Service.Type":               "notify",
+		"Service.ExecReload":         "/bin/kill -HUP $MAINPID", // SIGHUP reloads; systemd 249 has no notify-reload
 		"Service.NotifyAccess":       "main",
 		"Service.Restart":            "always",
 		"Service.RestartSec":         "200ms",
