@@ -31,14 +31,15 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		printRunHelp(stdout)
 		return exitOK
 	}
+	names := runFlagNames()
 	if err != nil {
-		fmt.Fprintf(stderr, "dnsstandby run: %v (dnsstandby run -h lists the flags)\n", err)
+		fmt.Fprintf(stderr, "dnsstandby run: %s (dnsstandby run -h lists the flags)\n", names.rename(err.Error()))
 		return exitUsage
 	}
 	log := newLogger(o, stderr)
 	d, err := daemon.New(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "dnsstandby run: %v%s\n", err, unusableHint(cfg.Provenance))
+		fmt.Fprintf(stderr, "dnsstandby run: %s\n", names.rename(err.Error()+unusableHint(cfg.Provenance)))
 		return exitUsage
 	}
 	if o.validate {
@@ -68,6 +69,14 @@ func validate(cfg daemon.Config, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// runFlagNames maps the fields of the daemon's configuration to the
+// flags of `dnsstandby run` that set them.
+func runFlagNames() *flagNames {
+	cfg := daemon.DefaultConfig()
+	fs, _ := runFlags(&cfg)
+	return newFlagNames(fs, &cfg)
 }
 
 // unusableHint says, after the daemon's own error, why a configuration
@@ -143,7 +152,8 @@ func layerConfig(args []string, lookup func(string) (string, bool), src *corefil
 
 // parseRunFlags sets cfg from the command line, then from the environment
 // for the flags the command line did not give, and checks what no field
-// of the daemon's checks by itself: that misses have somewhere to go.
+// of the daemon's checks by itself: that there is an address to serve and
+// misses have somewhere to go.
 func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (string, bool)) (runOptions, error) {
 	fs, o := runFlags(cfg)
 	if err := parseWithEnv(fs, args, lookup); err != nil {
@@ -162,6 +172,9 @@ func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (strin
 			}
 		}
 	})
+	if len(cfg.Listen) == 0 {
+		return *o, errors.New("--listen names no address")
+	}
 	if len(cfg.Routes) == 0 && cfg.Corefile == "" && len(cfg.Fallback.Upstreams) == 0 {
 		return *o, errors.New("no upstream: give --upstream ADDR:PORT or --fallback-upstream ADDR:PORT (the kube-dns ClusterIP), or a --localdns-corefile whose blocks forward somewhere")
 	}
