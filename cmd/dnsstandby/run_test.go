@@ -241,7 +241,9 @@ cluster.local:53 {
 		{"broken Corefile alone", []string{"--localdns-corefile", broken}, nil, defaults("") + "|fallback Broken:3", ""},
 		{"the first Corefile that exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + path}, nil,
 			defaults(fromCorefile("19968/10m0s/1h0m0s/immediate")), ""},
-		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil, defaults("") + "|fallback absent: no such file", ""},
+		// Both named: either would have been read.
+		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil,
+			defaults("") + "|fallback none of the Corefiles " + filepath.Join(dir, "absent") + ", " + filepath.Join(dir, "absent2") + " exists", ""},
 		{"Corefile without a block for the listen address", []string{"--localdns-corefile", path, "--listen", "169.254.10.10:53"}, nil, defaults("") + "|fallback no server block serves 169.254.10.10:53", ""},
 		{"Corefile whose blocks forward nowhere", []string{"--localdns-corefile", noForward}, nil, defaults("") + "|fallback no Routes", ""},
 		{"no upstream at all", nil, nil, "", "no upstream"},
