@@ -14,6 +14,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/lastgood"
+	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
@@ -290,4 +291,27 @@ func (c *Config) nodeResolvers() []netip.AddrPort {
 		}
 	}
 	return out
+}
+
+// Uncovered returns the listeners the Corefile in force has LocalDNS
+// serve (its node and pod listeners, status.NodeListen and
+// status.DefaultListen, and every address a block binds) that Listen does
+// not cover: when LocalDNS fails, queries sent there go unanswered. None
+// when no Corefile is in force (the fallback, the flags).
+func (c *Config) Uncovered() ([]netip.AddrPort, error) {
+	src := c.Provenance.src
+	if src == nil {
+		return nil, nil
+	}
+	served, err := src.Listeners([]netip.AddrPort{status.NodeListen, status.DefaultListen})
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.AddrPort
+	for _, ap := range served {
+		if !corefile.Covers(c.Listen, ap) {
+			out = append(out, ap)
+		}
+	}
+	return out, nil
 }

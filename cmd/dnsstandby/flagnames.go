@@ -192,9 +192,12 @@ var (
 	wrapper = regexp.MustCompile(`(?:\b[A-Za-z]+: )+(--[a-z])`)
 )
 
-// mixedCase reports whether a word has a capital after its first letter,
-// as Go names do and English words do not: MaxTTL, NSID, CacheMax.
-func mixedCase(w string) bool { return strings.ContainsAny(w[1:], "ABCDEFGHIJKLMNOPQRSTUVWXYZ") }
+// mixedCase reports whether a word has a capital after its first letter
+// and a small letter, as Go names do and neither English words nor
+// acronyms (NSID, SERVFAIL) do: MaxTTL, CacheMax.
+func mixedCase(w string) bool {
+	return strings.ContainsAny(w[1:], "ABCDEFGHIJKLMNOPQRSTUVWXYZ") && strings.ContainsAny(w, "abcdefghijklmnopqrstuvwxyz")
+}
 
 // lookup finds the flag of a field path as an error writes it, or, when
 // no flag sets that field, of its shorter tails: a part's copy of a

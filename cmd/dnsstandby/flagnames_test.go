@@ -84,6 +84,7 @@ func TestFlagNames(t *testing.T) {
 		// No flag sets the HTTP limits.
 		{"daemon: HTTP.MaxConns must be positive, got 0", "daemon: HTTP.MaxConns must be positive, got 0"},
 		{"SERVFAIL and TC are not fields", "SERVFAIL and TC are not fields"},
+		{"dnsstandby answers NSID with its own (Pipeline.NSID)", "dnsstandby answers NSID with its own (--nsid)"},
 		// Words that are field names too, in prose and in paths.
 		{"the Corefile is refused (open /nonexistent/Corefile: no such file)", "the Corefile is refused (open /nonexistent/Corefile: no such file)"},
 		{"daemon: Mirror dnstap with 2 listen addresses", "--mirror dnstap with 2 listen addresses"},
