@@ -26,25 +26,26 @@ import (
 	"time"
 )
 
-// Status is a check's verdict. Its order matters: a report is as bad as its
-// worst row.
+// Status is a check's verdict. Its order matters: a row folding several
+// findings takes the worst, and a report is as bad as its worst row. Only
+// WARN and FAIL change the exit code: SKIP and INFO say something worth
+// reading about a node where dnsstandby does its job.
 type Status int
 
 const (
 	Pass Status = iota // as it should be
-	Warn               // works, but weaker than it should be, or not known
-	Fail               // pods' DNS is, or can become, unanswered
+	Skip               // not checkable from here (a container): run on the node
+	Info               // advice about LocalDNS's own setup; dnsstandby covers for it
+	Warn               // dnsstandby works, with a risk: weaker than it should be, or not known
+	Fail               // dnsstandby cannot do its job: pods' DNS is, or can become, unanswered
 )
 
-// String returns "PASS", "WARN" or "FAIL".
+var statusNames = [...]string{Pass: "PASS", Skip: "SKIP", Info: "INFO", Warn: "WARN", Fail: "FAIL"}
+
+// String returns "PASS", "SKIP", "INFO", "WARN" or "FAIL".
 func (s Status) String() string {
-	switch s {
-	case Pass:
-		return "PASS"
-	case Warn:
-		return "WARN"
-	case Fail:
-		return "FAIL"
+	if s >= 0 && int(s) < len(statusNames) {
+		return statusNames[s]
 	}
 	return fmt.Sprintf("Status(%d)", int(s))
 }
@@ -54,25 +55,21 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText reads what MarshalText writes.
 func (s *Status) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "PASS":
-		*s = Pass
-	case "WARN":
-		*s = Warn
-	case "FAIL":
-		*s = Fail
-	default:
-		return fmt.Errorf("check status %q: want PASS, WARN or FAIL", b)
+	for i, n := range statusNames {
+		if string(b) == n {
+			*s = Status(i)
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("check status %q: want PASS, SKIP, INFO, WARN or FAIL", b)
 }
 
 // Result is one row of the report.
 type Result struct {
 	Name   string `json:"name"`          // what was checked, e.g. "localdns-unit"
-	Status Status `json:"status"`        // PASS, WARN or FAIL
+	Status Status `json:"status"`        // PASS, SKIP, INFO, WARN or FAIL
 	Found  string `json:"found"`         // what was found, one line
-	Fix    string `json:"fix,omitempty"` // one line; empty when PASS
+	Fix    string `json:"fix,omitempty"` // one line: the fix, or for SKIP and INFO the advice; empty when PASS
 }
 
 // Report is every row, in the order the checks ran.
@@ -89,9 +86,27 @@ func (r Report) Worst() Status {
 	return w
 }
 
-// ExitCode is the command's exit code: 0 when every row passed, 1 when
-// some warned and none failed, 2 when any failed.
-func (r Report) ExitCode() int { return int(r.Worst()) }
+// Overall is the report's verdict: FAIL when any row failed, else WARN
+// when any warned, else PASS (rows skipped or with advice included).
+func (r Report) Overall() Status {
+	if w := r.Worst(); w >= Warn {
+		return w
+	}
+	return Pass
+}
+
+// ExitCode is the command's exit code: 0 when no row warned or failed
+// (PASS, SKIP and INFO rows), 1 when some warned and none failed, 2 when
+// any failed.
+func (r Report) ExitCode() int {
+	switch r.Overall() {
+	case Fail:
+		return 2
+	case Warn:
+		return 1
+	}
+	return 0
+}
 
 // MarshalJSON adds the overall status to the rows, so a script reads one
 // field.
@@ -100,7 +115,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Status Status `json:"status"`
 		plain
-	}{r.Worst(), plain(r)})
+	}{r.Overall(), plain(r)})
 }
 
 // Config says what to audit and where to look.

@@ -31,7 +31,8 @@ const systemctlTimeout = 10 * time.Second
 
 // Run audits the node as cfg says (zero fields take DefaultConfig's) and
 // returns one row per check. Checks that cannot look report WARN with
-// what stopped them; only ctx ending stops the audit early.
+// what stopped them, or SKIP when the audit runs in a container that
+// cannot see what they look at; only ctx ending stops the audit early.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg = withDefaults(cfg)
 	for _, l := range cfg.Listen {
@@ -40,6 +41,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 
+	at := detectWhere(hostView())
 	daemon := readStatus(ctx, cfg.AdminSocket, cfg.Timeout)
 	if len(cfg.Listen) == 0 {
 		cfg.Listen = daemonListen(daemon.Status)
@@ -92,8 +94,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			add(res)
 		}
 	}
-	add(localdnsUnitResult(cfg.LocalDNSUnit, unitOut, unitErr))
-	add(clusterDNSResult(kube, cfg.Listen))
+	add(localdnsUnitResult(cfg.LocalDNSUnit, unitOut, unitErr, at))
+	add(clusterDNSResult(kube, cfg.Listen, at))
 	for _, a := range distinctAddrs(cfg.Listen) {
 		add(addressResult(a, addrs))
 	}

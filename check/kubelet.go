@@ -112,10 +112,13 @@ func (k kubeletFacts) clusterDomain() string {
 
 // clusterDNSResult judges the nameservers kubelet writes into ClusterFirst
 // pods' resolv.conf: they must be LocalDNS's pod listener, which dnsstandby
-// shares.
-func clusterDNSResult(k kubeletFacts, listen []netip.AddrPort) Result {
+// shares. In a container (w) kubelet's files are the node's, not there.
+func clusterDNSResult(k kubeletFacts, listen []netip.AddrPort, w where) Result {
 	const name = "cluster-dns"
 	configMissing, flagsMissing := errors.Is(k.ConfigErr, fs.ErrNotExist), errors.Is(k.FlagsErr, fs.ErrNotExist)
+	if configMissing && flagsMissing && w.Container {
+		return Result{Name: name, Status: Skip, Found: w.notCheckable("kubelet's files are the node's"), Fix: onTheNode}
+	}
 	if configMissing && flagsMissing {
 		return Result{Name: name, Status: Warn,
 			Found: fmt.Sprintf("neither %s nor %s exists: not a kubelet node, or its files are elsewhere", k.ConfigPath, k.FlagsPath),

@@ -110,7 +110,7 @@ func TestClusterDNSResult(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := clusterDNSResult(tt.k, listen)
+			r := clusterDNSResult(tt.k, listen, where{})
 			if r.Name != "cluster-dns" || r.Status != tt.want {
 				t.Fatalf("%s %s, want %s: %s (fix: %s)", r.Name, r.Status, tt.want, r.Found, r.Fix)
 			}
@@ -132,12 +132,12 @@ func TestReadKubelet(t *testing.T) {
 	if k.ConfigPath != config || k.ConfigErr != nil || k.clusterDomain() != "example.local" {
 		t.Fatalf("read %s (%v), domain %q; want %s", k.ConfigPath, k.ConfigErr, k.clusterDomain(), config)
 	}
-	if r := clusterDNSResult(k, []netip.AddrPort{status.DefaultListen}); r.Status != Pass {
+	if r := clusterDNSResult(k, []netip.AddrPort{status.DefaultListen}, where{}); r.Status != Pass {
 		t.Fatalf("%s: %s", r.Status, r.Found)
 	}
 
 	k = readKubelet(Config{KubeletFlags: filepath.Join(dir, "absent"), KubeletConfig: filepath.Join(dir, "absent.yaml")})
-	if r := clusterDNSResult(k, []netip.AddrPort{status.DefaultListen}); r.Status != Warn || k.clusterDomain() != "" {
+	if r := clusterDNSResult(k, []netip.AddrPort{status.DefaultListen}, where{}); r.Status != Warn || k.clusterDomain() != "" {
 		t.Fatalf("%s: %s", r.Status, r.Found)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/dnsstandby/dnsstandby/corefile"
@@ -33,89 +32,14 @@ type corefileFacts struct {
 
 // corefileListeners finds the addresses LocalDNS serves, from its Corefile
 // (data, read from file): 169.254.10.10:53 and 169.254.10.11:53, and every
-// address a block's bind names, on each port a block key names. Whether a
-// block serves an address is decided as `dnsstandby run` decides which
-// blocks it takes (corefile.Parse: plain DNS, the port, bind and its
-// except); this function only proposes the addresses to ask about. Bind
-// arguments that are interface names propose nothing.
+// address a block's bind names (corefile.Source.Listeners).
 func corefileListeners(file string, data []byte) ([]netip.AddrPort, error) {
 	// A Corefile CoreDNS refuses serves nowhere: LocalDNS does not start.
 	src, err := corefile.ReadFrom(file, bytes.NewReader(data))
 	if err != nil {
 		return nil, err
 	}
-	candidates := localdnsDefaultListeners()
-	add := func(ap netip.AddrPort) {
-		if ap.Addr().IsValid() && !ap.Addr().IsUnspecified() && !slices.Contains(candidates, ap) {
-			candidates = append(candidates, ap)
-		}
-	}
-	for _, b := range src.Blocks {
-		var ports []uint16
-		for _, k := range b.Keys {
-			if p := keyPort(k); !slices.Contains(ports, p) {
-				ports = append(ports, p)
-			}
-		}
-		for _, tok := range b.Directives["bind"] {
-			ip, err := netip.ParseAddr(tok.Text)
-			if err != nil {
-				continue // "bind", an interface name, "except", a brace
-			}
-			for _, p := range ports {
-				add(netip.AddrPortFrom(ip.Unmap().WithZone(""), p))
-			}
-		}
-	}
-	var out []netip.AddrPort
-	for _, c := range candidates {
-		// Read has checked every block: what is left is whether one
-		// serves c.
-		_, err := src.Settings([]netip.AddrPort{c})
-		switch {
-		case errors.Is(err, corefile.ErrNoServerBlock):
-		case err != nil:
-			return nil, err
-		default:
-			out = append(out, c)
-		}
-	}
-	return out, nil
-}
-
-// keyPort is the port of a server block key ("cluster.local:53",
-// "dns://.:53"): 53 when it names none, as CoreDNS has it. A key that is
-// not understood gives 53 too: corefile.Parse judges keys.
-func keyPort(key string) uint16 {
-	if _, rest, ok := strings.Cut(key, "://"); ok {
-		key = rest
-	}
-	i := strings.LastIndex(key, ":")
-	if i < 0 {
-		return 53
-	}
-	p, err := strconv.ParseUint(key[i+1:], 10, 16)
-	if err != nil {
-		return 53
-	}
-	return uint16(p)
-}
-
-// listenCovers reports whether a daemon listening on listen answers
-// queries sent to ap: the same address and port, or a wildcard address of
-// ap's port (0.0.0.0 for IPv4, :: for every address).
-func listenCovers(listen []netip.AddrPort, ap netip.AddrPort) bool {
-	addr := ap.Addr().Unmap()
-	for _, l := range listen {
-		la := l.Addr().Unmap()
-		if l.Port() != ap.Port() {
-			continue
-		}
-		if la == addr || la.IsUnspecified() && (la.Is6() || addr.Is4()) {
-			return true
-		}
-	}
-	return false
+	return src.Listeners(localdnsDefaultListeners())
 }
 
 // localdnsListenersResult judges whether dnsstandby stands in for LocalDNS
@@ -162,7 +86,7 @@ func localdnsListenersResult(f corefileFacts, d daemonFacts) Result {
 	}
 	var uncovered []netip.AddrPort
 	for _, ap := range served {
-		if !listenCovers(listen, ap) {
+		if !corefile.Covers(listen, ap) {
 			uncovered = append(uncovered, ap)
 		}
 	}

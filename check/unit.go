@@ -134,25 +134,40 @@ func parseTimespan(s string) (time.Duration, error) {
 	return total, nil
 }
 
+// AgentBaker PR 9439's restart budget for localdns.service, as its review
+// settled it: 5 starts in 720 s, 2 s apart. It bounds the crash loop on
+// purpose, so that an unrecoverable LocalDNS lands in failed (where
+// dnsstandby answers) instead of restarting forever; the 2 s backoff lets
+// a short burst of crashes settle instead of spending the budget at once.
+const (
+	pr9439Burst      = 5
+	pr9439RestartSec = 2 * time.Second
+)
+
 // minCrashLoop is the shortest crash loop a bounded restart budget must
-// outlast to pass: AgentBaker PR 9439's, 30 starts 2 s apart, which the PR
-// measured riding out the reported crash storm on a live node. The shipped
-// defaults (5 starts 100 ms apart) last 0.5 s: the reported harness, kills
-// 300 ms apart, wedged the unit after six.
-const minCrashLoop = 60 * time.Second
+// outlast to pass: PR 9439's, 5 starts 2 s apart. The shipped defaults (5
+// starts 100 ms apart) last 0.5 s: the reported harness, kills 300 ms
+// apart, wedged the unit after six.
+const minCrashLoop = pr9439Burst * pr9439RestartSec
 
-// pr9439Fix is the fix for a restart policy that can wedge: PR 9439's
+// pr9439Fix is the advice for a restart policy short of PR 9439's: its
 // values, as a drop-in so the VHD's unit stays as shipped.
-const pr9439Fix = "add a drop-in (systemctl edit localdns.service) with [Unit] StartLimitIntervalSec=300, StartLimitBurst=30 and [Service] Restart=on-failure, RestartSec=2 (AgentBaker PR 9439)"
+const pr9439Fix = "add a drop-in (systemctl edit localdns.service) with [Unit] StartLimitIntervalSec=720, StartLimitBurst=5 and [Service] Restart=on-failure, RestartSec=2 (AgentBaker PR 9439)"
 
-// localdnsUnitResult judges LocalDNS's unit: can a crash storm leave it
-// failed for good (FAIL), does it restart after a crash at all (WARN if
-// not), and what state and kill mode it has. out and err are systemctl's.
-func localdnsUnitResult(unit, out string, err error) Result {
+// localdnsUnitResult judges LocalDNS's unit. Its restart policy and kill
+// mode are advice (INFO): however LocalDNS's unit restarts, dnsstandby
+// answers while it is down. A LocalDNS that is down now, or whose unit
+// does not load, is a risk (WARN): dnsstandby answers alone. out and err
+// are systemctl's; w says whether the audit runs in a container, which has
+// no systemd to ask.
+func localdnsUnitResult(unit, out string, err error, w where) Result {
 	const name = "localdns-unit"
 	if err != nil {
-		// No systemd here (a container), or no permission: the audit cannot
-		// tell, which is not the same as broken.
+		if w.Container {
+			return Result{Name: name, Status: Skip, Found: w.notCheckable("LocalDNS's unit is the node's systemd's"), Fix: onTheNode}
+		}
+		// No systemd here, or no permission: the audit cannot tell,
+		// which is not the same as broken.
 		return Result{Name: name, Status: Warn,
 			Found: fmt.Sprintf("cannot read %s: %v", unit, err),
 			Fix:   "run dnsstandby check on the node itself (as root); --localdns-unit names LocalDNS's unit if it is not " + DefaultLocalDNSUnit}
@@ -173,9 +188,9 @@ func localdnsUnitResult(unit, out string, err error) Result {
 			Fix:   "if LocalDNS should run here, name its unit with --localdns-unit (or unmask it); else keep dnsstandby's upstreams reachable"}
 	default:
 		// bad-setting, error: LocalDNS is meant to run and systemd cannot
-		// start it, now or after its next crash.
-		return Result{Name: name, Status: Fail,
-			Found: fmt.Sprintf("%s did not load (%s): systemd cannot (re)start LocalDNS", unit, u.LoadState),
+		// start it, now or after its next crash; dnsstandby answers alone.
+		return Result{Name: name, Status: Warn,
+			Found: fmt.Sprintf("%s did not load (%s): systemd cannot (re)start LocalDNS, dnsstandby answers alone once it stops", unit, u.LoadState),
 			Fix:   "systemctl status " + unit + " says why; fix the unit file, then systemctl daemon-reload"}
 	}
 
@@ -192,13 +207,14 @@ func localdnsUnitResult(unit, out string, err error) Result {
 		// systemd itself calls KillMode=none unsafe: a CoreDNS left behind
 		// by a stopped localdns.sh keeps its sockets and answers with
 		// whatever state it was in, beside the next start's CoreDNS.
-		fs = append(fs, finding{Warn, "set KillMode=mixed (as AKS ships it), so a stop or crash of localdns.sh takes CoreDNS with it"})
+		fs = append(fs, finding{Info, "set KillMode=mixed (as AKS ships it), so a stop or crash of localdns.sh takes CoreDNS with it"})
 	}
 	return verdict(name, joinFound(found, why), fs...)
 }
 
-// restartPolicy decides whether a crash loop can leave the unit failed for
-// good, and says why in words for the report.
+// restartPolicy weighs how LocalDNS's unit comes back from crashes, and
+// says why in words for the report. Anything short of PR 9439's budget is
+// advice: dnsstandby answers while LocalDNS is down, for good or not.
 func restartPolicy(u unitInfo) (finding, string) {
 	switch u.Restart {
 	case "on-failure", "on-abnormal", "always":
@@ -206,15 +222,14 @@ func restartPolicy(u unitInfo) (finding, string) {
 	case "no", "on-success":
 		// Never restarted after a crash, so never wedged by the start
 		// limit either: one crash leaves LocalDNS down until someone
-		// starts it. dnsstandby answers meanwhile (hence not FAIL), but
-		// LocalDNS's own cache and plugins are gone for good.
-		return finding{Warn, pr9439Fix}, "a crash is never restarted: LocalDNS stays down after its first crash"
+		// starts it, its own cache and plugins gone.
+		return finding{Info, pr9439Fix}, "a crash is never restarted: LocalDNS stays down after its first crash and dnsstandby answers"
 	case "on-watchdog", "on-abort":
 		// Only some failures restart it: an exit with an error code (and,
 		// for on-watchdog, a signal) leaves it down, as above.
-		return finding{Warn, pr9439Fix}, "only some crashes are restarted: the others leave LocalDNS down"
+		return finding{Info, pr9439Fix}, "only some crashes are restarted: the others leave LocalDNS down and dnsstandby answers"
 	default:
-		return finding{Warn, pr9439Fix}, fmt.Sprintf("unknown Restart=%q", u.Restart)
+		return finding{Info, pr9439Fix}, fmt.Sprintf("unknown Restart=%q", u.Restart)
 	}
 	// systemd's start limit is off when either value is 0 (ratelimit_configured).
 	if u.StartInterval == 0 || u.StartLimit == 0 {
@@ -233,17 +248,18 @@ func restartPolicy(u unitInfo) (finding, string) {
 		return finding{Pass, ""}, "a crash loop cannot reach the start limit (StartLimitBurst × RestartSec ≥ StartLimitIntervalSec)"
 	}
 	if loop >= minCrashLoop {
-		// Bounded, as PR 9439 says of itself: a crash loop longer than
-		// this still ends failed, which is what dnsstandby is for.
+		// Bounded, as PR 9439 means it to be: a crash loop longer than
+		// this ends failed, which is what dnsstandby is for.
 		return finding{Pass, ""}, fmt.Sprintf("a crash loop spends the start limit only after about %s (at least PR 9439's budget); longer, it stays failed and dnsstandby answers", roundSpan(loop))
 	}
-	return finding{Fail, pr9439Fix},
-		fmt.Sprintf("a crash loop spends the start limit in about %s, then the unit stays failed and LocalDNS is down for good", roundSpan(loop))
+	return finding{Info, pr9439Fix},
+		fmt.Sprintf("a crash loop spends the start limit in about %s, then the unit stays failed and dnsstandby answers alone (with PR 9439's backoff a burst of crashes settles instead)", roundSpan(loop))
 }
 
 // activeFinding weighs the unit's current state. A unit that is down now
-// is worth a warning, not a failure: whether pods are answered meanwhile is
-// the dnsstandby and reuseport-group rows' business.
+// is worth a warning (dnsstandby answers alone), not a failure: whether
+// pods are answered meanwhile is the dnsstandby and reuseport-group rows'
+// business.
 func activeFinding(unit, state string) finding {
 	switch state {
 	case "failed":

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/corefile"
 	"github.com/dnsstandby/dnsstandby/lastgood"
+	"github.com/dnsstandby/dnsstandby/status"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
@@ -157,8 +159,11 @@ func (r *Resolver) Resolve() (Config, Provenance, error) {
 	}
 	var prov Provenance
 	prov.Build, prov.BuildErr = r.builds.get(base.LocalDNSCoreDNS)
-	path := firstExisting(paths)
-	src, err := prov.Build.Read(path)
+	path, err := firstExisting(paths)
+	var src *corefile.Source
+	if err == nil {
+		src, err = prov.Build.Read(path)
+	}
 	if err == nil {
 		cfg, err := layerChecked(layer, src, base.Watch)
 		if err == nil {
@@ -207,17 +212,21 @@ func layerChecked(layer Layer, src *corefile.Source, watch []string) (Config, er
 // corefilePaths splits Config.Corefile: paths separated by commas.
 func corefilePaths(s string) []string { return strings.Split(s, ",") }
 
-// firstExisting returns the first of paths that exists, or the first when
-// none does (its error then says which): LocalDNS runs
-// updated.localdns.corefile, which localdns.sh writes from
-// localdns.corefile at its start, so a node may have either.
-func firstExisting(paths []string) string {
+// firstExisting returns the first of paths that exists, or the only one
+// (reading it says why not): LocalDNS runs updated.localdns.corefile,
+// which localdns.sh writes from localdns.corefile at its start, so a node
+// may have either. When several are given and none exists, the error
+// names them all.
+func firstExisting(paths []string) (string, error) {
 	for _, p := range paths {
 		if _, err := os.Stat(p); err == nil {
-			return p
+			return p, nil
 		}
 	}
-	return paths[0]
+	if len(paths) == 1 {
+		return paths[0], nil
+	}
+	return "", fmt.Errorf("none of the Corefiles %s exists: %w", strings.Join(paths, ", "), fs.ErrNotExist)
 }
 
 // fallbackRoutes are the routes of the fallback, per listen address:
@@ -282,4 +291,27 @@ func (c *Config) nodeResolvers() []netip.AddrPort {
 		}
 	}
 	return out
+}
+
+// Uncovered returns the listeners the Corefile in force has LocalDNS
+// serve (its node and pod listeners, status.NodeListen and
+// status.DefaultListen, and every address a block binds) that Listen does
+// not cover: when LocalDNS fails, queries sent there go unanswered. None
+// when no Corefile is in force (the fallback, the flags).
+func (c *Config) Uncovered() ([]netip.AddrPort, error) {
+	src := c.Provenance.src
+	if src == nil {
+		return nil, nil
+	}
+	served, err := src.Listeners([]netip.AddrPort{status.NodeListen, status.DefaultListen})
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.AddrPort
+	for _, ap := range served {
+		if !corefile.Covers(c.Listen, ap) {
+			out = append(out, ap)
+		}
+	}
+	return out, nil
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // checkCommand runs `dnsstandby check`: the read-only node audit. Its exit
-// code is the report's: 0 all passed, 1 some warned, 2 any failed (also
-// 2 for a usage error, as for every command).
+// code is the report's: 0 none warned or failed (rows skipped or with
+// advice included), 1 some warned, 2 any failed: dnsstandby cannot do its
+// job (also 2 for a usage error, as for every command).
 func checkCommand(args []string, stdout, stderr io.Writer) int {
 	cfg := check.DefaultConfig()
 	var listen, upstreams []netip.AddrPort
@@ -37,7 +38,7 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintln(stdout, "usage: dnsstandby check [flags]\n\nA read-only audit of this node for dnsstandby. Exit code: 0 all PASS, 1 some WARN, 2 any FAIL.")
+			fmt.Fprintln(stdout, checkUsage)
 			fs.PrintDefaults()
 			return exitOK
 		}
@@ -76,8 +77,19 @@ func checkCommand(args []string, stdout, stderr io.Writer) int {
 	return rep.ExitCode()
 }
 
+const checkUsage = `usage: dnsstandby check [flags]
+
+A read-only audit of this node for dnsstandby, one row per check:
+  PASS  as it should be
+  SKIP  not checkable from here (a container): run on the node
+  INFO  advice about LocalDNS's own setup, which dnsstandby covers for
+  WARN  dnsstandby works, with a risk (or the audit cannot tell)
+  FAIL  dnsstandby cannot do its job: pods' DNS is, or can become, unanswered
+Exit code: 0 no WARN or FAIL, 1 some WARN, 2 any FAIL.`
+
 // printReport writes the report as a table: status, check, what was
-// found, and under a row that did not pass, its fix.
+// found, and under a row that did not pass, its fix (or, for SKIP and
+// INFO, its advice).
 func printReport(w io.Writer, rep check.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATUS\tCHECK\tFOUND")
@@ -85,10 +97,16 @@ func printReport(w io.Writer, rep check.Report) {
 	for _, r := range rep.Results {
 		count[r.Status]++
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Status, r.Name, r.Found)
-		if r.Status != check.Pass && r.Fix != "" {
-			fmt.Fprintf(tw, "\t\tfix: %s\n", r.Fix)
+		if r.Fix == "" {
+			continue
 		}
+		label := "fix"
+		if r.Status < check.Warn {
+			label = "advice"
+		}
+		fmt.Fprintf(tw, "\t\t%s: %s\n", label, r.Fix)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n%s: %d PASS, %d WARN, %d FAIL\n", rep.Worst(), count[check.Pass], count[check.Warn], count[check.Fail])
+	fmt.Fprintf(w, "\n%s: %d PASS, %d SKIP, %d INFO, %d WARN, %d FAIL\n", rep.Overall(),
+		count[check.Pass], count[check.Skip], count[check.Info], count[check.Warn], count[check.Fail])
 }

@@ -23,7 +23,7 @@ func TestCheckCommandLine(t *testing.T) {
 		wantCode int
 		wantOut  string // in stdout, or stderr for usage errors
 	}{
-		{"help", []string{"check", "-h"}, nil, exitOK, "exit code: 0 all PASS, 1 some WARN, 2 any FAIL"},
+		{"help", []string{"check", "-h"}, nil, exitOK, "exit code: 0 no WARN or FAIL, 1 some WARN, 2 any FAIL"},
 		{"unknown flag", []string{"check", "--bogus"}, nil, exitUsage, "flag provided but not defined"},
 		{"bad listen", []string{"check", "--listen", "localdns"}, nil, exitUsage, `"localdns" is not an IP address`},
 		{"zero timeout", []string{"check", "--timeout", "0s"}, nil, exitUsage, "--timeout must be positive"},
@@ -52,20 +52,26 @@ func TestCheckCommandLine(t *testing.T) {
 
 func TestPrintReport(t *testing.T) {
 	rep := check.Report{Results: []check.Result{
-		{Name: "localdns-unit", Status: check.Fail, Found: "a crash loop spends the start limit in about 0.5s", Fix: "add a drop-in"},
+		{Name: "localdns-unit", Status: check.Info, Found: "a crash loop spends the start limit in about 0.5s", Fix: "add a drop-in"},
 		{Name: "cluster-dns", Status: check.Pass, Found: "clusterDNS = 169.254.10.11"},
 		{Name: "mirror", Status: check.Warn, Found: "no mirror feed", Fix: "run with --mirror tap"},
+		{Name: "upstreams", Status: check.Fail, Found: "no upstream answers", Fix: "check the route"},
+		{Name: "cache", Status: check.Skip, Found: "not checkable from the container", Fix: "run on the node"},
 	}}
 	var b bytes.Buffer
 	printReport(&b, rep)
 	want := `STATUS  CHECK          FOUND
-FAIL    localdns-unit  a crash loop spends the start limit in about 0.5s
-                       fix: add a drop-in
+INFO    localdns-unit  a crash loop spends the start limit in about 0.5s
+                       advice: add a drop-in
 PASS    cluster-dns    clusterDNS = 169.254.10.11
 WARN    mirror         no mirror feed
                        fix: run with --mirror tap
+FAIL    upstreams      no upstream answers
+                       fix: check the route
+SKIP    cache          not checkable from the container
+                       advice: run on the node
 
-FAIL: 1 PASS, 1 WARN, 1 FAIL
+FAIL: 1 PASS, 1 SKIP, 1 INFO, 1 WARN, 1 FAIL
 `
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)

@@ -36,7 +36,7 @@ commands:
   status    show the mode, LocalDNS's state and recent mode changes [--json]
   hold      keep traffic away from LocalDNS, e.g. before restarting it [--for DURATION]
   release   end a hold: LocalDNS gets traffic back once it is trusted
-  check     audit this node, read-only: PASS/WARN/FAIL per check, exit 0/1/2 [--json]
+  check     audit this node, read-only: PASS/SKIP/INFO/WARN/FAIL per check, exit 0/1/2 [--json]
   cleanup   delete the anchor link a stopped dnsstandby left (refuses while one runs)
   version   print the version, commit and Go version of this binary
 `

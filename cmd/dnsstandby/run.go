@@ -34,18 +34,19 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 		printRunHelp(stdout)
 		return exitOK
 	}
+	names := runFlagNames()
 	if err != nil {
-		fmt.Fprintf(stderr, "dnsstandby run: %v (dnsstandby run -h lists the flags)\n", err)
+		fmt.Fprintf(stderr, "dnsstandby run: %s (dnsstandby run -h lists the flags)\n", names.rename(err.Error()))
 		return exitConfig
 	}
 	log := newLogger(o, stderr, isJournal(stderr))
 	d, err := daemon.New(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "dnsstandby run: %v%s\n", err, unusableHint(cfg.Provenance))
+		fmt.Fprintf(stderr, "dnsstandby run: %s\n", names.rename(err.Error()+unusableHint(cfg.Provenance)))
 		return exitConfig
 	}
 	if o.validate {
-		return validate(cfg, stdout, stderr)
+		return validate(cfg, names, stdout, stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -92,21 +93,76 @@ func onSignal(sig os.Signal, fn func()) (stop func()) {
 	}
 }
 
-// validate is `dnsstandby run --validate`: where the configuration comes
-// from and what it serves. It exits 0 when dnsstandby would run from the
-// Corefile (or the flags, without one), 1 when it would run from the last
-// known good or the fallback because the Corefile is refused.
-func validate(cfg daemon.Config, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stdout, "dnsstandby run: options valid")
+// validate is `dnsstandby run --validate`: whether dnsstandby would
+// start as LocalDNS's standby, where the configuration comes from and
+// what it serves. It exits 0 when dnsstandby would start from the
+// Corefile (or the flags, without one) and listen wherever LocalDNS
+// does; 1 when it would start with a problem to fix: the Corefile is
+// refused (it starts from the last known good or the fallback), or the
+// Corefile has LocalDNS serve a listener that --listen does not name
+// (unanswered when LocalDNS fails). A configuration it would not start
+// with never gets here: runCommand exits 78 (exitConfig).
+func validate(cfg daemon.Config, names *flagNames, stdout, stderr io.Writer) int {
+	p := &cfg.Provenance
+	var problems []string
+	switch p.Source {
+	case daemon.SourceLastGood, daemon.SourceFallback:
+		from := "the last known good Corefile"
+		if p.Source == daemon.SourceFallback {
+			from = "the fallback, without a Corefile"
+		}
+		problems = append(problems, fmt.Sprintf("the Corefile is refused (%s): dnsstandby would start from %s", corefile.Reason(p.Refused), from))
+		p.Refused = renamed{p.Refused, names.rename(p.Refused.Error())}
+	}
+	uncovered, err := cfg.Uncovered()
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("which listeners LocalDNS serves is not known: %v", err))
+	}
+	for _, ap := range uncovered {
+		problems = append(problems, fmt.Sprintf("LocalDNS's Corefile serves %s, which --listen does not name: dnsstandby will not answer there when LocalDNS fails (add --listen %s)", ap, ap))
+	}
+	if len(problems) == 0 {
+		from := "the flags"
+		if p.Source == daemon.SourceFile {
+			from = "the Corefile " + p.Corefile + ", on every listener it has LocalDNS serve"
+		}
+		fmt.Fprintf(stdout, "dnsstandby run: valid: would start from %s\n", from)
+	} else {
+		fmt.Fprintln(stdout, "dnsstandby run: would start, with problems to fix:")
+		for _, pr := range problems {
+			fmt.Fprintf(stdout, "  - %s\n", pr)
+		}
+	}
 	fmt.Fprintln(stdout)
+	for i, line := range cfg.Ignored {
+		cfg.Ignored[i] = names.rename(line)
+	}
 	if err := cfg.WriteTable(stdout); err != nil {
 		fmt.Fprintf(stderr, "dnsstandby run: %v\n", err)
 		return exitFail
 	}
-	if s := cfg.Provenance.Source; s == daemon.SourceLastGood || s == daemon.SourceFallback {
+	if len(problems) > 0 {
 		return exitFail
 	}
 	return exitOK
+}
+
+// renamed is an error whose message names flags (flagNames.rename), still
+// unwrapping to the error it renames (corefile.Reason reads it).
+type renamed struct {
+	err error
+	msg string
+}
+
+func (r renamed) Error() string { return r.msg }
+func (r renamed) Unwrap() error { return r.err }
+
+// runFlagNames maps the fields of the daemon's configuration to the
+// flags of `dnsstandby run` that set them.
+func runFlagNames() *flagNames {
+	cfg := daemon.DefaultConfig()
+	fs, _ := runFlags(&cfg)
+	return newFlagNames(fs, &cfg)
 }
 
 // unusableHint says, after the daemon's own error, why a configuration
@@ -182,7 +238,8 @@ func layerConfig(args []string, lookup func(string) (string, bool), src *corefil
 
 // parseRunFlags sets cfg from the command line, then from the environment
 // for the flags the command line did not give, and checks what no field
-// of the daemon's checks by itself: that misses have somewhere to go.
+// of the daemon's checks by itself: that there is an address to serve and
+// misses have somewhere to go.
 func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (string, bool)) (runOptions, error) {
 	fs, o := runFlags(cfg)
 	if err := parseWithEnv(fs, args, lookup); err != nil {
@@ -201,6 +258,9 @@ func parseRunFlags(cfg *daemon.Config, args []string, lookup func(string) (strin
 			}
 		}
 	})
+	if len(cfg.Listen) == 0 {
+		return *o, errors.New("--listen names no address")
+	}
 	if len(cfg.Routes) == 0 && cfg.Corefile == "" && len(cfg.Fallback.Upstreams) == 0 {
 		return *o, errors.New("no upstream: give --upstream ADDR:PORT or --fallback-upstream ADDR:PORT (the kube-dns ClusterIP), or a --localdns-corefile whose blocks forward somewhere")
 	}
@@ -292,7 +352,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&cfg.SnapshotInterval), "snapshot-interval", "how often the cache snapshot is written")
 	fs.Var(positive(&cfg.ShutdownTimeout), "shutdown-timeout", "on SIGTERM, how long queries in flight may take to finish")
 
-	fs.BoolVar(&o.validate, "validate", false, "check the options and the Corefile, print what would be served and from where, and exit: 0 if dnsstandby would start from the Corefile (or the flags), 1 if from the last known good or the fallback because the Corefile is refused, 2 if it would not start")
+	fs.BoolVar(&o.validate, "validate", false, "check the options and the Corefile, print what would be served and from where, and exit: 0 if dnsstandby would start from the Corefile (or the flags) and listen wherever the Corefile has LocalDNS listen, 1 if it would start with a problem (the Corefile refused, so from the last known good or the fallback; a listener of LocalDNS's that --listen does not name), 2 if it would not start")
 	fs.Var(parsed[string]{&o.logFormat, parseLogFormat, identity}, "log-format", "json or text")
 	fs.TextVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	return fs, o

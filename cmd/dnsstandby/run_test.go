@@ -59,16 +59,17 @@ func TestCommandLineErrors(t *testing.T) {
 		{"unknown variable beside service links", []string{"run", "--upstream", "10.0.0.10"},
 			map[string]string{"DNSSTANDBY_SERVICE_HOST": "10.1.2.3", "DNSSTANDBY_PORT_9355_TCP": "tcp://10.1.2.3:9355", "DNSSTANDBY_OPTS": "--listen x", "DNSSTANDBY_STATEDIR": "/tmp"},
 			exitConfig, "DNSSTANDBY_STATEDIR: no such setting"},
-		{"bad metrics address", []string{"run", "--upstream", "10.0.0.10", "--metrics-addr", "localhost", "--validate"}, nil, exitConfig, "MetricsAddr"},
+		{"bad metrics address", []string{"run", "--upstream", "10.0.0.10", "--metrics-addr", "localhost", "--validate"}, nil, exitConfig, `--metrics-addr "localhost": want HOST:PORT`},
 		// What a part refuses, start refuses before it touches the node,
 		// and --validate says so too.
-		{"min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h"}, nil, exitConfig, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
-		{"validate: min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h", "--validate"}, nil, exitConfig, "MinTTL 2h0m0s is above MaxTTL 1h0m0s"},
+		{"min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h"}, nil, exitConfig, "--cache-min-ttl 2h0m0s is above --cache-max-ttl 1h0m0s"},
+		{"validate: min TTL above max", []string{"run", "--upstream", "10.0.0.10", "--cache-min-ttl", "2h", "--cache-max-ttl", "1h", "--validate"}, nil, exitConfig, "--cache-min-ttl 2h0m0s is above --cache-max-ttl 1h0m0s"},
 		{"validate: min TTL above a block's max", []string{"run", "--localdns-corefile", corefile, "--cache-min-ttl", "20m", "--validate"}, nil, exitConfig,
-			"cache of zone . on 169.254.10.11:53: cache: MinTTL 20m0s is above MaxTTL 10m0s"},
-		{"udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000"}, nil, exitConfig, "Batch must be from 1 to 1024"},
-		{"validate: udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000", "--validate"}, nil, exitConfig, "Batch must be from 1 to 1024"},
-		{"validate: long NSID", []string{"run", "--upstream", "10.0.0.10", "--nsid", strings.Repeat("n", 513), "--validate"}, nil, exitConfig, "NSID must be at most 512 bytes"},
+			"cache of zone . on 169.254.10.11:53: --cache-min-ttl 20m0s is above --cache-max-ttl 10m0s"},
+		{"udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000"}, nil, exitConfig, "dnsstandby run: --udp-batch must be from 1 to 1024, got 5000"},
+		{"validate: udp batch", []string{"run", "--upstream", "10.0.0.10", "--udp-batch", "5000", "--validate"}, nil, exitConfig, "dnsstandby run: --udp-batch must be from 1 to 1024, got 5000"},
+		{"validate: long NSID", []string{"run", "--upstream", "10.0.0.10", "--nsid", strings.Repeat("n", 513), "--validate"}, nil, exitConfig, "--nsid must be at most 512 bytes"},
+		{"no listen address", []string{"run", "--upstream", "10.0.0.10", "--listen", ""}, nil, exitConfig, "--listen names no address"},
 		{"status without a daemon", []string{"status", "--admin-socket", "/nonexistent/admin.sock"}, nil, exitFail, "is dnsstandby running"},
 	}
 	for _, tt := range tests {
@@ -93,18 +94,76 @@ func TestCommandLineErrors(t *testing.T) {
 }
 
 // TestValidate: --validate checks everything that does not touch the
-// node, says so, and exits 0 without serving.
+// node and says, first, whether dnsstandby would start as LocalDNS's
+// standby: exit 0 only when it would start from the Corefile (or the
+// flags) on every listener LocalDNS serves; 1 when it would start with a
+// problem to fix, which the first lines name.
 func TestValidate(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	args := []string{"run", "--listen", "127.0.0.153:53", "--upstream", "10.0.0.10", "--steering", "adopt", "--mirror", "tap", "--validate"}
-	if code := dispatch(args, &stdout, &stderr); code != exitOK {
-		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
+	dir := t.TempDir()
+	agentbaker, err := os.ReadFile("../../corefile/testdata/agentbaker.corefile")
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The effective table: the route the flags gave, on the listen address.
-	for _, want := range []string{"options valid", "LISTENER", "127.0.0.153:53  .     -      10.0.0.10:53  sequential", "mirror feed: tap; steering: adopt"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
 		}
+		return p
+	}
+	full := write("localdns.corefile", agentbaker)
+	// Cut inside the node listener's root block, as a write cut short
+	// leaves it.
+	truncated := write("truncated.corefile", agentbaker[:bytes.Index(agentbaker, []byte("ready 169.254.10.10:8181"))+10])
+	unknown := write("unknown.corefile", []byte(".:53 {\n  bind 169.254.10.11\n  frobnicate\n  forward . 10.0.0.10\n}\n"))
+	absent1, absent2 := filepath.Join(dir, "updated.localdns.corefile"), filepath.Join(dir, "absent.corefile")
+	both := []string{"--listen", "169.254.10.10:53", "--listen", "169.254.10.11:53"}
+
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     []string // in stdout
+		notWant  []string
+	}{
+		{"flags", []string{"--listen", "127.0.0.153:53", "--upstream", "10.0.0.10", "--steering", "adopt", "--mirror", "tap"}, exitOK,
+			[]string{"dnsstandby run: valid: would start from the flags\n", "LISTENER", "127.0.0.153:53  .     -      10.0.0.10:53  sequential", "mirror feed: tap; steering: adopt"}, nil},
+		{"AgentBaker's Corefile, both listeners", append([]string{"--localdns-corefile", full}, both...), exitOK,
+			[]string{"dnsstandby run: valid: would start from the Corefile " + full + ", on every listener it has LocalDNS serve\n", "169.254.10.10:53  .  "}, nil},
+		// CoreDNS refuses an unknown directive: the fallback (--upstream) serves.
+		{"unknown directive", []string{"--localdns-corefile", unknown, "--upstream", "10.0.0.10"}, exitFail,
+			[]string{"would start, with problems to fix:\n  - the Corefile is refused (unknown_directive): dnsstandby would start from the fallback, without a Corefile\n", "unknown directive 'frobnicate'"}, []string{"valid"}},
+		{"truncated Corefile, upstream given", append([]string{"--localdns-corefile", truncated, "--upstream", "10.0.0.10"}, both...), exitFail,
+			[]string{"  - the Corefile is refused (syntax): dnsstandby would start from the fallback", "truncated.corefile:37: syntax error"}, []string{"valid"}},
+		// LocalDNS serves 169.254.10.10:53 too: unanswered when it fails.
+		{"a listener of LocalDNS's not covered", []string{"--localdns-corefile", full}, exitFail,
+			[]string{"  - LocalDNS's Corefile serves 169.254.10.10:53, which --listen does not name: dnsstandby will not answer there when LocalDNS fails (add --listen 169.254.10.10:53)\n"}, []string{"valid", "- LocalDNS's Corefile serves 169.254.10.11:53"}},
+		{"neither Corefile exists", []string{"--localdns-corefile", absent1 + "," + absent2, "--upstream", "10.0.0.10"}, exitFail,
+			[]string{"the Corefile is refused (missing)", "none of the Corefiles " + absent1 + ", " + absent2 + " exists"}, []string{"valid"}},
+		// What dnsstandby does not imitate names flags, as errors do.
+		{"not imitated, by flag", append([]string{"--localdns-corefile", full}, both...), exitOK,
+			[]string{"answers NSID with its own (--nsid)", "within its share of --cache-max-entries and --cache-max-bytes"}, []string{"Pipeline.NSID", "Cache.Max"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"run", "--state-dir", "", "--localdns-coredns", "", "--fallback-resolv-conf", ""}, tt.args...)
+			var stdout, stderr bytes.Buffer
+			code := dispatch(append(args, "--validate"), &stdout, &stderr)
+			if code != tt.wantCode || stderr.Len() > 0 {
+				t.Fatalf("exit %d, want %d; stderr: %s\nstdout:\n%s", code, tt.wantCode, stderr.String(), stdout.String())
+			}
+			first, _, _ := strings.Cut(stdout.String(), "\n\n")
+			for _, want := range tt.want {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			for _, no := range tt.notWant {
+				if strings.Contains(first, no) || no != "valid" && strings.Contains(stdout.String(), no) {
+					t.Errorf("stdout has %q:\n%s", no, stdout.String())
+				}
+			}
+		})
 	}
 }
 
@@ -249,7 +308,9 @@ cluster.local:53 {
 		{"broken Corefile alone", []string{"--localdns-corefile", broken}, nil, defaults("") + "|fallback Broken:3", ""},
 		{"the first Corefile that exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + path}, nil,
 			defaults(fromCorefile("19968/10m0s/1h0m0s/immediate")), ""},
-		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil, defaults("") + "|fallback absent: no such file", ""},
+		// Both named: either would have been read.
+		{"no Corefile exists", []string{"--localdns-corefile", filepath.Join(dir, "absent") + "," + filepath.Join(dir, "absent2")}, nil,
+			defaults("") + "|fallback none of the Corefiles " + filepath.Join(dir, "absent") + ", " + filepath.Join(dir, "absent2") + " exists", ""},
 		{"Corefile without a block for the listen address", []string{"--localdns-corefile", path, "--listen", "169.254.10.10:53"}, nil, defaults("") + "|fallback no server block serves 169.254.10.10:53", ""},
 		{"Corefile whose blocks forward nowhere", []string{"--localdns-corefile", noForward}, nil, defaults("") + "|fallback no Routes", ""},
 		{"no upstream at all", nil, nil, "", "no upstream"},

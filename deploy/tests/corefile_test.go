@@ -81,7 +81,7 @@ func validateWithCorefile(t *testing.T, bin string, args []string) {
 			rootRoute("169.254.10.11:53", "10.0.0.10:53"),
 		}},
 		{"no Corefile: the fallback", "", "", nil, 1, []*regexp.Regexp{
-			regexp.MustCompile(`configuration: the FALLBACK`), regexp.MustCompile(`updated\.localdns\.corefile: no such file`),
+			regexp.MustCompile(`configuration: the FALLBACK`), regexp.MustCompile(`none of the Corefiles .*/updated\.localdns\.corefile, .*/localdns\.corefile exists`),
 			rootRoute("169.254.10.11:53", "10.0.0.10:53"),
 		}},
 		{"no Corefile but --upstream", "", "", []string{"--upstream=10.0.0.20:53"}, 1, []*regexp.Regexp{

@@ -42,7 +42,8 @@ func (r checkReport) row(t *testing.T, name string) (status, found string) {
 // dnsstandby.service (deploy/systemd): the audit reads the node's real
 // units, links, sockets and daemon. On the node with AgentBaker PR 9439's
 // unit everything it asserts passes; on the node with the unit as shipped
-// the restart policy fails, and so does the audit (exit code 2).
+// the restart policy is advice (INFO), and the audit fails (exit code 2)
+// because kubelet points pods past LocalDNS.
 func TestCheckOnLabNodes(t *testing.T) {
 	checkLabNodes(t, testBinaries(t)) // skips without root
 }
@@ -127,8 +128,10 @@ func checkLabNodes(t *testing.T, bins binaries) {
 
 	t.Run("shipped", func(t *testing.T) {
 		rep, code := runCheck(ctx, t, shipped)
-		if status, found := rep.row(t, "localdns-unit"); status != "FAIL" || !strings.Contains(found, "start limit in about 0.5s") {
-			t.Errorf("localdns-unit: %s %q, want FAIL: 5 starts 100 ms apart wedge the unit", status, found)
+		// Advice, not a failure: dnsstandby answers while the wedged
+		// unit stays failed.
+		if status, found := rep.row(t, "localdns-unit"); status != "INFO" || !strings.Contains(found, "start limit in about 0.5s") {
+			t.Errorf("localdns-unit: %s %q, want INFO: 5 starts 100 ms apart wedge the unit", status, found)
 		}
 		if status, found := rep.row(t, "cluster-dns"); status != "FAIL" || !strings.Contains(found, "--cluster-dns = "+clusterIP) {
 			t.Errorf("cluster-dns: %s %q, want FAIL from the flags file", status, found)
