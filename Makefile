@@ -47,11 +47,13 @@ release:
 
 ## deb: $(DIST)/dnsstandby_DEBVERSION_ARCH.deb for each of ARCHES, made by
 ## nfpm (packaging/nfpm.yaml) from the release binaries: /usr/bin/dnsstandby,
-## the unit from deploy/systemd, /etc/default/dnsstandby as a conffile.
-## Installing it neither enables nor starts the service (docs/install.md).
-deb: release bin/nfpm
+## the unit from deploy/systemd, /etc/default/dnsstandby as a conffile, the
+## man page dnsstandby(8) and bash completion (written by bin/dnsstandby
+## from its flags), the changelogs and the DEP-5 copyright. Installing it
+## neither enables nor starts the service (docs/install.md).
+deb: release bin/nfpm build
 	@for a in $(ARCHES); do \
-		scripts/build-deb $(DIST) $$a $(DEBVERSION) $(call known,$(word 4,$(VCS))) || exit 1; \
+		scripts/build-deb $(DIST) $$a $(DEBVERSION) bin/dnsstandby $(call known,$(word 4,$(VCS))) || exit 1; \
 	done
 
 ## bin/nfpm: the nfpm pinned as a tool in packaging/tools/go.mod, a module
