@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -162,7 +163,7 @@ func TestDebFiles(t *testing.T) {
 			{"/usr/bin/dnsstandby", 0o755, binary},
 			{"/usr/lib/systemd/system/dnsstandby.service", 0o644, []byte(debUnit())},
 			{"/etc/default/dnsstandby", 0o644, []byte(deploy.SystemdDefaults)},
-			{"/usr/share/doc/dnsstandby/copyright", 0o644, tree("packaging/deb/copyright")},
+			{"/usr/share/doc/dnsstandby/copyright", 0o644, nil}, // TestDebCopyright
 			{"/usr/share/doc/dnsstandby/changelog.gz", 0o644, tree("CHANGELOG.md")},
 			{"/usr/share/doc/dnsstandby/changelog.Debian.gz", 0o644, nil}, // TestDebChangelog
 			{"/usr/share/man/man8/dnsstandby.8.gz", 0o644, man},
@@ -246,6 +247,39 @@ func TestDebChangelog(t *testing.T) {
 		}
 		if !strings.Contains(text, trailer) || !strings.HasSuffix(text, "\n") {
 			t.Errorf("%s: changelog has no trailer %q:\n%s", arch, trailer, text)
+		}
+	}
+}
+
+// TestDebCopyright: the copyright file is packaging/deb/copyright, then
+// one Files paragraph for each module linked into the package's binary and
+// one for Go's standard library.
+func TestDebCopyright(t *testing.T) {
+	mustMake(t, "deb")
+	head, err := os.ReadFile(filepath.Join(repoRoot, "packaging/deb/copyright"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range testArches() {
+		text := string(debFiles(t, debPath(t, arch))["/usr/share/doc/dnsstandby/copyright"].data)
+		if !strings.HasPrefix(text, string(head)) {
+			t.Errorf("%s: copyright does not start with packaging/deb/copyright:\n%.400s", arch, text)
+		}
+		bi, err := buildinfo.ReadFile(filepath.Join(dist, "dnsstandby-linux-"+arch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bi.Deps) == 0 {
+			t.Fatalf("%s: the binary names no modules", arch)
+		}
+		want := []string{"go/src/*"}
+		for _, m := range bi.Deps {
+			want = append(want, m.Path+"/*")
+		}
+		for _, files := range want {
+			if !strings.Contains(text, "\nFiles: "+files+"\nCopyright: ") {
+				t.Errorf("%s: copyright has no paragraph for %s", arch, files)
+			}
 		}
 	}
 }
