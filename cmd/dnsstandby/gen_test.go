@@ -25,10 +25,10 @@ func TestFlagsDocs(t *testing.T) {
 	gendoc.Check(t, "../../docs/operating.md", "run-flags", b.String())
 }
 
-// TestCommandDocs: the walk finds every flag of every command, with the
+// TestCommandWalk: the walk finds every flag of every command, with the
 // defaults the flag sets have (DefaultConfig's, for run), and no hidden
 // command.
-func TestCommandDocs(t *testing.T) {
+func TestCommandWalk(t *testing.T) {
 	docs := commandDocs()
 	var names []string
 	for _, c := range docs {
