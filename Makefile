@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build release deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab docs
+.PHONY: build release release-check deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab docs
 
 # What a build says it is (`dnsstandby version`), from git: VERSION
 # DEBVERSION REVISION TIME MODIFIED, "-" for unknown (scripts/version).
@@ -36,7 +36,7 @@ build:
 
 ## release: $(DIST)/dnsstandby-linux-ARCH for each of ARCHES (amd64 arm64),
 ## built as `build` does, and $(DIST)/SHA256SUMS over them
-## (`cd dist && sha256sum -c SHA256SUMS`)
+## (`cd dist && sha256sum -c SHA256SUMS`); then release-check
 release:
 	@mkdir -p $(DIST)
 	@for a in $(ARCHES); do \
@@ -44,14 +44,24 @@ release:
 		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(DIST)/dnsstandby-linux-$$a ./cmd/dnsstandby || exit 1; \
 	done
 	cd $(DIST) && sha256sum $(ARCHES:%=dnsstandby-linux-%) > SHA256SUMS
+	@$(MAKE) --no-print-directory release-check
+
+## release-check: run each of ARCHES's release binaries, the foreign ones
+## under qemu-user-static (installed when missing, as root): --version,
+## `run --validate` of a small Corefile, and for a foreign architecture
+## the wire and cache tests compiled for it (scripts/release-check)
+release-check:
+	scripts/release-check $(DIST) $(ARCHES)
 
 ## deb: $(DIST)/dnsstandby_DEBVERSION_ARCH.deb for each of ARCHES, made by
 ## nfpm (packaging/nfpm.yaml) from the release binaries: /usr/bin/dnsstandby,
-## the unit from deploy/systemd, /etc/default/dnsstandby as a conffile.
-## Installing it neither enables nor starts the service (docs/install.md).
-deb: release bin/nfpm
+## the unit from deploy/systemd, /etc/default/dnsstandby as a conffile, the
+## man page dnsstandby(8) and bash completion (written by bin/dnsstandby
+## from its flags), the changelogs and the DEP-5 copyright. Installing it
+## neither enables nor starts the service (docs/install.md).
+deb: release bin/nfpm build
 	@for a in $(ARCHES); do \
-		scripts/build-deb $(DIST) $$a $(DEBVERSION) $(call known,$(word 4,$(VCS))) || exit 1; \
+		scripts/build-deb $(DIST) $$a $(DEBVERSION) bin/dnsstandby $(call known,$(word 4,$(VCS))) || exit 1; \
 	done
 
 ## bin/nfpm: the nfpm pinned as a tool in packaging/tools/go.mod, a module

@@ -3,15 +3,19 @@ package packaging_test
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dnsstandby/dnsstandby/deploy"
 )
@@ -92,7 +96,7 @@ func TestDebControl(t *testing.T) {
 			{"Section", "net"},
 			{"Priority", "optional"},
 			{"Homepage", "https://github.com/dnsstandby/dnsstandby"},
-			{"Maintainer", "dnsstandby maintainers <https://github.com/dnsstandby/dnsstandby/issues>"},
+			{"Maintainer", "dnsstandby maintainers <dnsstandby@users.noreply.github.com>"},
 			// A static binary: nothing to depend on.
 			{"Depends", ""},
 			{"Pre-Depends", ""},
@@ -113,16 +117,38 @@ func TestDebControl(t *testing.T) {
 
 // TestDebFiles: what each package installs, with owner and mode, and that
 // it is what the tree holds: the release binary, deploy/systemd's unit
-// (ExecStart at /usr/bin), its options file, the license.
+// (ExecStart at /usr/bin), its options file, the DEP-5 copyright, the
+// lintian overrides, CHANGELOG.md as the upstream changelog, and the man
+// page and bash completion the binary writes from its own flags
+// (gen-man, gen-completion), gzip'd without a name or time.
 func TestDebFiles(t *testing.T) {
 	mustMake(t, "deb")
-	license, err := os.ReadFile(filepath.Join(repoRoot, "LICENSE"))
-	if err != nil {
-		t.Fatal(err)
+	tree := func(path string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(repoRoot, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	if got := debUnit(); got == deploy.SystemdUnit || !strings.Contains(got, "\nExecStart=/usr/bin/dnsstandby run $DNSSTANDBY_OPTS\n") {
 		t.Fatalf("deploy/systemd's unit has no ExecStart=/usr/local/bin/dnsstandby line to move")
 	}
+	// This machine's binary writes the man page and completion of every
+	// architecture's package: the flags are the same.
+	native := filepath.Join(dist, "dnsstandby-linux-"+runtime.GOARCH)
+	generated := func(args ...string) []byte {
+		t.Helper()
+		out, err := exec.Command(native, args...).Output()
+		if err != nil {
+			t.Fatalf("dnsstandby %s: %v", strings.Join(args, " "), err)
+		}
+		return out
+	}
+	if !slices.Contains(testArches(), runtime.GOARCH) {
+		t.Skipf("no %s binary built to compare the man page with (DNSSTANDBY_TEST_ARCHES=%q)", runtime.GOARCH, os.Getenv("DNSSTANDBY_TEST_ARCHES"))
+	}
+	man, completion := generated("gen-man"), generated("gen-completion", "bash")
 	for _, arch := range testArches() {
 		binary, err := os.ReadFile(filepath.Join(dist, "dnsstandby-linux-"+arch))
 		if err != nil {
@@ -132,12 +158,17 @@ func TestDebFiles(t *testing.T) {
 		tests := []struct {
 			path string
 			mode int64
-			data []byte
+			data []byte // for a .gz, what it holds
 		}{
 			{"/usr/bin/dnsstandby", 0o755, binary},
 			{"/usr/lib/systemd/system/dnsstandby.service", 0o644, []byte(debUnit())},
 			{"/etc/default/dnsstandby", 0o644, []byte(deploy.SystemdDefaults)},
-			{"/usr/share/doc/dnsstandby/copyright", 0o644, license},
+			{"/usr/share/doc/dnsstandby/copyright", 0o644, nil}, // TestDebCopyright
+			{"/usr/share/doc/dnsstandby/changelog.gz", 0o644, tree("CHANGELOG.md")},
+			{"/usr/share/doc/dnsstandby/changelog.Debian.gz", 0o644, nil}, // TestDebChangelog
+			{"/usr/share/man/man8/dnsstandby.8.gz", 0o644, man},
+			{"/usr/share/bash-completion/completions/dnsstandby", 0o644, completion},
+			{"/usr/share/lintian/overrides/dnsstandby", 0o644, tree("packaging/deb/lintian-overrides")},
 		}
 		var want []string
 		for _, tc := range tests {
@@ -151,8 +182,12 @@ func TestDebFiles(t *testing.T) {
 				t.Errorf("%s: %s: type %c mode %o owner %s:%s, want a regular file, mode %o, root:root",
 					arch, tc.path, f.typ, f.mode, f.uname, f.gname, tc.mode)
 			}
-			if !bytes.Equal(f.data, tc.data) {
-				t.Errorf("%s: %s (%d bytes) differs from the tree's (%d bytes)", arch, tc.path, len(f.data), len(tc.data))
+			data := f.data
+			if strings.HasSuffix(tc.path, ".gz") {
+				data = gunzipPlain(t, tc.path, data)
+			}
+			if tc.data != nil && !bytes.Equal(data, tc.data) {
+				t.Errorf("%s: %s (%d bytes) differs from the tree's (%d bytes)", arch, tc.path, len(data), len(tc.data))
 			}
 		}
 		var got []string
@@ -164,6 +199,114 @@ func TestDebFiles(t *testing.T) {
 		if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 			t.Errorf("%s: the package installs %v, want exactly %v", arch, got, want)
 		}
+	}
+}
+
+// gunzipPlain returns what a .gz holds, and fails t unless it was made as
+// Debian wants (gzip -9n): no file name and no time in its header.
+func gunzipPlain(t *testing.T, name string, data []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if zr.Name != "" || !zr.ModTime.IsZero() {
+		t.Errorf("%s: gzip header has name %q and time %v, want neither (gzip -n)", name, zr.Name, zr.ModTime)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return out
+}
+
+// TestDebChangelog: the Debian changelog is made at build time for the
+// package's version, signed by the Maintainer on the commit's date.
+func TestDebChangelog(t *testing.T) {
+	mustMake(t, "deb")
+	b := thisBuild(t)
+	for _, arch := range testArches() {
+		deb := debPath(t, arch)
+		f, ok := debFiles(t, deb)["/usr/share/doc/dnsstandby/changelog.Debian.gz"]
+		if !ok {
+			t.Fatalf("%s: no changelog.Debian.gz", arch)
+		}
+		text := string(gunzipPlain(t, "changelog.Debian.gz", f.data))
+		maintainer := strings.TrimSpace(string(dpkgDeb(t, "-f", deb, "Maintainer")))
+		first := fmt.Sprintf("dnsstandby (%s-1) unstable; urgency=medium\n", b.debVersion)
+		if !strings.HasPrefix(text, first) {
+			t.Errorf("%s: changelog starts %q, want %q", arch, strings.SplitN(text, "\n", 2)[0], first)
+		}
+		trailer := "\n -- " + maintainer + "  "
+		if b.time != "" {
+			when, err := time.Parse(time.RFC3339, b.time)
+			if err != nil {
+				t.Fatal(err)
+			}
+			trailer += when.UTC().Format(time.RFC1123Z) + "\n"
+		}
+		if !strings.Contains(text, trailer) || !strings.HasSuffix(text, "\n") {
+			t.Errorf("%s: changelog has no trailer %q:\n%s", arch, trailer, text)
+		}
+	}
+}
+
+// TestDebCopyright: the copyright file is packaging/deb/copyright, then
+// one Files paragraph for each module linked into the package's binary and
+// one for Go's standard library.
+func TestDebCopyright(t *testing.T) {
+	mustMake(t, "deb")
+	head, err := os.ReadFile(filepath.Join(repoRoot, "packaging/deb/copyright"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arch := range testArches() {
+		text := string(debFiles(t, debPath(t, arch))["/usr/share/doc/dnsstandby/copyright"].data)
+		if !strings.HasPrefix(text, string(head)) {
+			t.Errorf("%s: copyright does not start with packaging/deb/copyright:\n%.400s", arch, text)
+		}
+		bi, err := buildinfo.ReadFile(filepath.Join(dist, "dnsstandby-linux-"+arch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bi.Deps) == 0 {
+			t.Fatalf("%s: the binary names no modules", arch)
+		}
+		want := []string{"go/src/*"}
+		for _, m := range bi.Deps {
+			want = append(want, m.Path+"/*")
+		}
+		for _, files := range want {
+			if !strings.Contains(text, "\nFiles: "+files+"\nCopyright: ") {
+				t.Errorf("%s: copyright has no paragraph for %s", arch, files)
+			}
+		}
+	}
+}
+
+// TestDebLintian: lintian, Debian's package checker, finds no error in the
+// package. Its warnings are listed in the log: the two it gives are the
+// maintainer scripts calling systemctl, on purpose (TestDebMaintainerScripts).
+func TestDebLintian(t *testing.T) {
+	if _, err := exec.LookPath("lintian"); err != nil {
+		if os.Geteuid() != 0 {
+			t.Skip("needs lintian (Debian package lintian), which make test-deps installs as root: run the tests as root")
+		}
+		t.Fatal("needs lintian (Debian package lintian): make test-deps installs it")
+	}
+	mustMake(t, "deb")
+	for _, arch := range testArches() {
+		out, err := exec.Command("lintian", "--no-cfg", "--fail-on", "error", debPath(t, arch)).CombinedOutput()
+		var errs []string
+		for line := range strings.Lines(string(out)) {
+			if strings.HasPrefix(line, "E: ") {
+				errs = append(errs, strings.TrimSpace(line))
+			}
+		}
+		if err != nil || len(errs) > 0 {
+			t.Errorf("%s: lintian: %v\n%s", arch, err, out)
+		}
+		t.Logf("%s: lintian:\n%s", arch, out)
 	}
 }
 

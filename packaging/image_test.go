@@ -313,12 +313,17 @@ func TestImageConfig(t *testing.T) {
 	}
 }
 
+// qemuUser is the user-mode emulator qemu-user-static has for each
+// architecture released (scripts/release-check uses the same).
+var qemuUser = map[string]string{"arm64": "qemu-aarch64-static", "amd64": "qemu-x86_64-static"}
+
 // TestImageRuns runs the image of this machine's architecture as it is
 // configured (entrypoint, command, user, environment), two ways: with
 // podman from the OCI archive, and with the archive's file system unpacked
 // and the entrypoint run in a chroot of it as the image's user, which shows
-// that it needs nothing the image does not hold. Both must print what the
-// release binary prints for `version`.
+// that it needs nothing the image does not hold; the second also for each
+// other architecture built, under qemu. Each must print what the release
+// binary prints for `version`.
 func TestImageRuns(t *testing.T) {
 	needRoot(t)
 	mustMake(t, "image")
@@ -329,7 +334,6 @@ func TestImageRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := readOCIArchive(t, imagePath()).images[runtime.GOARCH]
 
 	t.Run("podman", func(t *testing.T) {
 		for _, tool := range []struct{ cmd, pkg string }{{"podman", "podman"}, {"runc", "runc"}} {
@@ -365,45 +369,69 @@ func TestImageRuns(t *testing.T) {
 		exec.Command("podman", append(podman, "system", "reset", "--force")...).Run()
 	})
 
-	t.Run("rootfs", func(t *testing.T) {
-		root := t.TempDir()
-		for p, f := range img.rootfs(t) {
-			dst := filepath.Join(root, p)
-			switch f.typ {
-			case tar.TypeDir:
-				if err := os.MkdirAll(dst, 0o755); err != nil {
-					t.Fatal(err)
+	// Every architecture's, this machine's directly, the others under
+	// qemu-user-static's emulator copied into the file system (static: it
+	// needs nothing there either).
+	images := readOCIArchive(t, imagePath()).images
+	for _, arch := range testArches() {
+		t.Run("rootfs/"+arch, func(t *testing.T) {
+			img := images[arch]
+			var emulator string
+			if arch != runtime.GOARCH {
+				var err error
+				if emulator, err = exec.LookPath(qemuUser[arch]); err != nil {
+					t.Fatalf("needs %s (Debian package qemu-user-static; make release-check installs it)", qemuUser[arch])
 				}
-			case tar.TypeReg:
-				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(dst, f.data, os.FileMode(f.mode)); err != nil {
-					t.Fatal(err)
-				}
-			default:
-				t.Fatalf("/%s: type %c", p, f.typ)
 			}
-		}
-		if err := os.Chmod(root, 0o755); err != nil { // TempDir's is 0700: the user must reach its files
-			t.Fatal(err)
-		}
-		c := img.config.Config
-		var uid, gid uint32
-		if _, err := fmt.Sscanf(c.User, "%d:%d", &uid, &gid); err != nil {
-			t.Fatalf("User %q: want UID:GID", c.User)
-		}
-		argv := append(slices.Clone(c.Entrypoint), c.Cmd...)
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = c.Env
-		cmd.Dir = "/"
-		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%q chrooted in the image's file system as %s: %v\n%s", argv, c.User, err, out)
-		}
-		if string(out) != string(want) {
-			t.Errorf("%q in the image's file system: %q, want %q", argv, out, want)
-		}
-	})
+			root := t.TempDir()
+			for p, f := range img.rootfs(t) {
+				dst := filepath.Join(root, p)
+				switch f.typ {
+				case tar.TypeDir:
+					if err := os.MkdirAll(dst, 0o755); err != nil {
+						t.Fatal(err)
+					}
+				case tar.TypeReg:
+					if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(dst, f.data, os.FileMode(f.mode)); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					t.Fatalf("/%s: type %c", p, f.typ)
+				}
+			}
+			if err := os.Chmod(root, 0o755); err != nil { // TempDir's is 0700: the user must reach its files
+				t.Fatal(err)
+			}
+			c := img.config.Config
+			var uid, gid uint32
+			if _, err := fmt.Sscanf(c.User, "%d:%d", &uid, &gid); err != nil {
+				t.Fatalf("User %q: want UID:GID", c.User)
+			}
+			argv := append(slices.Clone(c.Entrypoint), c.Cmd...)
+			if emulator != "" {
+				b, err := os.ReadFile(emulator)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, "qemu-user-static"), b, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				argv = append([]string{"/qemu-user-static"}, argv...)
+			}
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = c.Env
+			cmd.Dir = "/"
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%q chrooted in the image's file system as %s: %v\n%s", argv, c.User, err, out)
+			}
+			if string(out) != string(want) {
+				t.Errorf("%q in the image's file system: %q, want %q", argv, out, want)
+			}
+		})
+	}
 }

@@ -340,3 +340,38 @@ func TestInstall(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseCheck: `make release` ran scripts/release-check, which runs
+// each binary (--version, run --validate), and the check fails for a
+// binary that does not run.
+func TestReleaseCheck(t *testing.T) {
+	mustMake(t, "release")
+	if !slices.Contains(testArches(), runtime.GOARCH) {
+		t.Skipf("no %s binary built (DNSSTANDBY_TEST_ARCHES=%q)", runtime.GOARCH, os.Getenv("DNSSTANDBY_TEST_ARCHES"))
+	}
+	name := "dnsstandby-linux-" + runtime.GOARCH
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		dist string
+		ok   bool
+	}{
+		{dist, true},
+		{broken, false},
+	}
+	for _, tc := range tests {
+		out, err := exec.Command(filepath.Join(repoRoot, "scripts/release-check"), tc.dist, runtime.GOARCH).CombinedOutput()
+		if (err == nil) != tc.ok {
+			t.Errorf("release-check %s: %v, want ok %v\n%s", tc.dist, err, tc.ok, out)
+		}
+		if tc.ok {
+			for _, want := range []string{runtime.GOARCH + " --version: ok", runtime.GOARCH + " run --validate: ok"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("release-check %s: no %q in\n%s", tc.dist, want, out)
+				}
+			}
+		}
+	}
+}

@@ -19,16 +19,7 @@ import (
 
 // adminCommand runs status, hold or release against a running daemon.
 func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dnsstandby "+cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	path := fs.String("admin-socket", admin.DefaultSocket, "the daemon's control socket")
-	asJSON := fs.Bool("json", false, "status: print the daemon's JSON")
-	var holdFor time.Duration
-	if cmd == "hold" {
-		// Positive only: a hold of 0 would be one without end, which is
-		// what leaving --for out says (and -h says so, with no default).
-		fs.Var(positiveOrUnset(&holdFor), "for", "hold for this `DURATION`, then release by itself (without it: until dnsstandby release)")
-	}
+	fs, o := adminFlags(cmd)
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
@@ -43,17 +34,17 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	req := admin.Request{Cmd: cmd}
-	if holdFor > 0 {
-		req.For = holdFor.String()
+	if o.holdFor > 0 {
+		req.For = o.holdFor.String()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := admin.Do(ctx, *path, req)
+	resp, err := admin.Do(ctx, o.path, req)
 	if err != nil {
 		fmt.Fprintf(stderr, "dnsstandby %s: %v\n", cmd, err)
 		return exitFail
 	}
-	if *asJSON {
+	if o.asJSON {
 		fmt.Fprintf(stdout, "%s\n", resp.Status)
 		return exitOK
 	}
@@ -68,6 +59,28 @@ func adminCommand(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	printStatus(stdout, &st)
 	return exitOK
+}
+
+// adminOptions are the settings of status, hold and release.
+type adminOptions struct {
+	path    string
+	asJSON  bool
+	holdFor time.Duration
+}
+
+// adminFlags binds the flags of status, hold or release (cmd).
+func adminFlags(cmd string) (*flag.FlagSet, *adminOptions) {
+	o := &adminOptions{}
+	fs := flag.NewFlagSet("dnsstandby "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.path, "admin-socket", admin.DefaultSocket, "the daemon's control socket")
+	fs.BoolVar(&o.asJSON, "json", false, "status: print the daemon's JSON")
+	if cmd == "hold" {
+		// Positive only: a hold of 0 would be one without end, which is
+		// what leaving --for out says (and -h says so, with no default).
+		fs.Var(positiveOrUnset(&o.holdFor), "for", "hold for this `DURATION`, then release by itself (without it: until dnsstandby release)")
+	}
+	return fs, o
 }
 
 // printStatus writes the status for a person.

@@ -22,19 +22,7 @@ import (
 func checkCommand(args []string, stdout, stderr io.Writer) int {
 	cfg := check.DefaultConfig()
 	var listen, upstreams []netip.AddrPort
-	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&cfg.LocalDNSUnit, "localdns-unit", cfg.LocalDNSUnit, "LocalDNS's systemd `UNIT`")
-	fs.StringVar(&cfg.LocalDNSCorefile, "localdns-corefile", cfg.LocalDNSCorefile, "LocalDNS's Corefile `PATH`, or several separated by commas of which the first that exists is read: the listeners LocalDNS serves, each of which dnsstandby should listen on too")
-	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", "", "kubelet's config `FILE` (YAML or JSON) (default: the --config the kubelet flags name, else "+check.DefaultKubeletConfig+")")
-	fs.StringVar(&cfg.KubeletFlags, "kubelet-flags", cfg.KubeletFlags, "the environment `FILE` holding kubelet's flags")
-	fs.Var(&addrList{p: &listen}, "listen", "`ADDR:PORT` pods ask, repeatable (default: the daemon's --listen, else "+status.DefaultListen.String()+")")
-	fs.Var(&addrList{p: &upstreams}, "upstream", "`ADDR:PORT` to test besides the daemon's upstreams, repeatable")
-	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "the daemon's control socket")
-	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", "", "domain whose SOA the upstreams are asked for (default: kubelet's, else "+check.DefaultClusterDomain+")")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each DNS query and admin request")
-	fs.DurationVar(&cfg.MirrorWindow, "mirror-window", cfg.MirrorWindow, "how long to watch the mirror feed's counters (0: read once)")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fs, asJSON := checkFlags(&cfg, &listen, &upstreams)
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
@@ -86,6 +74,23 @@ A read-only audit of this node for dnsstandby, one row per check:
   WARN  dnsstandby works, with a risk (or the audit cannot tell)
   FAIL  dnsstandby cannot do its job: pods' DNS is, or can become, unanswered
 Exit code: 0 no WARN or FAIL, 1 some WARN, 2 any FAIL.`
+// checkFlags binds the flags of `dnsstandby check` to cfg and the lists.
+func checkFlags(cfg *check.Config, listen, upstreams *[]netip.AddrPort) (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.LocalDNSUnit, "localdns-unit", cfg.LocalDNSUnit, "LocalDNS's systemd `UNIT`")
+	fs.StringVar(&cfg.LocalDNSCorefile, "localdns-corefile", cfg.LocalDNSCorefile, "LocalDNS's Corefile `PATH`, or several separated by commas of which the first that exists is read: the listeners LocalDNS serves, each of which dnsstandby should listen on too")
+	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", "", "kubelet's config `FILE` (YAML or JSON) (default: the --config the kubelet flags name, else "+check.DefaultKubeletConfig+")")
+	fs.StringVar(&cfg.KubeletFlags, "kubelet-flags", cfg.KubeletFlags, "the environment `FILE` holding kubelet's flags")
+	fs.Var(&addrList{p: listen}, "listen", "`ADDR:PORT` pods ask, repeatable (default: the daemon's --listen, else "+status.DefaultListen.String()+")")
+	fs.Var(&addrList{p: upstreams}, "upstream", "`ADDR:PORT` to test besides the daemon's upstreams, repeatable")
+	fs.StringVar(&cfg.AdminSocket, "admin-socket", cfg.AdminSocket, "the daemon's control socket")
+	fs.StringVar(&cfg.ClusterDomain, "cluster-domain", "", "domain whose SOA the upstreams are asked for (default: kubelet's, else "+check.DefaultClusterDomain+")")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "bound on each DNS query and admin request")
+	fs.DurationVar(&cfg.MirrorWindow, "mirror-window", cfg.MirrorWindow, "how long to watch the mirror feed's counters (0: read once)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	return fs, asJSON
+}
 
 // printReport writes the report as a table: status, check, what was
 // found, and under a row that did not pass, its fix (or, for SKIP and

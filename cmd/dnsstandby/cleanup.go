@@ -18,10 +18,7 @@ import (
 // LocalDNS, and a dnsstandby started with --steering off detaches them.
 // It refuses while a dnsstandby runs (it takes the same lock).
 func cleanupCommand(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("dnsstandby cleanup", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	link := fs.String("anchor-link", anchor.DefaultLink, "the anchor link to delete, if dnsstandby made it")
-	lockFile := fs.String("lock-file", handover.DefaultLockFile, "the lock a running dnsstandby holds")
+	fs, link, lockFile := cleanupFlags()
 	if err := parseWithEnv(fs, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, "usage: dnsstandby cleanup [flags]\n\nDeletes the anchor link a stopped dnsstandby left (it keeps LocalDNS's\naddresses local across restarts); refuses while dnsstandby runs.")
@@ -55,4 +52,13 @@ func cleanupCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "no link %s: nothing to clean up\n", *link)
 	}
 	return exitOK
+}
+
+// cleanupFlags binds the flags of `dnsstandby cleanup`.
+func cleanupFlags() (fs *flag.FlagSet, link, lockFile *string) {
+	fs = flag.NewFlagSet("dnsstandby cleanup", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	link = fs.String("anchor-link", anchor.DefaultLink, "the anchor link to delete, if dnsstandby made it")
+	lockFile = fs.String("lock-file", handover.DefaultLockFile, "the lock a running dnsstandby holds")
+	return fs, link, lockFile
 }
