@@ -427,6 +427,7 @@ var grafanaIntervals = strings.NewReplacer("$__rate_interval", "5m", "$__range",
 type promRefs struct {
 	selectors []*parser.VectorSelector
 	grouping  []string // labels in by, without, on, ignoring, group_left, group_right
+	made      []string // labels label_replace writes
 }
 
 // parsePromQL parses expr and collects its selectors and grouping labels.
@@ -442,6 +443,12 @@ func parsePromQL(expr string) (promRefs, error) {
 			refs.selectors = append(refs.selectors, n)
 		case *parser.AggregateExpr:
 			refs.grouping = append(refs.grouping, n.Grouping...)
+		case *parser.Call:
+			if n.Func.Name == "label_replace" && len(n.Args) > 1 {
+				if l, ok := n.Args[1].(*parser.StringLiteral); ok {
+					refs.made = append(refs.made, l.Val)
+				}
+			}
 		case *parser.BinaryExpr:
 			if vm := n.VectorMatching; vm != nil {
 				refs.grouping = append(refs.grouping, vm.MatchingLabels...)
@@ -469,7 +476,7 @@ func (inv *metricInventory) checkPromQL(expr string) []error {
 		return []error{fmt.Errorf("no metric in %q", expr)}
 	}
 	var errs []error
-	known := union(targetLabels)
+	known := union(targetLabels, setOf(refs.made))
 	for _, sel := range refs.selectors {
 		if sel.Name == "" {
 			errs = append(errs, fmt.Errorf("selector %s without a metric name: name the metric", sel))
@@ -620,6 +627,8 @@ func TestPromQLChecker(t *testing.T) {
 		{`sum(rate(dnsstandby_mode_transitions_total[5m])`, "parse"},
 		{`dnsstandby_mode{mode="takeover"} * on (instance) group_left (server) dnsstandby_upstream_healthy`, ""},
 		{`dnsstandby_mode * on (instance) group_left (node) dnsstandby_upstream_healthy`, `grouping label "node"`},
+		{`label_replace(dnsstandby_mode, "node", "$1", "instance", "(.+):[0-9]+") and on (node) label_replace(up, "node", "$1", "instance", "(.+):[0-9]+")`, ""},
+		{`dnsstandby_mode and on (node) label_replace(up, "host", "$1", "instance", "(.+):[0-9]+")`, `grouping label "node"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
