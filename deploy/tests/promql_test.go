@@ -39,6 +39,9 @@ type metricFamily struct {
 	kind   string          // "histogram", "summary" or "" (counter, gauge)
 	labels map[string]bool // variable and constant labels
 	pkgDir string          // the package that defines it, relative to the module root; "" for the runtime collectors
+	// deprecated is a name kept for one release beside its new one (its
+	// help starts "Deprecated:"): rules and dashboards use the new one.
+	deprecated bool
 }
 
 // metricInventory is every metric dnsstandby exports.
@@ -315,6 +318,9 @@ func descFamily(call *ast.CallExpr, dir string) (*metricFamily, error) {
 		return nil, fmt.Errorf("NewDesc name %T is not a string literal", call.Args[0])
 	}
 	fam := &metricFamily{name: name, labels: map[string]bool{}, pkgDir: dir}
+	if help, ok := stringLit(call.Args[1]); ok {
+		fam.deprecated = strings.HasPrefix(help, "Deprecated:")
+	}
 	vl, err := stringSlice(call.Args[2])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -487,6 +493,9 @@ func (inv *metricInventory) checkPromQL(expr string) []error {
 			errs = append(errs, err)
 			continue
 		}
+		if fam.deprecated {
+			errs = append(errs, fmt.Errorf("%s is deprecated: use its new name (docs/metrics.md, Renamed metrics)", sel.Name))
+		}
 		labelSet := union(targetLabels, fam.labels, extra)
 		for l := range labelSet {
 			known[l] = true
@@ -615,6 +624,8 @@ func TestPromQLChecker(t *testing.T) {
 		{`up{job=~".*dnsstandby.*"} == 0`, ""},
 		{`sum(rate(dnsstandby_mirror_records_total{source="tap",result='accepted'}[5m]))`, ""},
 		{`dnstandby_mode{mode="takeover"} == 1`, "not exported"},
+		{`rate(dnsstandby_hedges_total[5m])`, "dnsstandby_hedges_total is deprecated"},
+		{`rate(dnsstandby_hedge_sent_total[5m])`, ""},
 		{`dnsstandby_mode{state="takeover"} == 1`, `no label "state"`},
 		{`dnsstandby_mode{mode="failover"} == 1`, `"failover" is spelled nowhere`},
 		{`dnsstandby_mode_transitions_total{reason=~"peer-exit|peer-crash"}`, `"peer-crash" is spelled nowhere`},
