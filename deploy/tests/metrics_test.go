@@ -207,7 +207,7 @@ func sampleValue(fams map[string]*dto.MetricFamily, name, label, value string) (
 // it from another network namespace, at the node's address, as a
 // Prometheus in the cluster does. Its HTTP endpoints answer there (with
 // the binary's default, or the file's former 127.0.0.1:9355, they could
-// not), and every series an alert or the dashboard reads with rate() or
+// not), under the HTTP server's limits, and every series an alert or the dashboard reads with rate() or
 // increase() is there at the first scrape, before any event: a counter
 // that appears with its first event is a first event increase() misses.
 func TestUnitMetrics(t *testing.T) {
@@ -220,6 +220,47 @@ func TestUnitMetrics(t *testing.T) {
 				t.Errorf("from %s to %s: %v", prometheusIP, u.metrics, err)
 			}
 		}
+	})
+
+	// The limits that bound a client of a hostNetwork pod bound one of
+	// the unit's: 8 connections per source address, the next closed at
+	// once and counted.
+	t.Run("connection limit per address", func(t *testing.T) {
+		const perAddr = 8 // daemon.DefaultConfig().HTTP.MaxConnsPerAddr
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for range perAddr {
+			c, err := u.prom.Dial("tcp", "", u.metrics, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+		}
+		over, err := u.prom.Dial("tcp", "", u.metrics, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer over.Close()
+		must(t, over.SetReadDeadline(time.Now().Add(2*time.Second)))
+		if n, err := over.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("connection %d from one address: read %d bytes, %v; want it closed at once", perAddr+1, n, err)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+		held = nil
+		testkit.Eventually(t, 5*time.Second, "the refusal counted", func() bool {
+			fams, err := u.families()
+			if err != nil {
+				return false
+			}
+			ms := fams["dnsstandby_http_connections_refused_total"].GetMetric()
+			return len(ms) == 1 && ms[0].GetCounter().GetValue() >= 1
+		})
 	})
 
 	t.Run("series present from the start", func(t *testing.T) {
