@@ -36,6 +36,16 @@ var reasonNames = [numReasons]string{
 	"rcode", "no_soa", "too_large", "kept_answer", "have_fresh",
 }
 
+// Reasons returns every Reason, in order: for counters by reason that
+// start at zero, as the cache's own do.
+func Reasons() []Reason {
+	out := make([]Reason, numReasons)
+	for i := range out {
+		out[i] = Reason(i)
+	}
+	return out
+}
+
 func (r Reason) String() string {
 	if r < numReasons {
 		return reasonNames[r]

@@ -107,7 +107,7 @@ func TestHedgeHang(t *testing.T) {
 	if lost, slowest := summary(l.timedLoad(standbyAddr, names, 4, time.Second)); lost > 0 {
 		t.Fatalf("healthy: %d queries lost (slowest answer %s)", lost, slowest)
 	}
-	if n := l.metric(t, s, "dnsstandby_hedges_total"); n != 0 {
+	if n := l.metric(t, s, "dnsstandby_hedge_sent_total"); n != 0 {
 		t.Errorf("healthy: %v hedges, want none", n)
 	}
 
@@ -120,7 +120,7 @@ func TestHedgeHang(t *testing.T) {
 	if lost > 0 || slowest > 300*time.Millisecond {
 		t.Errorf("hung: %d of %d queries lost, slowest answer %s; want none lost, none over 300ms", lost, len(lat), slowest)
 	}
-	if n := l.metric(t, s, "dnsstandby_hedges_total"); n < 1 {
+	if n := l.metric(t, s, "dnsstandby_hedge_sent_total"); n < 1 {
 		t.Errorf("hung: %v hedges, want the queries queued on LocalDNS's socket hedged", n)
 	}
 	evs := l.events(t, s)
@@ -179,7 +179,7 @@ func TestHedgeErratic(t *testing.T) {
 	}
 	lat := l.timedLoad(standbyAddr, names, 8, 3*time.Second)
 	lost, slowest := summary(lat)
-	hedged := l.metric(t, s, "dnsstandby_hedges_total")
+	hedged := l.metric(t, s, "dnsstandby_hedge_sent_total")
 	t.Logf("%d queries, %d lost, slowest answer %s, %v hedged", len(lat), lost, slowest, hedged)
 	if lost > 0 || slowest > 700*time.Millisecond {
 		t.Errorf("%d of %d queries lost, slowest answer %s; want none lost, none over 700ms", lost, len(lat), slowest)
@@ -187,7 +187,7 @@ func TestHedgeErratic(t *testing.T) {
 	if share := hedged / float64(len(lat)); share < 0.15 || share > 0.35 {
 		t.Errorf("%v of %d queries hedged (%.0f%%), want about a quarter", hedged, len(lat), 100*share)
 	}
-	if n := l.metric(t, s, "dnsstandby_hedges_total", "source", "upstream"); n < 1 {
+	if n := l.metric(t, s, "dnsstandby_hedge_sent_total", "source", "upstream"); n < 1 {
 		t.Errorf("%v hedges from the upstreams, want the first query of each name", n)
 	}
 	if l.metric(t, s, "dnsstandby_mode", "mode", "mirror") != 1 || l.metric(t, s, "dnsstandby_localdns_silent_total") != 0 {

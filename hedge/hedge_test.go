@@ -650,7 +650,7 @@ func TestMetrics(t *testing.T) {
 	}
 	want := map[string]float64{
 		"dnsstandby_hedge_queries_total/tracked":     2,
-		"dnsstandby_hedges_total/cache":              1,
+		"dnsstandby_hedge_sent_total/cache":          1,
 		"dnsstandby_hedge_replies_total/matched":     1,
 		"dnsstandby_localdns_reply_duration_seconds": 1,
 		"dnsstandby_hedge_deadline_seconds/cache":    DefaultConfig().CacheMin.Seconds(),
@@ -659,7 +659,10 @@ func TestMetrics(t *testing.T) {
 		"dnsstandby_hedge_entries":                   1,
 		"dnsstandby_hedge_tracking":                  1,
 		"dnsstandby_hedge_outcomes_total/never":      0,
-		"dnsstandby_hedges_skipped_total/rate":       0,
+		"dnsstandby_hedge_skipped_total/rate":        0,
+		// The old names, one release more.
+		"dnsstandby_hedges_total/cache":        1,
+		"dnsstandby_hedges_skipped_total/rate": 0,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {

@@ -139,11 +139,11 @@ var (
 		"UDP queries the hedger saw arrive for LocalDNS, by result (tracked, untracked, table_full, malformed, too_long, duplicate).", []string{"result"}, nil)
 	descReplies = prometheus.NewDesc("dnsstandby_hedge_replies_total",
 		"UDP replies the hedger saw leave from LocalDNS's address, by result (matched, own, unknown, malformed, repeat).", []string{"result"}, nil)
-	descHedges = prometheus.NewDesc("dnsstandby_hedges_total",
+	descHedges = prometheus.NewDesc("dnsstandby_hedge_sent_total",
 		"Hedged answers sent for queries LocalDNS left unanswered past the deadline, by source (cache, stale, upstream).", []string{"source"}, nil)
 	descOutcomes = prometheus.NewDesc("dnsstandby_hedge_outcomes_total",
 		"Hedges sent, by whether LocalDNS answered the query later, never (within the linger time) or unknown (retired early).", []string{"localdns"}, nil)
-	descSkipped = prometheus.NewDesc("dnsstandby_hedges_skipped_total",
+	descSkipped = prometheus.NewDesc("dnsstandby_hedge_skipped_total",
 		"Hedges due but not sent, by reason (rate, no_answer, send_error, answered, late).", []string{"reason"}, nil)
 	descDeadline = prometheus.NewDesc("dnsstandby_hedge_deadline_seconds",
 		"Current hedge deadline, by stage (cache, upstream).", []string{"stage"}, nil)
@@ -153,11 +153,20 @@ var (
 		"Queries the hedger's table holds.", nil, nil)
 	descTracking = prometheus.NewDesc("dnsstandby_hedge_tracking",
 		"1 while the hedger tracks new queries, 0 while dnsstandby answers them itself.", nil, nil)
+
+	// The names before every hedge metric took the hedge_ prefix, exported
+	// beside the new ones with the same values for one release, so that
+	// rules and dashboards can move over (CHANGELOG.md says when they go).
+	descHedgesOld = prometheus.NewDesc("dnsstandby_hedges_total",
+		"Deprecated: dnsstandby_hedge_sent_total under its old name, removed in the release after the first tagged one.", []string{"source"}, nil)
+	descSkippedOld = prometheus.NewDesc("dnsstandby_hedges_skipped_total",
+		"Deprecated: dnsstandby_hedge_skipped_total under its old name, removed in the release after the first tagged one.", []string{"reason"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (h *Hedger) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueries, descReplies, descHedges, descOutcomes, descSkipped, descDeadline, descSilent, descEntries, descTracking} {
+	for _, d := range []*prometheus.Desc{descQueries, descReplies, descHedges, descOutcomes, descSkipped, descDeadline, descSilent, descEntries, descTracking,
+		descHedgesOld, descSkippedOld} {
 		ch <- d
 	}
 	h.hist.Describe(ch)
@@ -176,6 +185,8 @@ func (h *Hedger) Collect(ch chan<- prometheus.Metric) {
 	counters(descHedges, sources[:], c.hedges[:])
 	counters(descOutcomes, outcomes[:], c.outcomes[:])
 	counters(descSkipped, skips[:], c.skipped[:])
+	counters(descHedgesOld, sources[:], c.hedges[:])
+	counters(descSkippedOld, skips[:], c.skipped[:])
 	ch <- prometheus.MustNewConstMetric(descDeadline, prometheus.GaugeValue, time.Duration(c.d1.Load()).Seconds(), "cache")
 	ch <- prometheus.MustNewConstMetric(descDeadline, prometheus.GaugeValue, time.Duration(c.d2.Load()).Seconds(), "upstream")
 	ch <- prometheus.MustNewConstMetric(descSilent, prometheus.CounterValue, float64(c.silent.Load()))

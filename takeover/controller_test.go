@@ -798,7 +798,9 @@ func TestReadTestFollowsLocalDNS(t *testing.T) {
 }
 
 // TestControllerMetrics: a crash is counted as a failover, and every
-// possible transition's counter is there from the start.
+// possible transition's counter (peer-silent's too), both modes' duration
+// histograms and the heartbeat errors under their new and their old name
+// are there from the start.
 func TestControllerMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, true, steer.Adopt)
@@ -813,6 +815,7 @@ dnsstandby_failbacks_total{reason="peer-healthy"} 0
 dnsstandby_failovers_total{reason="operator"} 0
 dnsstandby_failovers_total{reason="peer-exit"} 1
 dnsstandby_failovers_total{reason="peer-hung"} 0
+dnsstandby_failovers_total{reason="peer-silent"} 0
 # HELP dnsstandby_mode 1 for the current mode: mirror (LocalDNS answers), hold (LocalDNS bound but kept from traffic), takeover (LocalDNS gone).
 # TYPE dnsstandby_mode gauge
 dnsstandby_mode{mode="hold"} 0
@@ -827,6 +830,7 @@ dnsstandby_mode_transitions_total{from="hold",reason="peer-healthy",to="mirror"}
 dnsstandby_mode_transitions_total{from="mirror",reason="operator",to="hold"} 0
 dnsstandby_mode_transitions_total{from="mirror",reason="peer-exit",to="takeover"} 1
 dnsstandby_mode_transitions_total{from="mirror",reason="peer-hung",to="hold"} 0
+dnsstandby_mode_transitions_total{from="mirror",reason="peer-silent",to="hold"} 0
 dnsstandby_mode_transitions_total{from="takeover",reason="operator",to="hold"} 0
 dnsstandby_mode_transitions_total{from="takeover",reason="peer-restarted",to="hold"} 0
 # HELP dnsstandby_peer_sockets LocalDNS sockets seen in our reuseport groups.
@@ -835,10 +839,22 @@ dnsstandby_peer_sockets 0
 # HELP dnsstandby_peer_sockets_adopted LocalDNS sockets in the steering maps.
 # TYPE dnsstandby_peer_sockets_adopted gauge
 dnsstandby_peer_sockets_adopted 0
+# HELP dnsstandby_steer_heartbeat_errors_total Heartbeats that could not be written to the steering program.
+# TYPE dnsstandby_steer_heartbeat_errors_total counter
+dnsstandby_steer_heartbeat_errors_total 0
+# HELP dnsstandby_steering_heartbeat_errors_total Deprecated: dnsstandby_steer_heartbeat_errors_total under its old name, removed in the release after the first tagged one.
+# TYPE dnsstandby_steering_heartbeat_errors_total counter
+dnsstandby_steering_heartbeat_errors_total 0
 `
 		if err := testutil.CollectAndCompare(r.c, strings.NewReader(want), "dnsstandby_failbacks_total", "dnsstandby_failovers_total",
-			"dnsstandby_mode", "dnsstandby_mode_transitions_total", "dnsstandby_peer_sockets", "dnsstandby_peer_sockets_adopted"); err != nil {
+			"dnsstandby_mode", "dnsstandby_mode_transitions_total", "dnsstandby_peer_sockets", "dnsstandby_peer_sockets_adopted",
+			"dnsstandby_steer_heartbeat_errors_total", "dnsstandby_steering_heartbeat_errors_total"); err != nil {
 			t.Error(err)
+		}
+		// Hold's and takeover's histograms are there before any stretch
+		// of either ended.
+		if n := testutil.CollectAndCount(r.c, "dnsstandby_mode_duration_seconds"); n != 2 {
+			t.Errorf("dnsstandby_mode_duration_seconds: %d series, want hold's and takeover's", n)
 		}
 	})
 }

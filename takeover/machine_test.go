@@ -231,7 +231,8 @@ func TestMachineConfigValidate(t *testing.T) {
 	}
 }
 
-// TestPossibleTransitions drives the Machine with random inputs, long
+// TestPossibleTransitions drives the Machine with random inputs (every
+// input it has: bound, hold, release, tick, silence, probes), long
 // enough to reach every mode change many times, and checks that the
 // changes it makes are exactly possibleTransitions, whose counters the
 // metrics start at zero.
@@ -261,6 +262,8 @@ func TestPossibleTransitions(t *testing.T) {
 				tr = m.OperatorRelease(now)
 			case r < 4:
 				tr = m.Tick(now)
+			case r < 5:
+				tr = m.Silent(now)
 			default: // probes, mostly passing
 				tr = m.ProbeResult(now, rng.IntN(4) != 0)
 			}

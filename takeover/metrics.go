@@ -31,6 +31,7 @@ type stats struct {
 var possibleTransitions = []Transition{
 	{From: Mirror, To: Takeover, Reason: ReasonPeerExit},
 	{From: Mirror, To: Hold, Reason: ReasonPeerHung},
+	{From: Mirror, To: Hold, Reason: ReasonPeerSilent},
 	{From: Mirror, To: Hold, Reason: ReasonOperator},
 	{From: Hold, To: Takeover, Reason: ReasonPeerExit},
 	{From: Hold, To: Takeover, Reason: ReasonOperatorRelease},
@@ -45,13 +46,19 @@ func newStats() *stats {
 	for _, tr := range possibleTransitions {
 		transitions[[3]string{tr.From.String(), tr.To.String(), string(tr.Reason)}] = 0
 	}
+	durations := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "dnsstandby_mode_duration_seconds",
+		Help:    "How long each stretch of hold or takeover lasted.",
+		Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600},
+	}, []string{"mode"})
+	// Both modes' histograms exist from the start, as the transitions
+	// do, so that rate() over them sees the first stretch too.
+	for _, m := range []Mode{Hold, Takeover} {
+		durations.WithLabelValues(m.String())
+	}
 	return &stats{
 		transitions: transitions,
-		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "dnsstandby_mode_duration_seconds",
-			Help:    "How long each stretch of hold or takeover lasted.",
-			Buckets: []float64{0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600},
-		}, []string{"mode"}),
+		durations:   durations,
 		probeRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dnsstandby_peer_probe_duration_seconds",
 			Help: "Round-trip time of the probes of LocalDNS it answered: a LocalDNS slowing down shows here before it fails them.",
@@ -109,14 +116,19 @@ var (
 	// could not be made.
 	descAnchorReady = prometheus.NewDesc("dnsstandby_anchor_ready",
 		"1 when the anchor link is up with every listen address on it.", nil, nil)
-	descHeartbeatErrors = prometheus.NewDesc("dnsstandby_steering_heartbeat_errors_total",
+	descHeartbeatErrors = prometheus.NewDesc("dnsstandby_steer_heartbeat_errors_total",
 		"Heartbeats that could not be written to the steering program.", nil, nil)
+	// descHeartbeatErrorsOld is descHeartbeatErrors under the name it had
+	// before every steering metric took the steer_ prefix, exported beside
+	// it for one release (CHANGELOG.md says when it goes).
+	descHeartbeatErrorsOld = prometheus.NewDesc("dnsstandby_steering_heartbeat_errors_total",
+		"Deprecated: dnsstandby_steer_heartbeat_errors_total under its old name, removed in the release after the first tagged one.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descModeSince, descTransitions, descFailovers, descFailbacks, descProbes,
-		descPeerSockets, descAdopted, descAdoptErrors, descHeartbeatErrors} {
+		descPeerSockets, descAdopted, descAdoptErrors, descHeartbeatErrors, descHeartbeatErrorsOld} {
 		ch <- d
 	}
 	c.stats.durations.Describe(ch)
@@ -172,6 +184,7 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAdopted, prometheus.GaugeValue, float64(adopted))
 	ch <- prometheus.MustNewConstMetric(descAdoptErrors, prometheus.CounterValue, float64(s.adoptErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descHeartbeatErrors, prometheus.CounterValue, float64(s.heartbeatErrors.Load()))
+	ch <- prometheus.MustNewConstMetric(descHeartbeatErrorsOld, prometheus.CounterValue, float64(s.heartbeatErrors.Load()))
 	s.probeRTT.Collect(ch)
 	c.steer.Collect(ch)
 	if c.anchor != nil {

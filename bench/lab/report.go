@@ -155,7 +155,7 @@ func (r LabRun) ListenerName() string {
 }
 
 // Hedges are dnsstandby's hedged answers on one listener over a run, from
-// its /metrics (dnsstandby_hedges_total, dnsstandby_hedge_outcomes_total):
+// its /metrics (dnsstandby_hedge_sent_total, dnsstandby_hedge_outcomes_total):
 // queries LocalDNS had not answered by dnsstandby's deadline, which it then
 // answered itself from the same address, by where the answer came from,
 // and whether LocalDNS answered later (the client then got two replies) or

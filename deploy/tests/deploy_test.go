@@ -848,9 +848,14 @@ func TestAlertRules(t *testing.T) {
 			if s := r.Labels["severity"]; s != "critical" && s != "warning" && s != "info" {
 				t.Errorf("severity %q: want critical, warning or info", s)
 			}
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[a]) == "" {
 					t.Errorf("no %s annotation", a)
+				}
+			}
+			for a := range r.Annotations {
+				if !slices.Contains([]string{"summary", "description", "runbook_url"}, a) {
+					t.Errorf("annotation %s: want summary, description and runbook_url only (the runbook is a page of its own)", a)
 				}
 			}
 			for _, err := range inv.checkPromQL(r.Expr) {
@@ -862,11 +867,13 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []struct{ alert, metric string }{
 		{"DNSStandbyTakeoverLong", `dnsstandby_mode{mode="takeover"}`},
 		{"LocalDNSFlapping", "dnsstandby_mode_transitions_total"},
-		{"LocalDNSLeavesQueriesUnanswered", "dnsstandby_hedges_total"},
+		{"LocalDNSLeavesQueriesUnanswered", "dnsstandby_hedge_sent_total"},
 		{"DNSStandbyMirrorFeedStalled", "dnsstandby_mirror_records_total"},
 		{"DNSStandbySteeringBelowAdopt", "dnsstandby_steer_level"},
 		{"DNSStandbyAnchorNotReady", "dnsstandby_anchor_ready"},
 		{"DNSStandbyDown", "up"},
+		{"DNSStandbyGone", "max_over_time(up{"},
+		{"DNSStandbyAbsent", "absent(up{"},
 	} {
 		i := slices.IndexFunc(all, func(r alertRule) bool { return r.Alert == want.alert })
 		if i < 0 {
@@ -1015,11 +1022,11 @@ var alertCases = []alertCase{
 	{"DNSStandbySteeringErrors", "map write failed", []promSeries{
 		{`dnsstandby_steer_map_update_errors_total{` + node + `,map="config"}`, "0 0 1 1"},
 		{`dnsstandby_steer_map_update_errors_total{` + node + `,map="sockarray"}`, "0x3"},
-		{`dnsstandby_steering_heartbeat_errors_total{` + node + `}`, "0x3"},
+		{`dnsstandby_steer_heartbeat_errors_total{` + node + `}`, "0x3"},
 	}, "3m", []map[string]string{instanceOnly()}},
 	{"DNSStandbySteeringErrors", "none", []promSeries{
 		{`dnsstandby_steer_map_update_errors_total{` + node + `,map="config"}`, "0x3"},
-		{`dnsstandby_steering_heartbeat_errors_total{` + node + `}`, "0x3"},
+		{`dnsstandby_steer_heartbeat_errors_total{` + node + `}`, "0x3"},
 	}, "3m", nil},
 	{"DNSStandbyAnchorNotReady", "not ready", []promSeries{{`dnsstandby_anchor_ready{` + node + `}`, "0x5"}}, "3m",
 		[]map[string]string{nodeLabels()}},
@@ -1037,6 +1044,29 @@ var alertCases = []alertCase{
 	}, "6m", nil},
 	{"DNSStandbyDown", "down", []promSeries{{`up{` + node + `}`, "0x10"}}, "6m", []map[string]string{nodeLabels()}},
 	{"DNSStandbyDown", "another job down", []promSeries{{`up{instance="10.224.0.4:10250",job="kubelet"}`, "0x10"}}, "6m", nil},
+	{"DNSStandbyGone", "pod deleted, the node's kubelet still answers", []promSeries{
+		{`up{` + node + `}`, "1x10 stale"},
+		{`up{instance="10.224.0.4:10250",job="kubelet"}`, "1x40"},
+	}, "30m", []map[string]string{{"instance": "10.224.0.4:9355", "node_address": "10.224.0.4"}}},
+	{"DNSStandbyGone", "node removed: its kubelet went too", []promSeries{
+		{`up{` + node + `}`, "1x10 stale"},
+		{`up{instance="10.224.0.4:10250",job="kubelet"}`, "1x10 stale"},
+	}, "30m", nil},
+	{"DNSStandbyGone", "pod replaced within minutes", []promSeries{
+		{`up{` + node + `}`, "1x10 stale _x3 1x20"},
+		{`up{instance="10.224.0.4:10250",job="kubelet"}`, "1x40"},
+	}, "30m", nil},
+	{"DNSStandbyGone", "another node's dnsstandby still there", []promSeries{
+		{`up{instance="10.224.0.5:9355",job="kube-system/dnsstandby"}`, "1x40"},
+		{`up{instance="10.224.0.4:10250",job="kubelet"}`, "1x40"},
+	}, "30m", nil},
+	{"DNSStandbyAbsent", "no dnsstandby target", []promSeries{
+		{`up{instance="10.224.0.4:10250",job="kubelet"}`, "1x30"},
+	}, "20m", []map[string]string{{}}},
+	{"DNSStandbyAbsent", "one target", []promSeries{
+		{`up{` + node + `}`, "0x30"},
+		{`up{instance="10.224.0.4:10250",job="kubelet"}`, "1x30"},
+	}, "20m", nil},
 	{"DNSStandbyUpstreamDown", "down", []promSeries{{`dnsstandby_upstream_healthy{` + node + `,server="10.0.0.10:53",zone="."}`, "0x10"}}, "6m",
 		[]map[string]string{nodeLabels("server", "10.0.0.10:53", "zone", ".")}},
 	{"DNSStandbyUpstreamDown", "up", []promSeries{{`dnsstandby_upstream_healthy{` + node + `,server="10.0.0.10:53",zone="."}`, "1x10"}}, "6m", nil},
@@ -1052,11 +1082,11 @@ var alertCases = []alertCase{
 		{`dnsstandby_queries_total{` + node + `,source="servfail"}`, "0+30x20"},
 	}, "12m", nil},
 	{"LocalDNSLeavesQueriesUnanswered", "2% hedged for 20 minutes", []promSeries{
-		{`dnsstandby_hedges_total{` + node + `,listener="169.254.10.11:53",source="cache"}`, "0+120x30"},
+		{`dnsstandby_hedge_sent_total{` + node + `,listener="169.254.10.11:53",source="cache"}`, "0+120x30"},
 		{`dnsstandby_mirror_tap_queries_total{` + node + `,listener="169.254.10.11:53",result="observed"}`, "0+6000x30"},
 	}, "25m", []map[string]string{instanceOnly()}},
 	{"LocalDNSLeavesQueriesUnanswered", "0.5% hedged", []promSeries{
-		{`dnsstandby_hedges_total{` + node + `,listener="169.254.10.11:53",source="cache"}`, "0+30x30"},
+		{`dnsstandby_hedge_sent_total{` + node + `,listener="169.254.10.11:53",source="cache"}`, "0+30x30"},
 		{`dnsstandby_mirror_tap_queries_total{` + node + `,listener="169.254.10.11:53",result="observed"}`, "0+6000x30"},
 	}, "25m", nil},
 	{"LocalDNSSlow", "half the replies over 50 ms", []promSeries{
@@ -1070,11 +1100,11 @@ var alertCases = []alertCase{
 		{`dnsstandby_localdns_reply_duration_seconds_bucket{` + node + `,listener="169.254.10.11:53",le="+Inf"}`, "0+100x30"},
 	}, "25m", nil},
 	{"DNSStandbyHedgesCapped", "hedges refused at the cap", []promSeries{
-		{`dnsstandby_hedges_skipped_total{` + node + `,listener="169.254.10.11:53",reason="rate"}`, "0+10x10"},
+		{`dnsstandby_hedge_skipped_total{` + node + `,listener="169.254.10.11:53",reason="rate"}`, "0+10x10"},
 	}, "5m", []map[string]string{instanceOnly()}},
 	{"DNSStandbyHedgesCapped", "none refused", []promSeries{
-		{`dnsstandby_hedges_skipped_total{` + node + `,listener="169.254.10.11:53",reason="rate"}`, "0x10"},
-		{`dnsstandby_hedges_skipped_total{` + node + `,listener="169.254.10.11:53",reason="answered"}`, "0+10x10"},
+		{`dnsstandby_hedge_skipped_total{` + node + `,listener="169.254.10.11:53",reason="rate"}`, "0x10"},
+		{`dnsstandby_hedge_skipped_total{` + node + `,listener="169.254.10.11:53",reason="answered"}`, "0+10x10"},
 	}, "5m", nil},
 }
 

@@ -39,6 +39,9 @@ type metricFamily struct {
 	kind   string          // "histogram", "summary" or "" (counter, gauge)
 	labels map[string]bool // variable and constant labels
 	pkgDir string          // the package that defines it, relative to the module root; "" for the runtime collectors
+	// deprecated is a name kept for one release beside its new one (its
+	// help starts "Deprecated:"): rules and dashboards use the new one.
+	deprecated bool
 }
 
 // metricInventory is every metric dnsstandby exports.
@@ -315,6 +318,9 @@ func descFamily(call *ast.CallExpr, dir string) (*metricFamily, error) {
 		return nil, fmt.Errorf("NewDesc name %T is not a string literal", call.Args[0])
 	}
 	fam := &metricFamily{name: name, labels: map[string]bool{}, pkgDir: dir}
+	if help, ok := stringLit(call.Args[1]); ok {
+		fam.deprecated = strings.HasPrefix(help, "Deprecated:")
+	}
 	vl, err := stringSlice(call.Args[2])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -427,6 +433,7 @@ var grafanaIntervals = strings.NewReplacer("$__rate_interval", "5m", "$__range",
 type promRefs struct {
 	selectors []*parser.VectorSelector
 	grouping  []string // labels in by, without, on, ignoring, group_left, group_right
+	made      []string // labels label_replace writes
 }
 
 // parsePromQL parses expr and collects its selectors and grouping labels.
@@ -442,6 +449,12 @@ func parsePromQL(expr string) (promRefs, error) {
 			refs.selectors = append(refs.selectors, n)
 		case *parser.AggregateExpr:
 			refs.grouping = append(refs.grouping, n.Grouping...)
+		case *parser.Call:
+			if n.Func.Name == "label_replace" && len(n.Args) > 1 {
+				if l, ok := n.Args[1].(*parser.StringLiteral); ok {
+					refs.made = append(refs.made, l.Val)
+				}
+			}
 		case *parser.BinaryExpr:
 			if vm := n.VectorMatching; vm != nil {
 				refs.grouping = append(refs.grouping, vm.MatchingLabels...)
@@ -469,7 +482,7 @@ func (inv *metricInventory) checkPromQL(expr string) []error {
 		return []error{fmt.Errorf("no metric in %q", expr)}
 	}
 	var errs []error
-	known := union(targetLabels)
+	known := union(targetLabels, setOf(refs.made))
 	for _, sel := range refs.selectors {
 		if sel.Name == "" {
 			errs = append(errs, fmt.Errorf("selector %s without a metric name: name the metric", sel))
@@ -479,6 +492,9 @@ func (inv *metricInventory) checkPromQL(expr string) []error {
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if fam.deprecated {
+			errs = append(errs, fmt.Errorf("%s is deprecated: use its new name (docs/metrics.md, Renamed metrics)", sel.Name))
 		}
 		labelSet := union(targetLabels, fam.labels, extra)
 		for l := range labelSet {
@@ -608,6 +624,8 @@ func TestPromQLChecker(t *testing.T) {
 		{`up{job=~".*dnsstandby.*"} == 0`, ""},
 		{`sum(rate(dnsstandby_mirror_records_total{source="tap",result='accepted'}[5m]))`, ""},
 		{`dnstandby_mode{mode="takeover"} == 1`, "not exported"},
+		{`rate(dnsstandby_hedges_total[5m])`, "dnsstandby_hedges_total is deprecated"},
+		{`rate(dnsstandby_hedge_sent_total[5m])`, ""},
 		{`dnsstandby_mode{state="takeover"} == 1`, `no label "state"`},
 		{`dnsstandby_mode{mode="failover"} == 1`, `"failover" is spelled nowhere`},
 		{`dnsstandby_mode_transitions_total{reason=~"peer-exit|peer-crash"}`, `"peer-crash" is spelled nowhere`},
@@ -620,6 +638,8 @@ func TestPromQLChecker(t *testing.T) {
 		{`sum(rate(dnsstandby_mode_transitions_total[5m])`, "parse"},
 		{`dnsstandby_mode{mode="takeover"} * on (instance) group_left (server) dnsstandby_upstream_healthy`, ""},
 		{`dnsstandby_mode * on (instance) group_left (node) dnsstandby_upstream_healthy`, `grouping label "node"`},
+		{`label_replace(dnsstandby_mode, "node", "$1", "instance", "(.+):[0-9]+") and on (node) label_replace(up, "node", "$1", "instance", "(.+):[0-9]+")`, ""},
+		{`dnsstandby_mode and on (node) label_replace(up, "host", "$1", "instance", "(.+):[0-9]+")`, `grouping label "node"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {

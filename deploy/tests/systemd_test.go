@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -132,11 +131,8 @@ func TestSystemdUnitSettings(t *testing.T) {
 // directory's paths instead, leaving every other option as the file has
 // it (validateWithCorefile).
 func TestSystemdDefaultsArgs(t *testing.T) {
-	m := regexp.MustCompile(`(?m)^DNSSTANDBY_OPTS="([^"]*)"$`).FindStringSubmatch(deploy.SystemdDefaults)
-	if m == nil {
-		t.Fatalf("no DNSSTANDBY_OPTS=\"...\" line in dnsstandby.default:\n%s", deploy.SystemdDefaults)
-	}
-	opts := strings.Fields(m[1])
+	opts := unitOptions(t)
+	line := strings.Join(opts, " ")
 	var listen, corefiles, upstreams []string
 	for i := 0; i+1 < len(opts); i++ {
 		switch opts[i] {
@@ -150,13 +146,13 @@ func TestSystemdDefaultsArgs(t *testing.T) {
 	}
 	slices.Sort(listen)
 	if !slices.Equal(listen, localdnsListeners) {
-		t.Errorf("DNSSTANDBY_OPTS %q: --listen %q, want %q", m[1], listen, localdnsListeners)
+		t.Errorf("DNSSTANDBY_OPTS %q: --listen %q, want %q", line, listen, localdnsListeners)
 	}
 	if !slices.Equal(corefiles, []string{localdnsCorefiles}) {
-		t.Errorf("DNSSTANDBY_OPTS %q: --localdns-corefile %q, want %q", m[1], corefiles, localdnsCorefiles)
+		t.Errorf("DNSSTANDBY_OPTS %q: --localdns-corefile %q, want %q", line, corefiles, localdnsCorefiles)
 	}
 	if len(upstreams) > 0 {
-		t.Errorf("DNSSTANDBY_OPTS %q: --upstream %q: the forward targets come from LocalDNS's Corefile; --upstream would replace them all", m[1], upstreams)
+		t.Errorf("DNSSTANDBY_OPTS %q: --upstream %q: the forward targets come from LocalDNS's Corefile; --upstream would replace them all", line, upstreams)
 	}
 	bin := buildDNSStandby(t)
 	validateWithCorefile(t, bin, append([]string{"run"}, opts...))

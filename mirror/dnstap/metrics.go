@@ -150,7 +150,17 @@ func (r *Receiver) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	counter(descRecords, s.Accepted, "accepted", "")
+	// The cache's reasons from the start too, as the receiver's own, so
+	// that rate() by reason sees the first reject of each (Stats lists
+	// only those counted).
+	rejected := map[string]uint64{}
+	for _, r := range cache.Reasons() {
+		rejected[r.String()] = 0
+	}
 	for reason, n := range s.Rejected {
+		rejected[reason] += n
+	}
+	for reason, n := range rejected {
 		counter(descRecords, n, "rejected", reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.Connections))

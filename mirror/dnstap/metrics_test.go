@@ -13,7 +13,8 @@ import (
 
 // TestMetrics gathers the collector through a pedantic registry, beside
 // another mirror source's records metric (mirror/tap registers the same
-// name with source="tap"), and compares every series.
+// name with source="tap"), and compares every series: a rejected record
+// for every reason, the receiver's and the cache's, from zero.
 func TestMetrics(t *testing.T) {
 	r := listen(t, testConfig(t), newCache(t).Insert)
 	s := dialSender(t, r.Addr())
@@ -61,10 +62,19 @@ dnsstandby_mirror_records_total{reason="",result="accepted",source="dnstap"} 1
 dnsstandby_mirror_records_total{reason="",result="accepted",source="tap"} 5
 dnsstandby_mirror_records_total{reason="bad_frame",result="rejected",source="dnstap"} 0
 dnsstandby_mirror_records_total{reason="bad_protobuf",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="have_fresh",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="kept_answer",result="rejected",source="dnstap"} 0
 dnsstandby_mirror_records_total{reason="malformed",result="rejected",source="dnstap"} 1
 dnsstandby_mirror_records_total{reason="no_response_message",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="no_soa",result="rejected",source="dnstap"} 0
 dnsstandby_mirror_records_total{reason="not_client_response",result="rejected",source="dnstap"} 1
+dnsstandby_mirror_records_total{reason="not_response",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="opcode",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="question_count",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="rcode",result="rejected",source="dnstap"} 0
 dnsstandby_mirror_records_total{reason="sink_error",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="too_large",result="rejected",source="dnstap"} 0
+dnsstandby_mirror_records_total{reason="truncated",result="rejected",source="dnstap"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

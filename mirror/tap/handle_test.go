@@ -165,7 +165,8 @@ func TestHandleNoAllocs(t *testing.T) {
 
 // TestMetrics registers the tap with a pedantic registry (which checks
 // Collect against Describe) beside a collector exporting the shared
-// records metric as mirror/dnstap does, and compares every series.
+// records metric as mirror/dnstap does, and compares every series: a
+// rejected record for every reason, the tap's and the cache's, from zero.
 func TestMetrics(t *testing.T) {
 	tp := socketless(t, func([]byte) error { return nil }, localDNS)
 	tp.spec.queries = true
@@ -194,7 +195,31 @@ func TestMetrics(t *testing.T) {
 # TYPE dnsstandby_mirror_records_total counter
 dnsstandby_mirror_records_total{reason="",result="accepted",source="dnstap"} 5
 dnsstandby_mirror_records_total{reason="",result="accepted",source="tap"} 1
+dnsstandby_mirror_records_total{reason="bad_ip_header",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="bad_udp",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="disabled",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="duplicate",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="empty",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="fragment",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="have_fresh",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="ipv6_extension",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="kept_answer",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="malformed",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="no_soa",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="not_ipv4_ipv6",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="not_response",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="not_udp",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="opcode",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="oversize",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="own_hedge",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="question_count",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="rcode",result="rejected",source="tap"} 0
 dnsstandby_mirror_records_total{reason="short",result="rejected",source="tap"} 1
+dnsstandby_mirror_records_total{reason="sink_error",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="too_large",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="truncated",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="wrong_destination",result="rejected",source="tap"} 0
+dnsstandby_mirror_records_total{reason="wrong_source",result="rejected",source="tap"} 0
 # HELP dnsstandby_mirror_tap_drops_total Replies the kernel dropped because the packet tap's receive buffer was full (PACKET_STATISTICS tp_drops).
 # TYPE dnsstandby_mirror_tap_drops_total counter
 dnsstandby_mirror_tap_drops_total 7

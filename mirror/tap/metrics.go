@@ -210,7 +210,20 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	counter(descRecords, s.Accepted, "accepted", "")
+	// Every reason from the start, the tap's own and the cache's, so that
+	// rate() by reason sees the first reject of each (Stats lists only
+	// those counted).
+	rejected := map[string]uint64{}
+	for r := reason(1); r < numReasons; r++ {
+		rejected[r.String()] = 0
+	}
+	for _, r := range cache.Reasons() {
+		rejected[r.String()] = 0
+	}
 	for r, v := range s.Rejected {
+		rejected[r] += v
+	}
+	for r, v := range rejected {
 		counter(descRecords, v, "rejected", r)
 	}
 	counter(descQueries, s.Queries, "observed", "")

@@ -13,7 +13,7 @@ import (
 // sent by where the answer came from, and whether LocalDNS answered the
 // query later or never.
 const (
-	hedgesMetric        = "dnsstandby_hedges_total"
+	hedgesMetric        = "dnsstandby_hedge_sent_total"
 	hedgeOutcomesMetric = "dnsstandby_hedge_outcomes_total"
 )
 

@@ -130,10 +130,10 @@ func TestCheckRunsHedges(t *testing.T) {
 }
 
 func TestHedgeCounts(t *testing.T) {
-	const withHedges = `# TYPE dnsstandby_hedges_total counter
-dnsstandby_hedges_total{listener="169.254.10.11:53",source="cache"} 7
-dnsstandby_hedges_total{listener="169.254.10.11:53",source="stale"} 2
-dnsstandby_hedges_total{listener="169.254.10.10:53",source="upstream"} 1
+	const withHedges = `# TYPE dnsstandby_hedge_sent_total counter
+dnsstandby_hedge_sent_total{listener="169.254.10.11:53",source="cache"} 7
+dnsstandby_hedge_sent_total{listener="169.254.10.11:53",source="stale"} 2
+dnsstandby_hedge_sent_total{listener="169.254.10.10:53",source="upstream"} 1
 # TYPE dnsstandby_hedge_outcomes_total counter
 dnsstandby_hedge_outcomes_total{listener="169.254.10.11:53",localdns="later"} 8
 dnsstandby_hedge_outcomes_total{listener="169.254.10.11:53",localdns="never"} 1
