@@ -95,21 +95,7 @@ func TestDaemonSetCapabilities(t *testing.T) {
 	}
 	bin := buildDNSStandby(t)
 
-	ns := nstest.New(t, "caps")
-	if err := ns.AddLink("localdns", "", "169.254.10.10/32", "169.254.10.11/32"); err != nil {
-		t.Fatal(err)
-	}
-	// kube-dns, in the namespace too (answering with whoami): nothing
-	// leaves it.
-	const kubeDNS = "10.0.0.10"
-	if err := ns.AddLink("kubedns", "", kubeDNS+"/32"); err != nil {
-		t.Fatal(err)
-	}
-	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: ".:53 {\n    bind " + kubeDNS + "\n    whoami\n}\n", Probe: kubeDNS + ":53"})
-	// LocalDNS as AgentBaker renders it, both root blocks forwarding to
-	// kube-dns.
-	corefile := testkit.Corefile{KubeDNS: kubeDNS, VnetDNS: kubeDNS}.String()
-	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: corefile, Probe: testkit.PodListener + ":53"})
+	ns, corefile := localDNSNode(t, "caps")
 
 	full := map[string]float64{
 		`dnsstandby_steer_level{level="adopt"}`:                                    1,
@@ -216,6 +202,25 @@ func TestDaemonSetCapabilities(t *testing.T) {
 			})
 		})
 	}
+}
+
+// localDNSNode is a namespace standing in for a node: a real CoreDNS as
+// LocalDNS on 169.254.10.10 and 169.254.10.11, running the Corefile
+// AgentBaker renders (returned), both root blocks forwarding to a kube-dns
+// CoreDNS in the same namespace (answering with whoami): nothing leaves it.
+func localDNSNode(t *testing.T, name string) (*nstest.Namespace, string) {
+	ns := nstest.New(t, name)
+	if err := ns.AddLink("localdns", "", "169.254.10.10/32", "169.254.10.11/32"); err != nil {
+		t.Fatal(err)
+	}
+	const kubeDNS = "10.0.0.10"
+	if err := ns.AddLink("kubedns", "", kubeDNS+"/32"); err != nil {
+		t.Fatal(err)
+	}
+	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: ".:53 {\n    bind " + kubeDNS + "\n    whoami\n}\n", Probe: kubeDNS + ":53"})
+	corefile := testkit.Corefile{KubeDNS: kubeDNS, VnetDNS: kubeDNS}.String()
+	nstest.StartCoreDNS(t, ns, nstest.CoreDNSConfig{Corefile: corefile, Probe: testkit.PodListener + ":53"})
+	return ns, corefile
 }
 
 // caseArgs adapts the DaemonSet's args to one run here: LocalDNS's

@@ -433,10 +433,13 @@ func TestDaemonSet(t *testing.T) {
 			if us.Type != "RollingUpdate" || us.RollingUpdate == nil || us.RollingUpdate.MaxSurge == nil || us.RollingUpdate.MaxUnavailable == nil {
 				return fmt.Errorf("updateStrategy %+v: want RollingUpdate with maxSurge and maxUnavailable", us)
 			}
-			// One new pod beside the old, which stays until the new one is
-			// ready: the new one takes the old one's sockets and caches.
-			if ms, mu := *us.RollingUpdate.MaxSurge, *us.RollingUpdate.MaxUnavailable; ms.String() != "1" || mu.String() != "0" {
-				return fmt.Errorf("maxSurge %s, maxUnavailable %s: want 1 and 0", ms, mu)
+			// A new pod beside the old on 10% of the nodes at a time, the
+			// old one staying until the new one is ready: the new one takes
+			// the old one's sockets and caches. A percentage, so that a
+			// rollout's rounds do not grow with the cluster
+			// (docs/install.md works out 1,000 nodes for 10%).
+			if ms, mu := *us.RollingUpdate.MaxSurge, *us.RollingUpdate.MaxUnavailable; ms.IsInt || ms.String() != "10%" || mu.String() != "0" {
+				return fmt.Errorf("maxSurge %s, maxUnavailable %s: want 10%% and 0", ms, mu)
 			}
 			admin, from := m.flag("admin-socket"), m.flag("handover-from")
 			if from == "" || from != admin {
@@ -454,7 +457,7 @@ func TestDaemonSet(t *testing.T) {
 		}},
 		{"no declared ports: a hostPort blocks the surge", func() error {
 			if len(c.Ports) > 0 {
-				return fmt.Errorf("ports %+v: with hostNetwork each is a hostPort, and the surge pod cannot be scheduled", c.Ports)
+				return fmt.Errorf("ports %+v: with hostNetwork each is a hostPort, and the surge pod cannot be scheduled beside the old one (kubernetes/kubernetes#106417)", c.Ports)
 			}
 			return nil
 		}},

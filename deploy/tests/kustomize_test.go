@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -238,4 +239,69 @@ patches:
 			}
 		})
 	}
+}
+
+// reducedOverlay is the reduced-privilege overlay (docs/privileges.md).
+const reducedOverlay = "../kubernetes-reduced"
+
+// TestKustomizeReducedOverlay renders deploy/kubernetes-reduced: it decodes
+// strictly, and differs from the base in exactly what docs/privileges.md
+// says: no host PID namespace, no SYS_PTRACE, --steering=own, the
+// runtime's default AppArmor profile. TestPrivilegeLevels runs its
+// capabilities without the host's PIDs and sees level own.
+func TestKustomizeReducedOverlay(t *testing.T) {
+	k, err := decodeKustomization(readFile(t, reducedOverlay+"/kustomization.yaml"))
+	if err != nil {
+		t.Fatalf("%s: %v", reducedOverlay, err)
+	}
+	if !reflect.DeepEqual(k.Resources, []string{"../kubernetes"}) || len(k.Images) > 0 || k.Namespace != "" {
+		t.Errorf("resources %q images %+v namespace %q: want the base alone, the image left to the user's overlay", k.Resources, k.Images, k.Namespace)
+	}
+	got, err := decodeManifest(kustomizeBuild(t, reducedOverlay))
+	if err != nil {
+		t.Fatalf("kustomize build %s, decoded strictly: %v", reducedOverlay, err)
+	}
+	want := loadManifest(t, readFile(t, daemonSetFile))
+	args, err := got.args()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(args["steering"], []string{"own"}) {
+		t.Errorf("--steering %q, want own", args["steering"])
+	}
+	if got.pod.HostPID {
+		t.Error("hostPID: want false")
+	}
+	sc := got.container.SecurityContext
+	if reduced := reducedCapabilities(); sc == nil || sc.Capabilities == nil || !reflect.DeepEqual(sortedCopy(sc.Capabilities.Add), reduced) {
+		t.Errorf("capabilities %+v, want %q", sc, reduced)
+	}
+	if sc == nil || sc.AppArmorProfile == nil || sc.AppArmorProfile.Type != "RuntimeDefault" {
+		t.Errorf("AppArmor %+v, want RuntimeDefault", sc)
+	}
+	// Undo what the overlay set: the rest is daemonset.yaml.
+	got.container.Args = want.container.Args
+	got.pod.HostPID = want.pod.HostPID
+	sc.Capabilities.Add = want.container.SecurityContext.Capabilities.Add
+	sc.AppArmorProfile.Type = want.container.SecurityContext.AppArmorProfile.Type
+	if !reflect.DeepEqual(got.serviceAccount, want.serviceAccount) || !reflect.DeepEqual(got.daemonSet, want.daemonSet) {
+		t.Errorf("the overlay changed more than privileges:\n%+v\nwant\n%+v", got.daemonSet, want.daemonSet)
+	}
+}
+
+// reducedCapabilities is wantCapabilities without SYS_PTRACE, sorted.
+func reducedCapabilities() []string {
+	var out []string
+	for _, c := range wantCapabilities {
+		if c != "SYS_PTRACE" {
+			out = append(out, c)
+		}
+	}
+	return sortedCopy(out)
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
 }

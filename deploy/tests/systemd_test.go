@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -197,4 +198,49 @@ func TestSystemdUnitReadsLocalDNSFiles(t *testing.T) {
 			}
 		}
 	}
+}
+
+// maxExposure is the highest `systemd-analyze security` exposure the unit
+// may have (0 safest, 10 unsafe); it was 4.6 before its SystemCallFilter=.
+const maxExposure = 3.5
+
+// TestSystemdUnitExposure runs `systemd-analyze security --offline=yes` on
+// the unit and fails above maxExposure. What keeps it from lower (root for
+// the reuseport group, the host's network, CAP_NET_ADMIN, CAP_BPF,
+// CAP_SYS_PTRACE, packet and netlink sockets) is docs/privileges.md's.
+func TestSystemdUnitExposure(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (Debian package systemd)")
+	}
+	help, _ := exec.Command(analyze, "security", "--help").CombinedOutput()
+	if !strings.Contains(string(help), "--offline") {
+		t.Skipf("%s has no security --offline (systemd 250+): %s", analyze, firstLine(string(help)))
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "dnsstandby.service")
+	if err := os.WriteFile(path, []byte(deploy.SystemdUnit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "security", "--offline=yes", "--no-pager", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`Overall exposure level for dnsstandby\.service: ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no exposure level in:\n%s", out)
+	}
+	got, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("exposure %.1f", got)
+	if got > maxExposure {
+		t.Errorf("exposure %.1f, want at most %.1f; what counts against it:\n%s", got, maxExposure, grepStatus(string(out), "✗"))
+	}
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
 }

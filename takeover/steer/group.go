@@ -59,7 +59,7 @@ func loadGroup(name string, udp bool) (*group, error) {
 	g := &group{name: name, udp: udp}
 	var err error
 	g.config, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "dnsstandby_cfg",
+		Name:       configName,
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  configSize,
@@ -74,7 +74,7 @@ func loadGroup(name string, udp bool) (*group, error) {
 		return nil, err
 	}
 	g.socks, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name:      "dnsstandby_sk",
+		Name:      sockarrayName,
 		Type:      ebpf.ReusePortSockArray,
 		KeySize:   4,
 		ValueSize: 8, // a u64 fd on update; the socket's cookie on lookup
@@ -108,7 +108,7 @@ func loadGroup(name string, udp bool) (*group, error) {
 // allows it (BPF_F_MMAPABLE, 5.5+); before, a plain one and why not.
 func newLiveMap() (m *ebpf.Map, mmapErr, err error) {
 	spec := &ebpf.MapSpec{
-		Name:       "dnsstandby_live",
+		Name:       liveName,
 		Type:       ebpf.Array,
 		KeySize:    4,
 		ValueSize:  liveSize,
