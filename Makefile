@@ -86,9 +86,12 @@ install: build
 
 ## test: gofmt check, go vet, the documents (docs-check), and every test
 ## with the race detector (integration tests run CoreDNS from bin/coredns,
-## so it is built first)
+## so it is built first); then the tests that measure CPU time (named
+## Test...CPU, in files built without -race), without the detector, whose
+## cost they would otherwise measure
 test: test-deps fmt-check vet docs-check bin/coredns
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run 'CPU$$' ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/tests && $(GO) vet ./... && $(GO) test -count=1 ./...
 
