@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 60s
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: build release release-check deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab docs
+.PHONY: build release release-check deb image install test test-deps fmt-check vet fuzz bench bench-peers bench-mirror lab docs docs-check
 
 # What a build says it is (`dnsstandby version`), from git: VERSION
 # DEBVERSION REVISION TIME MODIFIED, "-" for unknown (scripts/version).
@@ -94,10 +94,14 @@ install: build
 		install -D -m 0644 deploy/systemd/dnsstandby.default $(DESTDIR)/etc/default/dnsstandby; \
 	fi
 
-## test: gofmt check, go vet, and every test with the race detector
-## (integration tests run CoreDNS from bin/coredns, so it is built first)
-test: test-deps fmt-check vet bin/coredns
+## test: gofmt check, go vet, the documents (docs-check), and every test
+## with the race detector (integration tests run CoreDNS from bin/coredns,
+## so it is built first); then the tests that measure CPU time (named
+## Test...CPU, in files built without -race), without the detector, whose
+## cost they would otherwise measure
+test: test-deps fmt-check vet docs-check bin/coredns
 	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -run 'CPU$$' ./...
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd deploy/tests && $(GO) vet ./... && $(GO) test -count=1 ./...
 
@@ -108,8 +112,16 @@ docs:
 	DNSSTANDBY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'Docs' ./...
 	cd deploy/tests && DNSSTANDBY_UPDATE_DOCS=1 $(GO) test -count=1 -run 'Docs' ./...
 
+## docs-check: the documents held to the tree and to each other
+## (internal/doccheck): a measured figure (lab and test durations, the
+## crash-storm table) stated in two documents, or stated differently,
+## fails, and so does docs/architecture.md's package table when it differs
+## from `go list ./...` or a package imports what the table forbids
+docs-check:
+	$(GO) test -count=1 ./internal/doccheck/
+
 ## bin/coredns: the CoreDNS pinned as a tool in bench/tools/go.mod (v1.13.1),
-## built once; about 2 minutes on this project's 2-core machines. It has a
+## built once (how long: bench/README.md). It has a
 ## module of its own so that the main module's newer miekg/dns, caddy or
 ## prometheus cannot leak into the CoreDNS under test: it builds with exactly
 ## the dependency versions CoreDNS 1.13.1 was released with. Its main
@@ -156,8 +168,8 @@ bench:
 ## bench-peers (root): dnsstandby, CoreDNS (cache), dnsdist (packet cache) and a
 ## bare Go UDP reflector answering the same cached queries, one at a time on
 ## CPU 0, dnsperf on CPU 1, at 100,000 qps and at full rate, in a network
-## namespace of its own; needs dnsperf and dnsdist (Debian packages). A few
-## minutes. Writes bench/out/peers.json; see bench/README.md.
+## namespace of its own; needs dnsperf and dnsdist (Debian packages).
+## Writes bench/out/peers.json; see bench/README.md.
 PEERS_BIN := bench/out/bin
 bench-peers: bin/coredns
 	@[ "$$(id -u)" = 0 ] || { echo "bench-peers needs root (network namespace, CPU pinning)"; exit 1; }
@@ -170,7 +182,7 @@ bench-peers: bin/coredns
 ## LocalDNS (CoreDNS 1.13.1, AKS pod block) and dnsstandby (--steering adopt)
 ## on 169.254.10.11:53, both on CPU 0, dnsperf on CPU 1 at 20,000 qps for
 ## 20 s, once per feed (tap, dnstap, none), in a network namespace of its own.
-## About 3 minutes. Writes bench/out/mirror.json; see bench/README.md.
+## Writes bench/out/mirror.json; see bench/README.md.
 bench-mirror: bin/coredns
 	@[ "$$(id -u)" = 0 ] || { echo "bench-mirror needs root (network namespace, CPU pinning, eBPF steering)"; exit 1; }
 	$(GO) build -o $(PEERS_BIN)/dnsstandby ./cmd/dnsstandby

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -682,13 +684,11 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { h.Run(ctx, nil); close(done) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
 	h.Query(time.Now().UnixNano(), podA, query(1, "hit.example."))
-	deadline := time.Now().Add(5 * time.Second)
-	for ans.sentCount() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	<-done
+	testkit.Eventually(t, 5*time.Second, "Run sending the hedge", func() bool { return ans.sentCount() > 0 })
+	stop()
 	if ans.sentCount() != 1 {
 		t.Fatalf("Run sent %d hedges", ans.sentCount())
 	}

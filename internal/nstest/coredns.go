@@ -2,6 +2,7 @@ package nstest
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // CoreDNSEnv names the environment variable that points at a coredns binary;
@@ -205,18 +208,18 @@ func waitAnswering(ns *Namespace, p *Process, addr string, timeout time.Duration
 	q := new(dns.Msg)
 	q.SetQuestion(".", dns.TypeNS)
 	var lastErr error
-	err := poll(timeout, func() (bool, error) {
+	err := testkit.Poll(context.Background(), timeout, func() (bool, error) {
 		select {
 		case <-p.Done():
 			return false, fmt.Errorf("%s exited before answering on %s: %v", p, addr, p.Err())
 		default:
 		}
-		// A refused UDP port answers at once with ICMP; poll's pause keeps
+		// A refused UDP port answers at once with ICMP; testkit.Poll's pause keeps
 		// that from spinning.
 		_, lastErr = ns.Exchange("udp", "", addr, q, probeTimeout)
 		return lastErr == nil, nil
 	})
-	if errors.Is(err, errPollTimeout) {
+	if errors.Is(err, testkit.ErrNotWithin) {
 		return fmt.Errorf("%s not answering on %s after %v: %v", p, addr, timeout, lastErr)
 	}
 	return err

@@ -1,6 +1,7 @@
 package nstest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // DefaultLinkKind is the kind AddLink creates when asked for none. Production
@@ -268,7 +271,7 @@ func (n *Namespace) setUp(name string) error {
 
 func (n *Namespace) waitOperUp(name string, timeout time.Duration) error {
 	var state netlink.LinkOperState
-	err := poll(timeout, func() (bool, error) {
+	err := testkit.Poll(context.Background(), timeout, func() (bool, error) {
 		link, err := n.link(name)
 		if err != nil {
 			return false, err
@@ -276,7 +279,7 @@ func (n *Namespace) waitOperUp(name string, timeout time.Duration) error {
 		state = link.Attrs().OperState
 		return state == netlink.OperUp, nil
 	})
-	if errors.Is(err, errPollTimeout) {
+	if errors.Is(err, testkit.ErrNotWithin) {
 		return fmt.Errorf("%s: link %s not up after %v (state %s)", n.name, name, timeout, state)
 	}
 	return err

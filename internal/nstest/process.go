@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 const (
@@ -161,13 +163,13 @@ func (p *Process) Freeze() error {
 		return err
 	}
 	var running int
-	err := poll(freezeTimeout, func() (bool, error) {
+	err := testkit.Poll(context.Background(), freezeTimeout, func() (bool, error) {
 		var err error
 		running, err = runningThreads(p.Pid())
 		return running == 0, err
 	})
 	switch {
-	case errors.Is(err, errPollTimeout):
+	case errors.Is(err, testkit.ErrNotWithin):
 		return fmt.Errorf("freeze %s: %d threads not stopped %v after SIGSTOP", p, running, freezeTimeout)
 	case err != nil:
 		return fmt.Errorf("freeze %s: %w", p, err)

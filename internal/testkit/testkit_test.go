@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -53,5 +55,43 @@ func TestEventually(t *testing.T) {
 	Eventually(t, time.Second, "third call", func() bool { n++; return n == 3 })
 	if n != 3 {
 		t.Errorf("cond called %d times, want 3", n)
+	}
+}
+
+func TestPoll(t *testing.T) {
+	boom := errors.New("boom")
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		within time.Duration
+		cond   func(n int) (bool, error)
+		want   error
+		calls  int // at least
+	}{
+		{"done at the third call", context.Background(), time.Second, func(n int) (bool, error) { return n == 3, nil }, nil, 3},
+		{"cond's error", context.Background(), time.Second, func(n int) (bool, error) { return false, boom }, boom, 1},
+		{"never done", context.Background(), 20 * time.Millisecond, func(int) (bool, error) { return false, nil }, ErrNotWithin, 2},
+		{"ctx ended", canceled, time.Second, func(int) (bool, error) { return false, nil }, context.Canceled, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for name, p := range map[string]func(context.Context, time.Duration, func() (bool, error)) error{
+				"Poll": Poll,
+				"PollEvery": func(ctx context.Context, within time.Duration, cond func() (bool, error)) error {
+					return PollEvery(ctx, within, time.Millisecond, cond)
+				},
+			} {
+				n := 0
+				err := p(tt.ctx, tt.within, func() (bool, error) { n++; return tt.cond(n) })
+				if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+					t.Errorf("%s: %v, want %v", name, err, tt.want)
+				}
+				if n < tt.calls {
+					t.Errorf("%s: cond called %d times, want at least %d", name, n, tt.calls)
+				}
+			}
+		})
 	}
 }

@@ -44,9 +44,10 @@ const (
 //
 // The waits here that are not testkit.Eventually are the measurement: how
 // long CoreDNS, a separate process with its own 1 s flush timer, takes to
-// do something, or whether it does it within a window at all. They run
-// against the wall clock on purpose (testing/synctest cannot hold a real
-// process or socket).
+// do something, or whether it does it within a window at all; they poll
+// with testkit.PollEvery, at a steady millisecond or five, so that the
+// times stay as fine as they are reported. They run against the wall clock
+// on purpose (testing/synctest cannot hold a real process or socket).
 func TestCoreDNS(t *testing.T) {
 	nstest.RequireRoot(t)
 	bin := nstest.CoreDNSBinary(t)
@@ -166,10 +167,9 @@ func TestCoreDNS(t *testing.T) {
 		for sent < queries && received(r.Stats()) == 0 {
 			ld.exchange(names[sent])
 			sent++
-			deadline := time.Now().Add(spacing)
-			for time.Now().Before(deadline) && received(r.Stats()) == 0 {
-				time.Sleep(5 * time.Millisecond)
-			}
+			_ = testkit.PollEvery(context.Background(), spacing, 5*time.Millisecond, func() (bool, error) {
+				return received(r.Stats()) > 0, nil
+			}) // not received within the spacing: the next query
 		}
 		st := r.Stats()
 		if received(st) == 0 {
@@ -189,10 +189,9 @@ func TestCoreDNS(t *testing.T) {
 		r2 := listen(t, cfg2, newCache(t).Insert)
 		listenAt := time.Now()
 		const window = 3 * time.Second
-		for time.Since(listenAt) < window && r2.Stats().ConnectionsTotal == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
-		underTraffic := r2.Stats().ConnectionsTotal > 0
+		underTraffic := testkit.PollEvery(context.Background(), window, 5*time.Millisecond, func() (bool, error) {
+			return r2.Stats().ConnectionsTotal > 0, nil
+		}) == nil
 		tr.stop()
 		lullAt := time.Now()
 		if underTraffic {
@@ -379,7 +378,7 @@ type reconnect struct {
 func measureReconnect(r *Receiver, tr *traffic, window time.Duration) reconnect {
 	var m reconnect
 	start, sent0 := time.Now(), tr.answered.Load()
-	for time.Since(start) < window {
+	_ = testkit.PollEvery(context.Background(), window, time.Millisecond, func() (bool, error) {
 		st := r.Stats()
 		if !m.connected && st.ConnectionsTotal > 0 {
 			m.connected, m.underTraffic = true, true
@@ -387,19 +386,18 @@ func measureReconnect(r *Receiver, tr *traffic, window time.Duration) reconnect 
 		}
 		if received(st) > 0 {
 			m.firstAfter = time.Since(start)
-			break
+			return true, nil
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return false, nil
+	}) // nothing within the window: what m says
 	time.Sleep(100 * time.Millisecond) // some traffic on the new connection
 	tr.stop()
 	lullAt := time.Now()
 	if !m.connected {
-		deadline := lullAt.Add(2 * lull)
-		for time.Now().Before(deadline) && r.Stats().ConnectionsTotal == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		if r.Stats().ConnectionsTotal > 0 {
+		connected := testkit.PollEvery(context.Background(), 2*lull, time.Millisecond, func() (bool, error) {
+			return r.Stats().ConnectionsTotal > 0, nil
+		}) == nil
+		if connected {
 			m.connected, m.afterLullStart = true, time.Since(lullAt)
 		}
 	}

@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // seenPacket is one packet an nsObserver was shown.
@@ -158,14 +160,11 @@ func TestTapQueries(t *testing.T) {
 func checkExchange(t *testing.T, obs *nsObserver, name string, client netip.Addr, server netip.AddrPort, before, after int64, withQueries bool) {
 	t.Helper()
 	var qs, rs []seenPacket
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Not seen in time: the checks below say what is missing.
+	_ = testkit.Poll(context.Background(), 5*time.Second, func() (bool, error) {
 		qs, rs = obs.get(name)
-		if len(rs) > 0 && (len(qs) > 0 || !withQueries) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return len(rs) > 0 && (len(qs) > 0 || !withQueries), nil
+	})
 	wantQ := 0
 	if withQueries {
 		wantQ = 1

@@ -207,7 +207,7 @@ func stopStandby(p *nstest.Process) error {
 // waitStandbyUp waits for dnsstandby's metrics endpoint and, for the dnstap
 // feed, its socket: LocalDNS must find it when it starts.
 func (n *node) waitStandbyUp(ctx context.Context, sb *nstest.Process, dnstapPath string) error {
-	return testbed.Poll(ctx, "dnsstandby up", standbyUpTimeout, 50*time.Millisecond, sb.Done(), func() (bool, string) {
+	return testbed.Poll(ctx, "dnsstandby up", standbyUpTimeout, sb.Done(), func() (bool, string) {
 		s, err := n.Metrics(ctx, standbyMetrics)
 		if err != nil {
 			return false, err.Error()
@@ -232,7 +232,7 @@ func (n *node) waitStandbyUp(ctx context.Context, sb *nstest.Process, dnstapPath
 // mirror, steering level adopt with LocalDNS's sockets adopted, and the
 // feed running (the tap enabled, or a dnstap connection from LocalDNS).
 func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, ld *nstest.CoreDNS) error {
-	err := testbed.Poll(ctx, "LocalDNS ready", mirrorTimeout, 50*time.Millisecond, ld.Done(), func() (bool, string) {
+	err := testbed.Poll(ctx, "LocalDNS ready", mirrorTimeout, ld.Done(), func() (bool, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+localDNSReady+"/ready", nil)
 		if err != nil {
 			return false, err.Error()
@@ -247,7 +247,7 @@ func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, 
 	if err != nil {
 		return err
 	}
-	return testbed.Poll(ctx, "dnsstandby mirroring LocalDNS", mirrorTimeout, 100*time.Millisecond, sb.Done(), func() (bool, string) {
+	return testbed.Poll(ctx, "dnsstandby mirroring LocalDNS", mirrorTimeout, sb.Done(), func() (bool, string) {
 		s, err := n.Metrics(ctx, standbyMetrics)
 		if err != nil {
 			return false, err.Error()
@@ -356,7 +356,7 @@ func (n *node) warm(ctx context.Context, feed string, sb *nstest.Process) (w war
 		}
 		w.Filled = w.StandbyCacheEntries < uint64(len(n.Names))/100
 	} else {
-		err := testbed.Poll(ctx, "dnsstandby's cache filling from the mirror", fillTimeout, 100*time.Millisecond, sb.Done(), fill)
+		err := testbed.Poll(ctx, "dnsstandby's cache filling from the mirror", fillTimeout, sb.Done(), fill)
 		if err != nil && after == nil {
 			return w, err
 		}

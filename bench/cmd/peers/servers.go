@@ -184,8 +184,8 @@ const (
 func waitAnswering(ctx context.Context, bed *testbed.Bed, addr string, done <-chan struct{}) error {
 	q := new(dns.Msg)
 	q.SetQuestion(bed.Names[0], dns.TypeA)
-	// A refused port fails at once: probeTimeout/4 apart, not to spin.
-	return testbed.Poll(ctx, "answering NOERROR on "+addr, startTimeout, probeTimeout/4, done, func() (bool, string) {
+	// A refused port fails at once: the poll's growing pause keeps that from spinning.
+	return testbed.Poll(ctx, "answering NOERROR on "+addr, startTimeout, done, func() (bool, string) {
 		r, err := bed.NS.Exchange("udp", "", addr, q, probeTimeout)
 		switch {
 		case err != nil:

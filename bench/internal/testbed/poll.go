@@ -2,31 +2,34 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
-// Poll calls cond every interval until it returns true, ctx ends, done
-// closes (the process waited for exited), or timeout passes. cond's last
+// Poll waits, through testkit.Poll (the project's one polling loop), for
+// cond to return true, with what the programs here wait on besides: done
+// closing (the process waited for exited) ends the wait, and cond's last
 // reason for false is in the error.
-func Poll(ctx context.Context, what string, timeout, interval time.Duration, done <-chan struct{},
+func Poll(ctx context.Context, what string, timeout time.Duration, done <-chan struct{},
 	cond func() (ok bool, why string)) error {
-	deadline := time.Now().Add(timeout)
 	why := "not checked"
-	for {
+	err := testkit.Poll(ctx, timeout, func() (bool, error) {
 		var ok bool
 		if ok, why = cond(); ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not after %v: %s", what, timeout, why)
+			return true, nil
 		}
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
 		case <-done:
-			return fmt.Errorf("%s: the process exited (%s)", what, why)
-		case <-time.After(interval):
+			return false, fmt.Errorf("%s: the process exited (%s)", what, why)
+		default:
+			return false, nil
 		}
+	})
+	if errors.Is(err, testkit.ErrNotWithin) {
+		return fmt.Errorf("%s: not after %v: %s", what, timeout, why)
 	}
+	return err
 }

@@ -24,7 +24,7 @@ func TestPoll(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
-			err := Poll(context.Background(), "x", tt.timeout, time.Millisecond, tt.done, func() (bool, string) {
+			err := Poll(context.Background(), "x", tt.timeout, tt.done, func() (bool, string) {
 				calls++
 				return calls == tt.okAt, "not yet"
 			})
