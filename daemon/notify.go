@@ -80,6 +80,7 @@ func barrier(timeout time.Duration) error {
 		return nil
 	}
 }
+
 // reloading and reloaded bracket a reload asked of dnsstandby (SIGHUP,
 // systemctl reload), as sd_notify(3) asks of a service that reloads:
 // systemd shows the unit "reloading" meanwhile. MONOTONIC_USEC is what

@@ -74,6 +74,7 @@ A read-only audit of this node for dnsstandby, one row per check:
   WARN  dnsstandby works, with a risk (or the audit cannot tell)
   FAIL  dnsstandby cannot do its job: pods' DNS is, or can become, unanswered
 Exit code: 0 no WARN or FAIL, 1 some WARN, 2 any FAIL.`
+
 // checkFlags binds the flags of `dnsstandby check` to cfg and the lists.
 func checkFlags(cfg *check.Config, listen, upstreams *[]netip.AddrPort) (*flag.FlagSet, *bool) {
 	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
