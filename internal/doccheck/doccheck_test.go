@@ -5,8 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dnsstandby/dnsstandby/internal/gendoc"
 )
 
 // root is the repository's top directory, seen from this package's.
@@ -245,6 +250,88 @@ func TestPackageTableErrors(t *testing.T) {
 	} {
 		if _, err := PackageTable(text); err == nil {
 			t.Errorf("PackageTable(%q): no error", text)
+		}
+	}
+}
+
+// TestEvents: which calls are log events, and what is read of them.
+func TestEvents(t *testing.T) {
+	dir := t.TempDir()
+	src := `package p
+func f() {
+	d.log.Warn("peer gone", "listener", l, slog.Any("err", err))
+	log.Error("stop "+name, slog.Any("err", err))
+	s.logger.Info("not an event")
+	t.Error("not a log line")
+	http.Error(w, "not a log line", 500)
+	base.Warn("plain")
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p_test.go"), []byte("package p\nfunc g() { log.Warn(\"in a test\") }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Events(dir, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{
+		{"WARN", "peer gone", []string{"listener", "err"}, "p"},
+		{"ERROR", "stop …", []string{"err"}, "p"},
+		{"WARN", "plain", nil, "p"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Events = %+v, want %+v", got, want)
+	}
+}
+
+// moduleEvents returns every WARN and ERROR line the module's packages
+// (not its tests) log.
+func moduleEvents(t *testing.T) []Event {
+	t.Helper()
+	var all []Event
+	for _, l := range strings.Split(strings.TrimSpace(goList(t, "-f", "{{.ImportPath}} {{.Dir}}", "./...")), "\n") {
+		path, dir, _ := strings.Cut(l, " ")
+		pkg := strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+		if pkg == "" {
+			pkg = "."
+		}
+		evs, err := Events(dir, pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, evs...)
+	}
+	return all
+}
+
+// TestEventsDocs: docs/operating.md lists every WARN and ERROR line the
+// code logs (generated), and each message its short list of lines to
+// alert on names is one the code logs.
+func TestEventsDocs(t *testing.T) {
+	events := moduleEvents(t)
+	if len(events) < 50 {
+		t.Fatalf("%d events found: is the parser reading the tree?", len(events))
+	}
+	path := filepath.Join(root, "docs/operating.md")
+	gendoc.Check(t, path, "log-events", EventTable(events))
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	section, _, _ := strings.Cut(string(doc[strings.Index(string(doc), "## Events"):]), "<!-- generated log-events")
+	named := regexp.MustCompile("`([^`]+)`")
+	for _, row := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(row, "| WARN") && !strings.HasPrefix(row, "| ERROR") {
+			continue
+		}
+		for _, m := range named.FindAllStringSubmatch(cells(row)[1], -1) {
+			name := strings.TrimSpace(strings.TrimSuffix(strings.TrimSuffix(m[1], "..."), "…"))
+			if strings.Contains(name, " ") && !slices.ContainsFunc(events, func(e Event) bool { return strings.HasPrefix(e.Msg, name) }) {
+				t.Errorf("docs/operating.md, Events: %q is no message the code logs", name)
+			}
 		}
 	}
 }
