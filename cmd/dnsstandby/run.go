@@ -42,7 +42,7 @@ func runCommand(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(o, stderr, isJournal(stderr))
 	d, err := daemon.New(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "dnsstandby run: %s\n", names.rename(err.Error()+unusableHint(cfg.Provenance)))
+		fmt.Fprintf(stderr, "dnsstandby run: %s\n", names.rename(err.Error()+unusableHint(cfg)))
 		return exitConfig
 	}
 	if o.validate {
@@ -165,19 +165,24 @@ func runFlagNames() *flagNames {
 	return newFlagNames(fs, &cfg)
 }
 
-// unusableHint says, after the daemon's own error, why a configuration
-// from the fallback has nothing to serve.
-func unusableHint(p daemon.Provenance) string {
+// unusableHint says, after the daemon's own error, that the configuration
+// refused came from the fallback and why, and names the missing servers
+// only when the fallback has none.
+func unusableHint(cfg daemon.Config) string {
+	p := cfg.Provenance
 	if p.Source != daemon.SourceFallback {
 		return ""
 	}
-	hint := fmt.Sprintf("; the Corefile is refused (%v)", p.Refused)
+	hint := fmt.Sprintf("; it is the fallback's: the Corefile is refused (%v)", p.Refused)
 	if p.LastGood != nil {
 		hint += ", the last known good is unusable (" + p.LastGood.Error() + ")"
 	} else {
 		hint += ", there is no last known good"
 	}
-	return hint + ", and the fallback has no servers: give --fallback-upstream KUBE_DNS_CLUSTER_IP:53"
+	if len(cfg.Fallback.Upstreams) == 0 {
+		hint += ", and the fallback has no servers: give --fallback-upstream KUBE_DNS_CLUSTER_IP:53"
+	}
+	return hint
 }
 
 // runOptions are the settings of `dnsstandby run` that are not the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -477,5 +478,33 @@ func TestSIGHUPReloads(t *testing.T) {
 	stop()
 	if n.Load() != 2 {
 		t.Errorf("%d reloads, want 2", n.Load())
+	}
+}
+
+// TestUnusableHint: the hint after a refused configuration names
+// --fallback-upstream only when the fallback has no servers; an error of
+// the fallback's configuration for another reason is not blamed on them.
+func TestUnusableHint(t *testing.T) {
+	refused := errors.New("unknown directive")
+	kubeDNS := []netip.AddrPort{netip.MustParseAddrPort("10.0.0.10:53")}
+	tests := []struct {
+		name      string
+		source    string
+		upstreams []netip.AddrPort
+		want      string
+	}{
+		{"from the Corefile", daemon.SourceFile, nil, ""},
+		{"fallback without servers", daemon.SourceFallback, nil, "; it is the fallback's: the Corefile is refused (unknown directive), there is no last known good, and the fallback has no servers: give --fallback-upstream KUBE_DNS_CLUSTER_IP:53"},
+		{"fallback with servers", daemon.SourceFallback, kubeDNS, "; it is the fallback's: the Corefile is refused (unknown directive), there is no last known good"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := daemon.DefaultConfig()
+			cfg.Provenance = daemon.Provenance{Source: tt.source, Refused: refused}
+			cfg.Fallback.Upstreams = tt.upstreams
+			if got := unusableHint(cfg); got != tt.want {
+				t.Errorf("got %q\nwant %q", got, tt.want)
+			}
+		})
 	}
 }
