@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/corefile"
+	"github.com/dnsstandby/dnsstandby/internal/atomicfile"
 )
 
 // This file learns what LocalDNS's CoreDNS accepts: the directives of the
@@ -35,7 +37,10 @@ var pluginName = regexp.MustCompile(`^[a-z0-9_]+$`)
 
 // builds caches the build of LocalDNS's binary by the file's identity, so
 // that it runs once per binary, not at each resolution (the retries of a
-// refused Corefile come every second).
+// refused Corefile come every second), and keeps it in the state directory,
+// so that a start does not run it again either: running it is about 100 ms
+// of CPU on the way to binding, and a cold start's gap is made of such
+// steps.
 type builds struct {
 	mu    sync.Mutex // guards following
 	key   string     // path, inode, size, modification time of what was run
@@ -43,10 +48,14 @@ type builds struct {
 	err   error
 }
 
+// buildFile is the build's copy in the state directory: the binary's
+// identity on the first line, then its directives, one a line.
+const buildFile = "localdns-coredns-plugins"
+
 // get returns the build of the CoreDNS at path, or the standard build
 // and why the binary's could not be had. "" is no binary: the standard
-// build.
-func (b *builds) get(path string) (corefile.Build, error) {
+// build. stateDir ("" for none) keeps a build across starts.
+func (b *builds) get(path, stateDir string) (corefile.Build, error) {
 	if path == "" {
 		return corefile.Build{}, nil
 	}
@@ -62,9 +71,55 @@ func (b *builds) get(path string) (corefile.Build, error) {
 	defer b.mu.Unlock()
 	if key != b.key {
 		b.key = key
-		b.build, b.err = pluginsOf(path)
+		b.build, b.err = storedBuild(stateDir, key, path)
+		if b.build.Directives == nil {
+			b.build, b.err = pluginsOf(path)
+			if b.err == nil {
+				storeBuild(stateDir, key, b.build)
+			}
+		}
 	}
 	return b.build, b.err
+}
+
+// storedBuild reads the build kept in stateDir for the binary key names
+// (at path); anything else there, or nothing, is no build (Directives nil).
+func storedBuild(stateDir, key, path string) (corefile.Build, error) {
+	if stateDir == "" {
+		return corefile.Build{}, nil
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, buildFile))
+	if err != nil || len(b) > maxPluginsOutput {
+		return corefile.Build{}, nil
+	}
+	first, rest, _ := strings.Cut(string(b), "\n")
+	if first != key {
+		return corefile.Build{}, nil
+	}
+	names := strings.Fields(rest)
+	for _, n := range names {
+		if !pluginName.MatchString(n) {
+			return corefile.Build{}, nil
+		}
+	}
+	if len(names) == 0 {
+		return corefile.Build{}, nil
+	}
+	return corefile.Build{Directives: names, From: path}, nil
+}
+
+// storeBuild keeps build for the binary key names in stateDir; a failure
+// costs only a run of the binary at the next start. It writes only when
+// the state directory exists (the daemon makes it) and holds no copy for
+// this binary, so `run --validate` on a node serving leaves it as it was.
+func storeBuild(stateDir, key string, build corefile.Build) {
+	if stateDir == "" {
+		return
+	}
+	_ = atomicfile.Write(filepath.Join(stateDir, buildFile), func(w io.Writer) error {
+		_, err := io.WriteString(w, key+"\n"+strings.Join(build.Directives, "\n")+"\n")
+		return err
+	})
 }
 
 // pluginsOf runs `path -plugins` and reads the directives it lists, one a

@@ -18,7 +18,7 @@ import (
 func TestBuildOfLocalDNS(t *testing.T) {
 	bin := nstest.CoreDNSBinary(t)
 	var b builds
-	build, err := b.get(bin)
+	build, err := b.get(bin, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestBuildCached(t *testing.T) {
 	script(`bind\ncache\nforward\n\non\n`)
 	var b builds
 	for range 3 {
-		build, err := b.get(bin)
+		build, err := b.get(bin, "")
 		if err != nil || len(build.Directives) != 4 {
 			t.Fatalf("build %v, %v", build, err)
 		}
@@ -87,7 +87,7 @@ func TestBuildCached(t *testing.T) {
 		t.Errorf("ran %d times for one binary, want 1", n)
 	}
 	script(`bind\nforward\n`) // no cache: not a CoreDNS LocalDNS could run
-	build, err := b.get(bin)
+	build, err := b.get(bin, "")
 	if err == nil || build.Directives != nil {
 		t.Errorf("a binary without cache: %v, %v; want the standard build and an error", build, err)
 	}
@@ -95,7 +95,73 @@ func TestBuildCached(t *testing.T) {
 		t.Errorf("ran %d times for two binaries, want 2", n)
 	}
 	script(`bind\ncache\nforward\nNot A Name\n`)
-	if _, err := b.get(bin); err == nil || !strings.Contains(err.Error(), "not a plugin name") {
+	if _, err := b.get(bin, ""); err == nil || !strings.Contains(err.Error(), "not a plugin name") {
 		t.Errorf("odd output: %v", err)
+	}
+}
+
+// TestBuildStored checks that a build kept in the state directory spares
+// the next process (a restart, a cold start) the run of the binary, for
+// that binary only, and that what is not such a copy is run past.
+func TestBuildStored(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	runs := filepath.Join(dir, "runs")
+	bin := filepath.Join(dir, "coredns")
+	install := func(plugins string) {
+		t.Helper()
+		text := "#!/bin/sh\necho run >> " + runs + "\nprintf '" + plugins + "'\n"
+		if err := os.WriteFile(bin+".new", []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(bin+".new", bin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int {
+		b, _ := os.ReadFile(runs)
+		return strings.Count(string(b), "run")
+	}
+	stored := filepath.Join(state, buildFile)
+	install(`bind\ncache\nforward\n`)
+	for i, tt := range []struct {
+		name     string
+		before   func()
+		stateDir string
+		runs     int // the binary's runs so far
+		want     int // directives
+	}{
+		{"first start runs it", func() {}, state, 1, 3},
+		{"a restart reads it", func() {}, state, 1, 3},
+		{"without a state directory it runs", func() {}, "", 2, 3},
+		{"a copy for another binary is run past", func() { install(`bind\ncache\nforward\ntemplate\n`) }, state, 3, 4},
+		{"then the new copy is read", func() {}, state, 3, 4},
+		{"a damaged copy is run past", func() {
+			b, _ := os.ReadFile(stored)
+			first, _, _ := strings.Cut(string(b), "\n")
+			if err := os.WriteFile(stored, []byte(first+"\nNot A Name\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, state, 4, 4},
+		{"an empty copy is run past", func() {
+			b, _ := os.ReadFile(stored)
+			first, _, _ := strings.Cut(string(b), "\n")
+			if err := os.WriteFile(stored, []byte(first+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, state, 5, 4},
+	} {
+		tt.before()
+		var b builds // a new process
+		build, err := b.get(bin, tt.stateDir)
+		if err != nil || len(build.Directives) != tt.want || build.From != bin {
+			t.Errorf("%d %s: build %v, %v; want %d directives from %s", i, tt.name, build, err, tt.want, bin)
+		}
+		if n := count(); n != tt.runs {
+			t.Errorf("%d %s: the binary ran %d times in all, want %d", i, tt.name, n, tt.runs)
+		}
 	}
 }

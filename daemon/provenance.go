@@ -158,7 +158,7 @@ func (r *Resolver) Resolve() (Config, Provenance, error) {
 		base.Watch = append(base.Watch, rc)
 	}
 	var prov Provenance
-	prov.Build, prov.BuildErr = r.builds.get(base.LocalDNSCoreDNS)
+	prov.Build, prov.BuildErr = r.builds.get(base.LocalDNSCoreDNS, base.StateDir)
 	path, err := firstExisting(paths)
 	var src *corefile.Source
 	if err == nil {

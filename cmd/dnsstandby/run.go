@@ -353,7 +353,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&h.UpstreamMax), "hedge-upstream-max", "most wait before a query the cache cannot answer is hedged from the upstreams")
 	fs.Var(hedgeRate{h}, "hedge-rate", "most hedges per second (and in one burst): a LocalDNS outage or forged queries cannot make dnsstandby send more")
 	fs.Var(positive(&h.MinQueries), "silent-after", "cached queries LocalDNS must leave unanswered, with no reply of its in between, before it is held at once (below this many a second, the probes detect a hang)")
-	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshots, loaded at start and written periodically and on SIGTERM, and the last known good Corefile (empty: none)")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for the cache snapshots, loaded at start and written periodically and on SIGTERM, the last known good Corefile, and the directives of --localdns-coredns, kept so that a start need not run it (empty: none)")
 	fs.Var(positive(&cfg.SnapshotInterval), "snapshot-interval", "how often the cache snapshot is written")
 	fs.Var(positive(&cfg.ShutdownTimeout), "shutdown-timeout", "on SIGTERM, how long queries in flight may take to finish")
 
