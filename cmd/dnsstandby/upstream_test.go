@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // TestBlackholedUpstreamMarkedDown: a kube-dns that takes queries and
@@ -59,10 +61,7 @@ func TestBlackholedUpstreamMarkedDown(t *testing.T) {
 				healthy = metricValue(t, metrics.String(), "dnsstandby_upstream_healthy", up...)
 				return timeouts == 2 && healthy == 0
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for !counted() && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
+			_ = testkit.Poll(context.Background(), 2*time.Second, func() (bool, error) { return counted(), nil })
 			if timeouts != 2 || healthy != 0 {
 				t.Errorf("timeouts counted %v, dnsstandby_upstream_healthy %v; want 2 and 0 (marked down)", timeouts, healthy)
 			}

@@ -987,11 +987,11 @@ func (l *lab) query(n, first int, answered *atomicCounter, ours counter) (done f
 			return nil
 		}))
 		sent += batch
-		for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-			if answered.count()+ours.count()-base >= int64(sent) {
-				break
-			}
-		}
+		// Up to a second for the batch's answers; what is still missing
+		// then is counted by the caller as lost.
+		_ = testkit.Poll(context.Background(), time.Second, func() (bool, error) {
+			return answered.count()+ours.count()-base >= int64(sent), nil
+		})
 	}
 	return done
 }
