@@ -27,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dnsstandby/dnsstandby/internal/latency"
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
@@ -181,10 +182,10 @@ type Hedger struct {
 
 	mu    sync.Mutex
 	tab   table
-	hitW  window // latency of queries not known to be cache misses: sets the cache deadline
-	allW  window // every matched reply's latency: sets the upstream deadline
-	d1    int64  // cache deadline, ns
-	d2    int64  // upstream deadline, ns
+	hitW  latency.Window // latency of queries not known to be cache misses: sets the cache deadline
+	allW  latency.Window // every matched reply's latency: sets the upstream deadline
+	d1    int64          // cache deadline, ns
+	d2    int64          // upstream deadline, ns
 	tok   bucket
 	track struct {
 		on bool
@@ -232,8 +233,8 @@ func New(cfg Config, ans Answerer) (*Hedger, error) {
 	}
 	h.classifyAbove = int64(float64(cfg.CacheMin) / cfg.CacheMult)
 	h.tab.init(cfg.Table)
-	h.hitW.init(cfg.Window)
-	h.allW.init(cfg.Window)
+	h.hitW.Init(cfg.Window)
+	h.allW.Init(cfg.Window)
 	h.silent.init(cfg.MinQueries)
 	h.track.on = true
 	h.st.tracking.Store(true)
@@ -419,9 +420,9 @@ func (h *Hedger) latency(at, d int64, miss bool) {
 	}
 	h.hist.Observe(float64(d) / 1e9)
 	if !miss {
-		h.hitW.add(at, d)
+		h.hitW.Add(at, d)
 	}
-	h.allW.add(at, d)
+	h.allW.Add(at, d)
 }
 
 // retire removes a hedged entry before its outcome is known.
@@ -467,8 +468,8 @@ func clamp(q int64, mult float64, lo, hi time.Duration) int64 {
 // the p99 is the largest sample, which errs long.
 func (h *Hedger) updateDeadlines(now int64) {
 	c := h.cfg
-	h.d1 = clamp(h.hitW.quantile(now, 0.99), c.CacheMult, c.CacheMin, c.CacheMax)
-	h.d2 = max(clamp(h.allW.quantile(now, 0.99), c.UpstreamMult, c.UpstreamMin, c.UpstreamMax), h.d1)
+	h.d1 = clamp(h.hitW.Quantile(now, 0.99), c.CacheMult, c.CacheMin, c.CacheMax)
+	h.d2 = max(clamp(h.allW.Quantile(now, 0.99), c.UpstreamMult, c.UpstreamMin, c.UpstreamMax), h.d1)
 	h.st.d1.Store(h.d1)
 	h.st.d2.Store(h.d2)
 }
