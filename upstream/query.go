@@ -16,15 +16,15 @@ import (
 // another, each writing its own random ID, and its own random letter case
 // of the name (0x20), into the same bytes.
 type query struct {
-	req      *dns.Msg // the caller's; never written, and read only by newQuery and tests
+	req *dns.Msg // the caller's; never written, and read only by newQuery and tests
 	// reqID and reqQ are the caller's ID and question, which a reply is
 	// given: copied, because an attempt may outlive Exchange (see race).
-	reqID uint16
-	reqQ  dns.Question
-	framed   []byte   // 2-byte length, then the message: what TCP sends
-	msg      []byte   // framed[2:]: what UDP sends
-	question []byte   // msg[12:qEnd]: the name exactly as sent, type, class
-	name     []byte   // the name in wire format as the caller wrote it (its case)
+	reqID    uint16
+	reqQ     dns.Question
+	framed   []byte // 2-byte length, then the message: what TCP sends
+	msg      []byte // framed[2:]: what UDP sends
+	question []byte // msg[12:qEnd]: the name exactly as sent, type, class
+	name     []byte // the name in wire format as the caller wrote it (its case)
 	// anyCase is set by an attempt that sent the caller's case to a
 	// server that does not keep the case of questions: its reply's name
 	// is then taken in any case, as CoreDNS forward takes it.
