@@ -10,8 +10,9 @@
 // connections per server), the ID, question and 0x20 letter-case checks
 // that keep spoofed datagrams out, the TC=1 retry over TCP, the
 // per-server health state and its probe goroutines, the cap on exchanges
-// in flight (MaxConcurrent, as CoreDNS's max_concurrent), and the upstream
-// metrics. Loop prevention (never forwarding to ourselves or to LocalDNS)
+// in flight (MaxConcurrent, as CoreDNS's max_concurrent), the speculative
+// attempts that keep a silent server from holding a query for its whole
+// timeout, and the upstream metrics. Loop prevention (never forwarding to ourselves or to LocalDNS)
 // is the caller's job, and so is what to answer a client when the
 // upstreams fail (the pipeline's).
 package upstream
