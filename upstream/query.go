@@ -16,11 +16,10 @@ import (
 // another, each writing its own random ID, and its own random letter case
 // of the name (0x20), into the same bytes.
 type query struct {
-	req *dns.Msg // the caller's; never written, and read only by newQuery and tests
-	// reqID and reqQ are the caller's ID and question, which a reply is
-	// given: copied, because an attempt may outlive Exchange (see race).
-	reqID    uint16
-	reqQ     dns.Question
+	// req is the caller's, never written; its ID and question are what a
+	// reply is given. A race, whose attempts may outlive Exchange,
+	// replaces it with a copy of those (detach).
+	req      *dns.Msg
 	framed   []byte // 2-byte length, then the message: what TCP sends
 	msg      []byte // framed[2:]: what UDP sends
 	question []byte // msg[12:qEnd]: the name exactly as sent, type, class
@@ -62,10 +61,17 @@ func newQuery(req *dns.Msg) (*query, error) {
 	framed := make([]byte, 2+len(packed))
 	binary.BigEndian.PutUint16(framed, uint16(len(packed)))
 	copy(framed[2:], packed)
-	q := &query{req: req, reqID: req.Id, reqQ: req.Question[0], framed: framed, msg: framed[2:]}
+	q := &query{req: req, framed: framed, msg: framed[2:]}
 	q.question = q.msg[wire.HeaderLen : end+4]
 	q.name = slices.Clone(q.msg[wire.HeaderLen:end])
 	return q, nil
+}
+
+// detach makes q independent of the caller's request, which the caller
+// may change once Exchange returns: q keeps a copy of what accept reads
+// of it, its ID and question. No attempt on q may be running.
+func (q *query) detach() {
+	q.req = &dns.Msg{MsgHdr: dns.MsgHdr{Id: q.req.Id}, Question: []dns.Question{q.req.Question[0]}}
 }
 
 // clone returns a copy of q for another attempt running beside q's: each
@@ -185,8 +191,8 @@ func (q *query) accept(b []byte) (m *dns.Msg, why reason, ok bool) {
 			return nil, reasonMalformed, false
 		}
 	}
-	m.Id = q.reqID
-	m.Question = []dns.Question{q.reqQ}
+	m.Id = q.req.Id
+	m.Question = []dns.Question{q.req.Question[0]}
 	q.restoreCase(m)
 	return m, 0, true
 }
@@ -197,7 +203,7 @@ func (q *query) accept(b []byte) (m *dns.Msg, why reason, ok bool) {
 // cache and every client that ever gets the answer. Other names are left
 // as the server wrote them.
 func (q *query) restoreCase(m *dns.Msg) {
-	name := q.reqQ.Name
+	name := q.req.Question[0].Name
 	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
 		for _, rr := range sec {
 			if h := rr.Header(); h.Name != name && foldEqual(h.Name, name) {

@@ -282,6 +282,7 @@ func (g *Group) race(ctx context.Context, cur *cursor, first *overdue, truncated
 	}
 
 	q := first.q
+	q.detach() // first's attempt is not waiting on it until its lane starts
 	lanes = append(lanes, lane{})
 	if !g.startLane(r, 0, first.s, nil, first) {
 		return closed()
