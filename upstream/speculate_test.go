@@ -198,35 +198,51 @@ func TestSpeculativeCaps(t *testing.T) {
 	}
 }
 
-// TestSpeculativeCancel: a caller that gives up ends every attempt of
-// the race at once, none held against its server, and no goroutine of
-// the race is left.
+// TestSpeculativeCancel: a caller that gives up, or Close, ends every
+// attempt of the race at once, none held against its server, and no
+// goroutine of the race is left.
 func TestSpeculativeCancel(t *testing.T) {
-	s1, s2 := newServer(t), newServer(t)
-	s1.setBoth(silent)
-	s2.setBoth(silent)
-	g, _ := newGroup(t, speculating(nil), s1.addr, s2.addr)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.Exchange(ctx, newReq("c.example.", dns.TypeA))
-		done <- err
-	}()
-	testkit.Eventually(t, 3*time.Second, "both servers asked", func() bool { return s1.seen() > 0 && s2.seen() > 0 })
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("Exchange: %v, want context.Canceled", err)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("Exchange still waiting after cancel")
-	}
-	testkit.Eventually(t, 3*time.Second, "only the janitor left", func() bool { return len(groupGoroutines()) == 1 })
-	for i := range 2 {
-		if st := stats(g, i); st.Fails != 0 || st.Errors["timeout"] != 0 {
-			t.Errorf("server %d blamed for the caller's cancel: %+v", i, st)
-		}
+	for _, tt := range []struct {
+		name string
+		stop func(g *Group, cancel context.CancelFunc)
+		want error
+	}{
+		{"the caller cancels", func(_ *Group, cancel context.CancelFunc) { cancel() }, context.Canceled},
+		{"the group closes", func(g *Group, _ context.CancelFunc) { g.Close() }, ErrClosed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s1, s2 := newServer(t), newServer(t)
+			s1.setBoth(silent)
+			s2.setBoth(silent)
+			g, _ := newGroup(t, speculating(nil), s1.addr, s2.addr)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := g.Exchange(ctx, newReq("c.example.", dns.TypeA))
+				done <- err
+			}()
+			testkit.Eventually(t, 3*time.Second, "both servers asked", func() bool { return s1.seen() > 0 && s2.seen() > 0 })
+			tt.stop(g, cancel)
+			select {
+			case err := <-done:
+				if !errors.Is(err, tt.want) {
+					t.Errorf("Exchange: %v, want %v", err, tt.want)
+				}
+			case <-time.After(time.Second):
+				t.Fatal("Exchange still waiting")
+			}
+			want := 1 // the janitor
+			if tt.want == ErrClosed {
+				want = 0
+			}
+			testkit.Eventually(t, 3*time.Second, "the race's goroutines to end", func() bool { return len(groupGoroutines()) == want })
+			for i := range 2 {
+				if st := stats(g, i); st.Fails != 0 || st.Errors["timeout"] != 0 {
+					t.Errorf("server %d blamed: %+v", i, st)
+				}
+			}
+		})
 	}
 }
 
