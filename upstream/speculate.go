@@ -18,11 +18,12 @@ import (
 // unanswered at its server's speculative deadline (SpeculativeMult × the
 // server's p99, clamped) has the exchange's next attempt started beside
 // it, and the first reply wins. The next attempt is the next server of
-// the exchange's order, whatever the Policy (only servers in service:
-// those marked down are asked only when every attempt has failed, as
-// before), or, in a group of one server, the same server again from a
-// fresh socket: a new 5-tuple, on which kube-proxy picks a kube-dns
-// backend again. The attempt left waiting keeps its own deadline and
+// the exchange's order, whatever the Policy, or, in a group of one
+// server, the same server again from a fresh socket: a new 5-tuple, on
+// which kube-proxy picks a kube-dns backend again. Only servers in
+// service get them: those marked down are asked only when every attempt
+// has failed, as before. Each attempt's failure counts for its server's
+// health as any attempt's does. The attempt left waiting keeps its own deadline and
 // counts for health as before, so a silent server is still marked down
 // after MaxFails timeouts and probed; only the caller stops waiting on it.
 //
@@ -361,6 +362,11 @@ func (g *Group) speculative(cur *cursor, specs int) (*server, specReason, bool) 
 		return nil, 0, false
 	}
 	if len(g.servers) == 1 {
+		// Not to a server marked down: it is silent on every socket, or
+		// overloaded, and more queries would not help it.
+		if g.servers[0].down.Load() {
+			return nil, 0, false
+		}
 		return g.servers[0], specFreshSocket, g.allow(time.Now().UnixNano())
 	}
 	if g.peek(cur) == nil || cur.pass != 0 {

@@ -266,3 +266,27 @@ func TestSpeculativeNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations per exchange with speculative attempts, %v without", b, a)
 	}
 }
+
+// TestNoFreshSocketWhenDown: a single server marked down (silent on
+// every socket, or overloaded) gets no speculative attempts, only the
+// exchange's own.
+func TestNoFreshSocketWhenDown(t *testing.T) {
+	s := newServer(t)
+	s.setBoth(silent)
+	g, _ := newGroup(t, speculating(func(c *Config) { c.Timeout, c.MaxFails = 300*time.Millisecond, 1 }), s.addr)
+	if _, err := exchange(t, g, newReq("a.example.", dns.TypeA)); err == nil {
+		t.Fatal("a silent server answered")
+	}
+	testkit.Eventually(t, 3*time.Second, "marked down", func() bool { return !stats(g, 0).Healthy })
+	started := specCount(g, specFreshSocket, specLost)
+	if started == 0 {
+		t.Fatal("no fresh socket tried while in service")
+	}
+	sent := s.seen()
+	if _, err := exchange(t, g, newReq("b.example.", dns.TypeA)); err == nil {
+		t.Fatal("a silent server answered")
+	}
+	if got := specCount(g, specFreshSocket, specLost); got != started || s.seen() != sent+1 {
+		t.Errorf("while down: %d fresh sockets (was %d), %d queries sent; want none and 1", got, started, s.seen()-sent)
+	}
+}
