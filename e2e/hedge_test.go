@@ -156,7 +156,7 @@ func TestHedgeHang(t *testing.T) {
 // dropping one query in four. Its answers have TTL 0, which the mirror
 // does not keep: a dropped query for a name dnsstandby has not resolved
 // itself is a miss, hedged from the upstreams after the upstream deadline
-// (300 ms at the least), and once resolved the name is hedged from the
+// (150 ms at the least), and once resolved the name is hedged from the
 // cache (held 5 s, the least TTL). None is lost, none waits for the
 // client's retry, and a LocalDNS that answers three queries in four is
 // never held.

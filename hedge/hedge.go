@@ -27,6 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dnsstandby/dnsstandby/internal/latency"
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
@@ -105,10 +106,16 @@ func DefaultConfig() Config {
 		// dropped query's answer under 200 ms.
 		CacheMult: 4, CacheMin: 50 * time.Millisecond, CacheMax: 150 * time.Millisecond,
 		// Misses are LocalDNS's slow path (it forwards them too); hedging
-		// them early would double the upstreams' load. 500 ms at the most
-		// answers them well within the shortest first try a client gives
-		// (1 s): at 1 s the lab's node saw dropped misses retried.
-		UpstreamMult: 8, UpstreamMin: 300 * time.Millisecond, UpstreamMax: 500 * time.Millisecond,
+		// them early would double the upstreams' load, so the wait is 8 ×
+		// LocalDNS's p99, within bounds. 200 ms at the most: a miss LocalDNS
+		// holds on a silent upstream server (CoreDNS waits its 2 s read
+		// timeout) is then answered in at most 200 ms + the upstream
+		// group's speculative deadline (50 ms on a server that was fast)
+		// + a round trip, a p99 under 300 ms (TestSilentUpstream; 300–500
+		// ms gave 580 ms). What it costs: a miss slower than the wait is
+		// asked twice; on a node whose internet answers 2% of misses in
+		// 200–400 ms that is about 1% more upstream queries.
+		UpstreamMult: 8, UpstreamMin: 150 * time.Millisecond, UpstreamMax: 200 * time.Millisecond,
 		Window:     10 * time.Second,
 		Linger:     2 * time.Second,
 		Rate:       2000,
@@ -181,10 +188,10 @@ type Hedger struct {
 
 	mu    sync.Mutex
 	tab   table
-	hitW  window // latency of queries not known to be cache misses: sets the cache deadline
-	allW  window // every matched reply's latency: sets the upstream deadline
-	d1    int64  // cache deadline, ns
-	d2    int64  // upstream deadline, ns
+	hitW  latency.Window // latency of queries not known to be cache misses: sets the cache deadline
+	allW  latency.Window // every matched reply's latency: sets the upstream deadline
+	d1    int64          // cache deadline, ns
+	d2    int64          // upstream deadline, ns
 	tok   bucket
 	track struct {
 		on bool
@@ -232,8 +239,8 @@ func New(cfg Config, ans Answerer) (*Hedger, error) {
 	}
 	h.classifyAbove = int64(float64(cfg.CacheMin) / cfg.CacheMult)
 	h.tab.init(cfg.Table)
-	h.hitW.init(cfg.Window)
-	h.allW.init(cfg.Window)
+	h.hitW.Init(cfg.Window)
+	h.allW.Init(cfg.Window)
 	h.silent.init(cfg.MinQueries)
 	h.track.on = true
 	h.st.tracking.Store(true)
@@ -419,9 +426,9 @@ func (h *Hedger) latency(at, d int64, miss bool) {
 	}
 	h.hist.Observe(float64(d) / 1e9)
 	if !miss {
-		h.hitW.add(at, d)
+		h.hitW.Add(at, d)
 	}
-	h.allW.add(at, d)
+	h.allW.Add(at, d)
 }
 
 // retire removes a hedged entry before its outcome is known.
@@ -467,8 +474,8 @@ func clamp(q int64, mult float64, lo, hi time.Duration) int64 {
 // the p99 is the largest sample, which errs long.
 func (h *Hedger) updateDeadlines(now int64) {
 	c := h.cfg
-	h.d1 = clamp(h.hitW.quantile(now, 0.99), c.CacheMult, c.CacheMin, c.CacheMax)
-	h.d2 = max(clamp(h.allW.quantile(now, 0.99), c.UpstreamMult, c.UpstreamMin, c.UpstreamMax), h.d1)
+	h.d1 = clamp(h.hitW.Quantile(now, 0.99), c.CacheMult, c.CacheMin, c.CacheMax)
+	h.d2 = max(clamp(h.allW.Quantile(now, 0.99), c.UpstreamMult, c.UpstreamMin, c.UpstreamMax), h.d1)
 	h.st.d1.Store(h.d1)
 	h.st.d2.Store(h.d2)
 }

@@ -579,8 +579,8 @@ func TestAdaptiveDeadline(t *testing.T) {
 	x.advance(6 * time.Second)
 	feed(20*time.Millisecond, 1000)
 	c, u = x.h.Deadlines()
-	if c < 80*time.Millisecond || c > 150*time.Millisecond || u < 300*time.Millisecond {
-		t.Fatalf("20 ms latency: deadlines %v %v, want about 4×20 ms", c, u)
+	if c < 80*time.Millisecond || c > 150*time.Millisecond || u < min(160*time.Millisecond, d.UpstreamMax) {
+		t.Fatalf("20 ms latency: deadlines %v %v, want about 4×20 ms and 8×20 ms", c, u)
 	}
 	// Very slow: clamped.
 	feed(time.Second, 1000)

@@ -116,7 +116,7 @@ func (h *Hedger) Stats() Stats {
 		return m
 	}
 	h.mu.Lock()
-	entries, samples := h.tab.n, h.hitW.samples(h.now())
+	entries, samples := h.tab.n, h.hitW.Samples(h.now())
 	h.mu.Unlock()
 	return Stats{
 		Queries:          mk(queryResults[:], c.queries[:]),

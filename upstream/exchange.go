@@ -54,45 +54,43 @@ func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	var (
 		orderBuf [smallGroup]int
 		triedBuf [smallGroup]bool
-		order    []int
-		tried    []bool
+		cur      cursor
 	)
 	if n := len(g.servers); n <= smallGroup {
-		order, tried = orderBuf[:n], triedBuf[:n]
+		cur.order, cur.tried = orderBuf[:n], triedBuf[:n]
 	} else {
-		order, tried = make([]int, n), make([]bool, n)
+		cur.order, cur.tried = make([]int, n), make([]bool, n)
 	}
-	g.order(order)
+	g.order(cur.order)
 	var (
 		truncated *dns.Msg // the first TC=1 reply, kept as a last resort
 		fails     []error
 	)
-	for pass := range 2 {
-		if pass == 1 && g.cfg.FailFast {
+	for {
+		s := g.next(&cur)
+		if s == nil {
 			break
 		}
-		for _, i := range order {
-			s := g.servers[i]
-			if tried[i] || (pass == 0 && s.down.Load()) {
-				continue
-			}
-			tried[i] = true
-			if err := g.stopped(ctx); err != nil {
-				return truncatedOr(truncated, &Error{Failures: fails, Cause: err})
-			}
-			resp, err := g.ask(ctx, s, q)
-			if err == nil {
-				return resp, nil
-			}
-			if resp != nil && truncated == nil {
-				truncated = resp
-			}
-			var f *failure
-			if !errors.As(err, &f) {
-				return truncatedOr(truncated, &Error{Failures: fails, Cause: err})
-			}
-			fails = append(fails, err)
+		if err := g.stopped(ctx); err != nil {
+			return truncatedOr(truncated, &Error{Failures: fails, Cause: err})
 		}
+		resp, late, err := g.ask(ctx, s, q, g.speculativeDeadline(s))
+		if late != nil {
+			// Unanswered at its speculative deadline: the rest of the
+			// exchange runs as a race (speculate.go).
+			return g.race(ctx, &cur, late, truncated, fails)
+		}
+		if err == nil {
+			return resp, nil
+		}
+		if resp != nil && truncated == nil {
+			truncated = resp
+		}
+		var f *failure
+		if !errors.As(err, &f) {
+			return truncatedOr(truncated, &Error{Failures: fails, Cause: err})
+		}
+		fails = append(fails, err)
 	}
 	if len(fails) == 0 {
 		// Every attempt made either answered, returned, or failed into
@@ -101,6 +99,45 @@ func (g *Group) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 		return nil, &Error{Cause: ErrNoHealthy}
 	}
 	return truncatedOr(truncated, &Error{Failures: fails})
+}
+
+// cursor walks an exchange's servers: first those in service, in the
+// policy's order, then (unless FailFast) those marked down, in the same
+// order.
+type cursor struct {
+	order []int  // server indexes in the order of the policy
+	tried []bool // by server index
+	pass  int    // 0: servers in service; 1: the others
+	at    int    // next position in order
+}
+
+// next returns the server the exchange asks next, marking it tried, or
+// nil when none is left.
+func (g *Group) next(c *cursor) *server {
+	s := g.peek(c)
+	if s != nil {
+		c.tried[c.order[c.at]] = true
+		c.at++
+	}
+	return s
+}
+
+// peek moves c to the server the exchange asks next and returns it,
+// without marking it tried; nil when none is left.
+func (g *Group) peek(c *cursor) *server {
+	for c.pass < 2 {
+		if c.pass == 1 && g.cfg.FailFast {
+			return nil
+		}
+		for ; c.at < len(c.order); c.at++ {
+			i := c.order[c.at]
+			if s := g.servers[i]; !c.tried[i] && (c.pass == 1 || !s.down.Load()) {
+				return s
+			}
+		}
+		c.pass, c.at = c.pass+1, 0
+	}
+	return nil
 }
 
 // smallGroup is the most servers an exchange orders without allocating.
@@ -156,23 +193,49 @@ func (g *Group) stopped(ctx context.Context) error {
 // returns the truncated reply with the TCP error. s's health is updated
 // here: any reply counts as an answer, and only an attempt that got no
 // reply at all counts as a failure (a server whose UDP works but TCP does
-// not still serves most queries).
-func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) {
+// not still serves most queries). A UDP attempt still unanswered at early
+// (zero: never) is returned as late, to be waited on beside the next
+// attempt (race).
+func (g *Group) ask(ctx context.Context, s *server, q *query, early time.Time) (resp *dns.Msg, late *overdue, err error) {
 	start := time.Now()
-	var udp *dns.Msg
-	if !g.cfg.ForceTCP {
-		resp, err := g.attempt(ctx, s, q, g.exchangeUDP)
-		if err != nil {
-			g.failed(s, err)
-			return nil, err
-		}
-		g.answered(s)
-		if !resp.Truncated {
-			s.metrics.observe(time.Since(start))
-			return resp, nil
-		}
-		udp = resp
+	if g.cfg.ForceTCP {
+		resp, err := g.askTCP(ctx, s, q, start, nil)
+		return resp, nil, err
 	}
+	resp, late, err = g.udpAttempt(ctx, s, &s.metrics, q, g.cfg.Timeout, early)
+	if late != nil {
+		late.start = start
+		return nil, late, nil
+	}
+	resp, err = g.afterUDP(ctx, s, q, start, resp, err)
+	return resp, nil, err
+}
+
+// afterUDP finishes ask once its UDP attempt has ended with resp or err:
+// the retry in the caller's case for a server that does not keep it, the
+// health, and the TCP retry of a truncated reply.
+func (g *Group) afterUDP(ctx context.Context, s *server, q *query, start time.Time, resp *dns.Msg, err error) (*dns.Msg, error) {
+	if f, ok := errors.AsType[*failure](err); ok && f.caseOnly {
+		g.answered(s)
+		if g.stopped(ctx) == nil {
+			resp, err = g.exchangeUDP(ctx, s, &s.metrics, q, g.cfg.Timeout)
+		}
+	}
+	if err != nil {
+		g.failed(s, err)
+		return nil, err
+	}
+	g.answered(s)
+	if !resp.Truncated {
+		g.observe(s, time.Since(start))
+		return resp, nil
+	}
+	return g.askTCP(ctx, s, q, start, resp)
+}
+
+// askTCP asks s over TCP: the retry of the truncated UDP reply udp, or
+// with ForceTCP (udp nil) the only attempt.
+func (g *Group) askTCP(ctx context.Context, s *server, q *query, start time.Time, udp *dns.Msg) (*dns.Msg, error) {
 	resp, err := g.attempt(ctx, s, q, g.exchangeTCP)
 	if err != nil {
 		if udp == nil {
@@ -181,7 +244,7 @@ func (g *Group) ask(ctx context.Context, s *server, q *query) (*dns.Msg, error) 
 		return udp, err
 	}
 	g.answered(s)
-	s.metrics.observe(time.Since(start))
+	g.observe(s, time.Since(start))
 	return resp, nil
 }
 

@@ -90,6 +90,14 @@ func TestDefaultConfig(t *testing.T) {
 		HealthCheckNoRec:  false,                  // health_check without no_rec
 		ExpireTCP:         10 * time.Second,       // expire
 		MaxConcurrent:     0,                      // max_concurrent: none
+		// dnsstandby's own: speculative attempts (CoreDNS has none).
+		SpeculativeMult:   4,
+		SpeculativeMin:    50 * time.Millisecond,
+		SpeculativeMax:    250 * time.Millisecond,
+		SpeculativeWindow: 10 * time.Second,
+		SpeculativeShare:  0.1,
+		SpeculativeRate:   500,
+		SpeculativeBurst:  500,
 	}
 	if got := DefaultConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultConfig() = %+v, want %+v", got, want)

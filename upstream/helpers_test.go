@@ -301,6 +301,9 @@ func newGroup(t testing.TB, mod func(*Config), servers ...netip.AddrPort) (*Grou
 	cfg.Servers = servers
 	cfg.Timeout = 150 * time.Millisecond
 	cfg.HealthCheck = 20 * time.Millisecond
+	// The tests of CoreDNS's semantics ask one attempt at a time; those
+	// of speculative attempts turn them on (speculate_test.go).
+	cfg.SpeculativeRate = 0
 	cfg.Logger = slog.New(&recordingHandler{Handler: testkit.Logger(t).Handler(), logs: logs})
 	if mod != nil {
 		mod(&cfg)

@@ -143,6 +143,8 @@ const (
 	helpHealthy  = "1 if the upstream server is in service, 0 if it is marked down and being probed."
 	helpCase     = "1 while questions to the upstream server go in random letter case (0x20), 0 once it was seen not to keep case and is asked in the client's."
 	helpRejects  = "Queries refused without asking any server because MaxConcurrent queries were in flight (CoreDNS: coredns_forward_max_concurrent_rejects_total)."
+	helpSpec     = "Speculative attempts started beside an attempt unanswered at its server's speculative deadline, by reason (next_server, fresh_socket) and result (won: its reply was used; lost: another attempt's was, or none came)."
+	helpSkipped  = "Speculative attempts not started for a cap, by reason: share (those proved extra reached SpeculativeShare of the queries sent), rate (SpeculativeRate)."
 )
 
 // Metric descriptions.
@@ -153,11 +155,13 @@ var (
 	descHealthy  = prometheus.NewDesc("dnsstandby_upstream_healthy", helpHealthy, []string{"server"}, nil)
 	descCase     = prometheus.NewDesc("dnsstandby_upstream_case_randomized", helpCase, []string{"server"}, nil)
 	descRejects  = prometheus.NewDesc("dnsstandby_upstream_max_concurrent_rejects_total", helpRejects, nil, nil)
+	descSpec     = prometheus.NewDesc("dnsstandby_upstream_speculative_total", helpSpec, []string{"reason", "result"}, nil)
+	descSkipped  = prometheus.NewDesc("dnsstandby_upstream_speculative_skipped_total", helpSkipped, []string{"reason"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (g *Group) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy, descCase, descRejects} {
+	for _, d := range []*prometheus.Desc{descRequests, descErrors, descDuration, descHealthy, descCase, descRejects, descSpec, descSkipped} {
 		ch <- d
 	}
 }
@@ -165,6 +169,14 @@ func (g *Group) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (g *Group) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRejects, prometheus.CounterValue, float64(g.rejects.Load()))
+	for r := range numSpecReasons {
+		for res := range numSpecResults {
+			ch <- prometheus.MustNewConstMetric(descSpec, prometheus.CounterValue, float64(g.spec.started[r][res].Load()), r.String(), res.String())
+		}
+	}
+	for r := range numSpecSkips {
+		ch <- prometheus.MustNewConstMetric(descSkipped, prometheus.CounterValue, float64(g.spec.skipped[r].Load()), r.String())
+	}
 	for _, s := range g.servers {
 		m := &s.metrics
 		for p := range numProtos {

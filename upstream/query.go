@@ -16,11 +16,14 @@ import (
 // another, each writing its own random ID, and its own random letter case
 // of the name (0x20), into the same bytes.
 type query struct {
-	req      *dns.Msg // the caller's; never written
-	framed   []byte   // 2-byte length, then the message: what TCP sends
-	msg      []byte   // framed[2:]: what UDP sends
-	question []byte   // msg[12:qEnd]: the name exactly as sent, type, class
-	name     []byte   // the name in wire format as the caller wrote it (its case)
+	// req is the caller's, never written; its ID and question are what a
+	// reply is given. A race, whose attempts may outlive Exchange,
+	// replaces it with a copy of those (detach).
+	req      *dns.Msg
+	framed   []byte // 2-byte length, then the message: what TCP sends
+	msg      []byte // framed[2:]: what UDP sends
+	question []byte // msg[12:qEnd]: the name exactly as sent, type, class
+	name     []byte // the name in wire format as the caller wrote it (its case)
 	// anyCase is set by an attempt that sent the caller's case to a
 	// server that does not keep the case of questions: its reply's name
 	// is then taken in any case, as CoreDNS forward takes it.
@@ -62,6 +65,23 @@ func newQuery(req *dns.Msg) (*query, error) {
 	q.question = q.msg[wire.HeaderLen : end+4]
 	q.name = slices.Clone(q.msg[wire.HeaderLen:end])
 	return q, nil
+}
+
+// detach makes q independent of the caller's request, which the caller
+// may change once Exchange returns: q keeps a copy of what accept reads
+// of it, its ID and question. No attempt on q may be running.
+func (q *query) detach() {
+	q.req = &dns.Msg{MsgHdr: dns.MsgHdr{Id: q.req.Id}, Question: []dns.Question{q.req.Question[0]}}
+}
+
+// clone returns a copy of q for another attempt running beside q's: each
+// writes its own ID and letter case into its own bytes.
+func (q *query) clone() *query {
+	c := *q
+	c.framed = slices.Clone(q.framed)
+	c.msg = c.framed[2:]
+	c.question = c.msg[wire.HeaderLen : wire.HeaderLen+len(q.question)]
+	return &c
 }
 
 // prepare writes what the next attempt sends: its ID, and the name either

@@ -10,8 +10,9 @@
 // connections per server), the ID, question and 0x20 letter-case checks
 // that keep spoofed datagrams out, the TC=1 retry over TCP, the
 // per-server health state and its probe goroutines, the cap on exchanges
-// in flight (MaxConcurrent, as CoreDNS's max_concurrent), and the upstream
-// metrics. Loop prevention (never forwarding to ourselves or to LocalDNS)
+// in flight (MaxConcurrent, as CoreDNS's max_concurrent), the speculative
+// attempts that keep a silent server from holding a query for its whole
+// timeout, and the upstream metrics. Loop prevention (never forwarding to ourselves or to LocalDNS)
 // is the caller's job, and so is what to answer a client when the
 // upstreams fail (the pipeline's).
 package upstream
@@ -124,8 +125,27 @@ type Config struct {
 	// fails at once with ErrLimitExceeded and is counted in
 	// dnsstandby_upstream_max_concurrent_rejects_total. 0 means no cap.
 	MaxConcurrent int
-	// ForceTCP sends every query over TCP.
+	// ForceTCP sends every query over TCP. It also turns speculative
+	// attempts off: they are for UDP, where a new socket is cheap.
 	ForceTCP bool
+
+	// Speculative attempts: a UDP attempt still unanswered after
+	// SpeculativeMult × its server's p99 reply time (over the last
+	// SpeculativeWindow), clamped to [SpeculativeMin, SpeculativeMax], has
+	// the exchange's next attempt started beside it (the next server of
+	// the order, or the only server again from a fresh socket) and the
+	// first reply wins. The attempt left waiting keeps its Timeout and
+	// still counts for health. SpeculativeRate 0 turns them off.
+	SpeculativeMult                float64
+	SpeculativeMin, SpeculativeMax time.Duration
+	SpeculativeWindow              time.Duration
+	// SpeculativeShare caps the speculative attempts that proved extra
+	// (another attempt of the same exchange answered too) at this share
+	// of the queries sent over SpeculativeWindow; SpeculativeRate and
+	// SpeculativeBurst cap all of them with a token bucket (per second).
+	SpeculativeShare float64
+	SpeculativeRate  float64
+	SpeculativeBurst int
 	// Logger receives one line per health transition; nil discards them.
 	Logger *slog.Logger
 }
@@ -167,6 +187,25 @@ func DefaultConfig() Config {
 		ExpireTCP: 10 * time.Second,
 		// CoreDNS forward's default: no cap. (LocalDNS sets 1000.)
 		MaxConcurrent: 0,
+		// A reply slower than 4 × the server's p99 is rare when it is
+		// healthy (well under 1% of queries), so speculation costs
+		// almost nothing there. 50 ms is above any in-cluster round trip
+		// and a busy node's scheduling stall; 250 ms keeps a query held by
+		// a silent server (CoreDNS waits 2 s) answered within a quarter
+		// second of its first try.
+		SpeculativeMult:   4,
+		SpeculativeMin:    50 * time.Millisecond,
+		SpeculativeMax:    250 * time.Millisecond,
+		SpeculativeWindow: 10 * time.Second,
+		// A slow server that still answers cannot add more than 10% to
+		// the load of the others, nor to its own; one that is silent
+		// costs nothing extra (its failover would have sent the same
+		// query after its timeout), so only the rate bounds those: 500
+		// a second is a small load for kube-dns, and covers a busy
+		// node's misses while a server is silent.
+		SpeculativeShare: 0.1,
+		SpeculativeRate:  500,
+		SpeculativeBurst: 500,
 	}
 }
 
@@ -223,6 +262,21 @@ func (c *Config) validate() error {
 		return fmt.Errorf("ExpireTCP must be positive, got %s", c.ExpireTCP)
 	case c.MaxConcurrent < 0:
 		return fmt.Errorf("MaxConcurrent must not be negative, got %d", c.MaxConcurrent)
+	case !(c.SpeculativeMult >= 1 && c.SpeculativeMult <= 1000):
+		return fmt.Errorf("SpeculativeMult must be 1 to 1000, got %v", c.SpeculativeMult)
+	case c.SpeculativeMin < time.Millisecond:
+		return fmt.Errorf("SpeculativeMin must be at least 1ms, got %s", c.SpeculativeMin)
+	case c.SpeculativeMax < c.SpeculativeMin:
+		// One at or past Timeout is allowed: it never fires.
+		return fmt.Errorf("SpeculativeMax must be at least SpeculativeMin (%s), got %s", c.SpeculativeMin, c.SpeculativeMax)
+	case c.SpeculativeWindow < 100*time.Millisecond:
+		return fmt.Errorf("SpeculativeWindow must be at least 100ms, got %s", c.SpeculativeWindow)
+	case !(c.SpeculativeShare >= 0 && c.SpeculativeShare <= 1):
+		return fmt.Errorf("SpeculativeShare must be 0 to 1, got %v", c.SpeculativeShare)
+	case !(c.SpeculativeRate >= 0 && c.SpeculativeRate <= 1e6):
+		return fmt.Errorf("SpeculativeRate must be 0 to 1e6, got %v", c.SpeculativeRate)
+	case c.SpeculativeBurst < 1:
+		return fmt.Errorf("SpeculativeBurst must be at least 1, got %d", c.SpeculativeBurst)
 	}
 	return nil
 }
@@ -245,6 +299,8 @@ type Group struct {
 	robin      atomic.Uint64 // PolicyRoundRobin's counter, one step per exchange
 	concurrent atomic.Int64  // exchanges in flight, counted only with MaxConcurrent > 0
 	rejects    atomic.Uint64 // exchanges refused with ErrLimitExceeded
+
+	spec specState // speculative attempts: caps and counters
 
 	mu       sync.Mutex     // guards following
 	stopping bool           // Close has begun: no goroutine may start
@@ -269,6 +325,7 @@ type server struct {
 
 	pool    pool
 	metrics serverMetrics
+	lat     serverLatency // its p99, for the speculative deadline
 }
 
 // New validates cfg and returns a Group. Its only goroutine, which closes
@@ -291,8 +348,10 @@ func New(cfg Config) (*Group, error) {
 			want:    netip.AddrPortFrom(a.Addr().Unmap(), a.Port()),
 		}
 		s.caps.Store(true)
+		s.lat.init(cfg)
 		g.servers = append(g.servers, s)
 	}
+	g.spec.init(cfg)
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.mu.Lock()
 	g.goLocked(g.janitor)

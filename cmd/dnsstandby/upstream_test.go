@@ -19,7 +19,7 @@ import (
 
 // TestBlackholedUpstreamMarkedDown: a kube-dns that takes queries and
 // never answers is counted as timing out and marked down after max_fails
-// (2) queries, with the default timeouts and one upstream, so that
+// (2) failed attempts, with the default timeouts and one upstream, so that
 // DNSStandbyUpstreamDown (dnsstandby_upstream_healthy == 0) can fire; and
 // so it is with an --upstream-timeout below the least per-attempt timeout.
 func TestBlackholedUpstreamMarkedDown(t *testing.T) {
@@ -59,11 +59,13 @@ func TestBlackholedUpstreamMarkedDown(t *testing.T) {
 			counted := func() bool {
 				timeouts = metricValue(t, metrics.String(), "dnsstandby_upstream_errors_total", append(up, "reason", "timeout")...)
 				healthy = metricValue(t, metrics.String(), "dnsstandby_upstream_healthy", up...)
-				return timeouts == 2 && healthy == 0
+				return timeouts >= 2 && healthy == 0
 			}
 			_ = testkit.Poll(context.Background(), 2*time.Second, func() (bool, error) { return counted(), nil })
-			if timeouts != 2 || healthy != 0 {
-				t.Errorf("timeouts counted %v, dnsstandby_upstream_healthy %v; want 2 and 0 (marked down)", timeouts, healthy)
+			// At least one a query; more with the default timeouts, whose
+			// speculative attempts from fresh sockets time out too.
+			if timeouts < 2 || healthy != 0 {
+				t.Errorf("timeouts counted %v, dnsstandby_upstream_healthy %v; want at least 2 and 0 (marked down)", timeouts, healthy)
 			}
 		})
 	}

@@ -1358,6 +1358,7 @@ func TestDashboard(t *testing.T) {
 		"dnsstandby_mode{", "dnsstandby_mode_transitions_total", "dnsstandby_mode_duration_seconds_bucket",
 		"dnsstandby_queries_total", "dnsstandby_cache_entries", "dnsstandby_cache_hits_total",
 		`dnsstandby_mirror_records_total`, "dnsstandby_steer_level", "dnsstandby_peer_probes_total",
+		"dnsstandby_upstream_speculative_total",
 	} {
 		if !strings.Contains(all, m) {
 			t.Errorf("no panel shows %s", m)

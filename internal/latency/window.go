@@ -1,4 +1,9 @@
-package hedge
+// Package latency keeps a sliding window of latencies in fixed,
+// log-spaced buckets and reads quantiles from it: the hedger's deadlines
+// (LocalDNS's p99) and the upstream group's speculative deadlines (each
+// server's p99) both come from one. It allocates nothing after Init and
+// is not safe for concurrent use: its owner holds a lock.
+package latency
 
 import "time"
 
@@ -29,21 +34,24 @@ func bucketOf(d int64) int {
 	return lo
 }
 
-// window counts latencies over the last Window in two halves: the older
+// Window counts latencies over the last span in two halves: the older
 // half is cleared when the clock enters a new one, so the counts always
-// cover between half a window and a whole one. Fixed size, no allocation.
-type window struct {
+// cover between half a span and a whole one. Fixed size, no allocation.
+// Times are unix nanoseconds, latencies nanoseconds.
+type Window struct {
 	half   int64
 	epoch  [2]int64
 	counts [2][numBuckets]uint32
 }
 
-func (w *window) init(span time.Duration) {
+// Init readies w to cover span.
+func (w *Window) Init(span time.Duration) {
 	w.half = int64(span / 2)
 	w.epoch = [2]int64{-1, -1}
 }
 
-func (w *window) add(now, d int64) {
+// Add counts latency d seen at now.
+func (w *Window) Add(now, d int64) {
 	ep := now / w.half
 	s := ep & 1
 	if w.epoch[s] != ep {
@@ -53,9 +61,9 @@ func (w *window) add(now, d int64) {
 	w.counts[s][bucketOf(d)]++
 }
 
-// quantile returns the q-quantile (nearest rank, rounded up, so with
+// Quantile returns the q-quantile (nearest rank, rounded up, so with
 // fewer than 1/(1-q) samples it is the largest) or 0 with no samples.
-func (w *window) quantile(now int64, q float64) int64 {
+func (w *Window) Quantile(now int64, q float64) int64 {
 	cur := now / w.half
 	var use [2]bool
 	var total uint64
@@ -86,8 +94,8 @@ func (w *window) quantile(now int64, q float64) int64 {
 	return bucketBounds[numBuckets-1]
 }
 
-// samples returns how many latencies the window holds now.
-func (w *window) samples(now int64) uint64 {
+// Samples returns how many latencies the window holds now.
+func (w *Window) Samples(now int64) uint64 {
 	cur := now / w.half
 	var total uint64
 	for s := range 2 {
