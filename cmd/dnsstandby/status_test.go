@@ -212,3 +212,37 @@ func TestHoldAfterHold(t *testing.T) {
 		t.Errorf("release says %q", out)
 	}
 }
+
+// TestStatusFallbackLine: the text status names AKS's LocalDNS fallback
+// in one line, and the JSON carries the design at the top level.
+func TestStatusFallbackLine(t *testing.T) {
+	tests := []struct {
+		design string
+		pid    int
+		line   string
+	}{
+		{"", 0, "AKS LocalDNS fallback: none\n"},
+		{"coredns", 4242, "AKS LocalDNS fallback: coredns (pid 4242)\n"},
+		{"nat", 0, "AKS LocalDNS fallback: nat\n"},
+	}
+	for _, tt := range tests {
+		var st status.Daemon
+		st.LocalDNSFallback, st.LocalDNSFallbackPID = tt.design, tt.pid
+		var b bytes.Buffer
+		printStatus(&b, &st)
+		if !strings.Contains(b.String(), tt.line) {
+			t.Errorf("status for %q:\n%s\nwant the line %q", tt.design, b.String(), tt.line)
+		}
+		js, err := json.Marshal(&st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var top map[string]any
+		if err := json.Unmarshal(js, &top); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := top["localdns_fallback"]; !ok || got != tt.design {
+			t.Errorf("status --json localdns_fallback = %v (present %v), want %q", got, ok, tt.design)
+		}
+	}
+}
