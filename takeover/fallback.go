@@ -78,11 +78,11 @@ func (c *Controller) reportFallback() {
 	if now.design != FallbackNone {
 		// The platform's own fallback runs only once localdns.service has
 		// failed for good: an operator wants to know.
-		args := []any{"design", now.design}
 		if now.design == FallbackCoreDNS {
-			args = append(args, "pid", now.pid)
+			c.log.Warn("AKS LocalDNS fallback seen", "design", now.design, "pid", now.pid)
+		} else {
+			c.log.Warn("AKS LocalDNS fallback seen", "design", now.design)
 		}
-		c.log.Warn("AKS LocalDNS fallback seen", args...)
 	}
 	if c.cfg.OnFallback != nil {
 		c.cfg.OnFallback(now.design)
