@@ -178,8 +178,10 @@ func TestControllerFallbackNAT(t *testing.T) {
 		if st := r.c.Status(); st.LocalDNSFallback != "" {
 			t.Fatalf("dropped, not DNATed: fallback %q", st.LocalDNSFallback)
 		}
+		// DNATed: conntrack, not asked again for 10 suspect intervals
+		// after it said no, confirms within them.
 		flows.Store([]dnat.Flow{{OrigDst: listenAddr, ReplySrc: netip.MustParseAddrPort("10.244.0.5:53")}})
-		traffic(2*time.Second, 100, 0)
+		traffic(10*time.Second, 100, 0)
 		if st := r.c.Status(); st.LocalDNSFallback != FallbackNAT || st.Mode != "takeover" {
 			t.Errorf("DNATed: fallback %q mode %s, want nat, takeover", st.LocalDNSFallback, st.Mode)
 		}

@@ -63,11 +63,17 @@ type Config struct {
 	// Confirm is how many suspect intervals in a row stand for
 	// conntrack's confirmation when conntrack cannot be read.
 	Confirm int
+	// Recheck is how many suspect intervals pass, after conntrack showed
+	// no DNAT, before it is listed again: queries lost some other way
+	// (dropped by a firewall, a stalled dnsstandby) must not have the
+	// whole table dumped every second.
+	Recheck int
 }
 
 // DefaultConfig: judged from 10 queries an interval, suspect below a
-// quarter of the expected share, 3 suspect intervals without conntrack.
-func DefaultConfig() Config { return Config{MinSeen: 10, Ratio: 0.25, Confirm: 3} }
+// quarter of the expected share, 3 suspect intervals without conntrack,
+// conntrack listed again after 10 suspect intervals it did not confirm.
+func DefaultConfig() Config { return Config{MinSeen: 10, Ratio: 0.25, Confirm: 3, Recheck: 10} }
 
 // Validate reports a threshold out of range.
 func (c Config) Validate() error {
@@ -78,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dnat: Ratio must be between 0 and 1, got %v", c.Ratio)
 	case c.Confirm < 1:
 		return fmt.Errorf("dnat: Confirm must be at least 1, got %d", c.Confirm)
+	case c.Recheck < 1:
+		return fmt.Errorf("dnat: Recheck must be at least 1, got %d", c.Recheck)
 	}
 	return nil
 }
@@ -114,6 +122,7 @@ type Detector struct {
 	started  bool
 	diverted bool
 	suspects int // suspect intervals in a row
+	skip     int // suspect intervals to pass before conntrack is listed again
 }
 
 // New returns a Detector that has seen nothing diverted.
@@ -143,7 +152,7 @@ func (d *Detector) Step(now Counts, share float64, confirm func() ([]Flow, error
 	d.last = now
 	switch v {
 	case Clear:
-		d.suspects = 0
+		d.suspects, d.skip = 0, 0
 		if d.diverted {
 			d.diverted = false
 			return true, Flow{}, nil
@@ -153,11 +162,17 @@ func (d *Detector) Step(now Counts, share float64, confirm func() ([]Flow, error
 		if d.diverted {
 			return false, Flow{}, nil
 		}
+		if d.skip > 0 {
+			d.skip--
+			return false, Flow{}, nil
+		}
 		flows, err := confirm()
 		if err == nil {
 			f, ok := Diverted(flows, listen)
 			if ok {
 				d.diverted = true
+			} else {
+				d.skip = d.cfg.Recheck - 1
 			}
 			return ok, f, nil
 		}

@@ -3,6 +3,7 @@ package dnat
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -77,6 +78,7 @@ func TestConfigValidate(t *testing.T) {
 		{"Ratio 0", func(c *Config) { c.Ratio = 0 }, false},
 		{"Ratio 1", func(c *Config) { c.Ratio = 1 }, false},
 		{"Confirm 0", func(c *Config) { c.Confirm = 0 }, false},
+		{"Recheck 0", func(c *Config) { c.Recheck = 0 }, false},
 	}
 	for _, tt := range tests {
 		c := DefaultConfig()
@@ -117,11 +119,16 @@ func TestDetector(t *testing.T) {
 			{seen: 50, received: 0, share: 0, state: true},    // mirror at adopt: stands
 			{seen: 50, received: 50, share: 1, changed: true}, // hand-back: gone
 		}},
-		{"dropped, not DNATed: conntrack says no", []step{
+		{"dropped, not DNATed: conntrack says no, and is asked again 10 intervals later", append(append([]step{
+			{},
+			{seen: 50, received: 0, share: 1, flows: plain, confirmed: true}},
+			slices.Repeat([]step{{seen: 50, received: 0, share: 1, flows: plain}}, 9)...),
+			step{seen: 50, received: 0, share: 1, flows: diverted, confirmed: true, changed: true, state: true},
+		)},
+		{"a clear interval resets the wait", []step{
 			{},
 			{seen: 50, received: 0, share: 1, flows: plain, confirmed: true},
-			{seen: 50, received: 0, share: 1, flows: plain, confirmed: true},
-			{seen: 50, received: 0, share: 1, flows: plain, confirmed: true},
+			{seen: 50, received: 50, share: 1},
 			{seen: 50, received: 0, share: 1, flows: plain, confirmed: true},
 		}},
 		{"no conntrack: three suspects in a row stand for it", []step{

@@ -143,7 +143,11 @@ func TestNATFallback(t *testing.T) {
 	if by.OrigDst != listen || by.ReplySrc != netip.MustParseAddrPort(kubeDNS+":53") {
 		t.Errorf("confirmed by flow %+v, want %s answered from %s:53", by, listen, kubeDNS)
 	}
-	t.Logf("tap saw %d queries, our socket received %d; confirmed by conntrack flow %s -> %s", counts().Seen, counts().Received, by.OrigDst, by.ReplySrc)
+	began := time.Now()
+	all, err := flows()
+	must(t, err)
+	t.Logf("tap saw %d queries, our socket received %d; confirmed by conntrack flow %s -> %s; a dump of %d UDP flows took %v",
+		counts().Seen, counts().Received, by.OrigDst, by.ReplySrc, len(all), time.Since(began))
 
 	// Hand-back: localdns.service's ExecStartPre stops the fallback, which
 	// removes its chain.
