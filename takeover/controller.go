@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -219,6 +220,11 @@ func (c *Config) Validate() error {
 		return errors.New("takeover: ProbeAddr must be set")
 	case c.ProbeName == "":
 		return errors.New("takeover: ProbeName must be set")
+	case c.FallbackUnit != "" && (strings.Contains(c.FallbackUnit, "/") ||
+		!strings.HasSuffix(c.FallbackUnit, ".service") && !strings.HasSuffix(c.FallbackUnit, ".scope")):
+		// The unit is matched against the cgroup path's elements: a name
+		// that cannot be one would never match.
+		return fmt.Errorf("takeover: FallbackUnit must name a .service or .scope unit, or be empty, got %q", c.FallbackUnit)
 	}
 	if _, err := steer.ParseLevel(c.Steering); err != nil {
 		return fmt.Errorf("takeover: Steering: %w", err)
