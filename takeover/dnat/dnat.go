@@ -52,13 +52,17 @@ func Diverted(flows []Flow, listen []netip.AddrPort) (Flow, bool) {
 // Config holds the Detector's thresholds. Start from DefaultConfig.
 type Config struct {
 	// MinSeen is the fewest queries an interval must have seen on the wire
-	// to be judged: fewer say nothing either way.
+	// to be judged, and the fewest missing (expected at the sockets and
+	// not received) to be suspect.
 	MinSeen uint64
-	// Ratio: an interval is suspect when the sockets received less than
-	// Ratio × share × seen (share: what they should get, 1 when they are
-	// the only ones). A quarter leaves room for the tap and the sockets
-	// to count the same queries in neighbouring intervals, and for the
-	// kernel's hash to be uneven.
+	// Ratio: an interval is suspect when the queries missing are also at
+	// least Ratio of those expected (share × seen; share is what the
+	// sockets should get, 1 when they are the only ones). A DNAT applies
+	// only to a flow's first packet, so flows that reached our sockets
+	// before the chain came (long-lived client sockets) keep doing so,
+	// and only the new ones go: what is missing can be a small part.
+	// The interval is clear when less than half of both is missing, and
+	// says nothing in between (no flapping at the edge).
 	Ratio float64
 	// Confirm is how many suspect intervals in a row stand for
 	// conntrack's confirmation when conntrack cannot be read.
@@ -70,10 +74,11 @@ type Config struct {
 	Recheck int
 }
 
-// DefaultConfig: judged from 10 queries an interval, suspect below a
-// quarter of the expected share, 3 suspect intervals without conntrack,
+// DefaultConfig: judged from 10 queries an interval, suspect with 10 and
+// 1% of those expected missing, 3 suspect intervals without conntrack,
 // conntrack listed again after 10 suspect intervals it did not confirm.
-func DefaultConfig() Config { return Config{MinSeen: 10, Ratio: 0.25, Confirm: 3, Recheck: 10} }
+// Conntrack decides: a suspect interval only makes it be listed.
+func DefaultConfig() Config { return Config{MinSeen: 10, Ratio: 0.01, Confirm: 3, Recheck: 10} }
 
 // Validate reports a threshold out of range.
 func (c Config) Validate() error {
@@ -97,7 +102,7 @@ const (
 	// Unknown: too few queries, or the sockets were not expected to get
 	// any (LocalDNS has them all): the state stands.
 	Unknown Verdict = iota
-	// Suspect: queries seen, and far fewer received than expected.
+	// Suspect: queries seen, and fewer received than expected.
 	Suspect
 	// Clear: the sockets received about what they should.
 	Clear
@@ -109,10 +114,16 @@ func (c Config) Judge(seen, received uint64, share float64) Verdict {
 	if share <= 0 || seen < c.MinSeen {
 		return Unknown
 	}
-	if float64(received) < c.Ratio*share*float64(seen) {
+	expected := share * float64(seen)
+	missing := expected - float64(received)
+	bar := max(float64(c.MinSeen), c.Ratio*expected)
+	switch {
+	case missing >= bar:
 		return Suspect
+	case 2*missing < bar:
+		return Clear
 	}
-	return Clear
+	return Unknown
 }
 
 // Detector turns intervals into a state: diverted or not.

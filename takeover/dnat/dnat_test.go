@@ -51,12 +51,15 @@ func TestJudge(t *testing.T) {
 		{"LocalDNS has them all (mirror at adopt)", 100, 0, 0, Unknown},
 		{"takeover, all received", 100, 100, 1, Clear},
 		{"takeover, host queries on top", 100, 180, 1, Clear},
+		{"takeover, counted in the next interval", 100, 96, 1, Clear},
 		{"takeover, none received", 100, 0, 1, Suspect},
-		{"takeover, a few slipped past (NOTRACKed flows)", 100, 10, 1, Suspect},
-		{"takeover, at the ratio", 100, 25, 1, Clear},
+		{"takeover, only new flows DNATed (1.5%)", 1000, 985, 1, Suspect},
+		{"takeover, at the edge", 1000, 994, 1, Unknown},
+		{"busy takeover, a batch late", 20000, 19950, 1, Clear},
+		{"busy takeover, 1% gone", 20000, 19800, 1, Suspect},
 		{"hash beside LocalDNS, half received", 100, 48, 0.5, Clear},
 		{"hash beside LocalDNS, none received", 100, 0, 0.5, Suspect},
-		{"hash, unlucky but fine", 20, 4, 0.5, Clear},
+		{"hash, unlucky", 40, 8, 0.5, Suspect},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
