@@ -113,14 +113,15 @@ func (c *Controller) ourShare() float64 {
 	case mode == Mirror && level == steer.Adopt:
 		return 0
 	}
-	listens := 0
+	ours := 0
 	for _, s := range c.cfg.Sockets {
 		if s.UDP {
-			listens++
+			ours++
 		}
 	}
-	// One socket of ours and peerUDP/listens of LocalDNS's per group.
-	return float64(listens) / float64(listens+peerUDP)
+	// The hash gives each socket of a group an equal share: ours against
+	// LocalDNS's, over every group.
+	return float64(ours) / float64(ours+peerUDP)
 }
 
 // natStep runs one interval of the nat detector (once a second, from the
