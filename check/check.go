@@ -122,6 +122,9 @@ func (r Report) MarshalJSON() ([]byte, error) {
 type Config struct {
 	// LocalDNSUnit is LocalDNS's systemd unit (localdns.service).
 	LocalDNSUnit string
+	// FallbackUnit is AKS's LocalDNS fallback unit
+	// (localdns-fallback.service).
+	FallbackUnit string
 	// LocalDNSCorefile is LocalDNS's Corefile, which says the listeners
 	// LocalDNS serves: a path, or several separated by commas of which
 	// the first that exists is read, as `dnsstandby run
@@ -174,6 +177,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		LocalDNSUnit:     DefaultLocalDNSUnit,
+		FallbackUnit:     DefaultFallbackUnit,
 		LocalDNSCorefile: DefaultLocalDNSCorefile,
 		KubeletFlags:     DefaultKubeletFlags,
 		AdminSocket:      admin.DefaultSocket,

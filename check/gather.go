@@ -47,6 +47,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		cfg.Listen = daemonListen(daemon.Status)
 	}
 	unitOut, unitErr := systemctlShow(ctx, cfg.LocalDNSUnit)
+	fallback := readFallback(ctx, cfg.LocalDNSUnit, cfg.FallbackUnit)
 	localdns := readLocalDNSCorefile(cfg.LocalDNSCorefile)
 	kube := readKubelet(cfg)
 	addrs := listAddrs()
@@ -104,6 +105,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	add(daemonResult(daemon, groups))
 	add(localdnsListenersResult(localdns, daemon))
+	add(fallbackResult(fallback, daemon))
 	addIf(configResult(daemon))
 	addIf(steeringResult(daemon))
 	add(upstreamResult(probes, daemon.Status != nil && daemon.Status.Upstreams != nil))
@@ -116,6 +118,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 func withDefaults(cfg Config) Config {
 	d := DefaultConfig()
 	cfg.LocalDNSUnit = cmp.Or(cfg.LocalDNSUnit, d.LocalDNSUnit)
+	cfg.FallbackUnit = cmp.Or(cfg.FallbackUnit, d.FallbackUnit)
 	cfg.LocalDNSCorefile = cmp.Or(cfg.LocalDNSCorefile, d.LocalDNSCorefile)
 	cfg.KubeletFlags = cmp.Or(cfg.KubeletFlags, d.KubeletFlags)
 	cfg.AdminSocket = cmp.Or(cfg.AdminSocket, d.AdminSocket)

@@ -40,6 +40,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/pipeline"
 	"github.com/dnsstandby/dnsstandby/responder"
 	"github.com/dnsstandby/dnsstandby/takeover"
+	"github.com/dnsstandby/dnsstandby/takeover/dnat"
 	"github.com/dnsstandby/dnsstandby/upstream"
 )
 
@@ -310,6 +311,7 @@ type view struct {
 	pipe   *pipeline.Pipeline
 	tap    *tap.Tap      // nil unless the mirror feed is the tap and it runs
 	hedger *hedge.Hedger // nil unless hedging, and the tap runs
+	warm   *warmer       // with hedger: warms the cache while AKS's nat fallback has the queries
 
 	mu  sync.Mutex // guards set, replaced by a reload
 	set *routeSet
@@ -599,21 +601,21 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 		for _, v := range d.views {
 			tc := tapConfig(v.listen)
 			tc.Logger = d.base.With("listener", v.listen.String())
-			var h *hedge.Hedger
+			var obs observer
 			if d.cfg.hedging() {
 				var err error
-				if h, err = d.newHedger(v); err != nil {
+				if obs, err = d.newHedger(v); err != nil {
 					fail(fmt.Errorf("listener %s: %w", v.listen, err))
 					continue
 				}
-				tc.Queries, tc.Observer = true, observer{h}
+				tc.Queries, tc.Observer = true, obs
 			}
 			tp, err := tap.Start(life, tc, v.pipe.InsertMirror)
 			if err != nil {
 				fail(fmt.Errorf("listener %s: %w", v.listen, err))
 				continue
 			}
-			v.hedger = h
+			v.hedger, v.warm = obs.h, obs.warm
 			// Off until takeover says every reply on the wire is LocalDNS's.
 			tp.SetEnabled(false)
 			stack.push("mirror tap "+v.listen.String(), tp.Close)
@@ -668,6 +670,10 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 	if d.cfg.Mirror.Kind == MirrorTap {
 		tc.OnMirrorSafe = d.setMirrorSafe
 	}
+	if d.cfg.hedging() {
+		tc.QueryCounts = d.queryCounts
+	}
+	tc.OnFallback = d.setFallback
 	if a := d.cfg.Anchor; a.Link != "" {
 		ac := d.cfg.anchorConfig()
 		tc.Anchor = &ac
@@ -680,6 +686,30 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 	reg.MustRegister(ctrl)
 	d.ctrl = ctrl // for the status and the admin socket, served from here on
 	return ctrl, nil
+}
+
+// queryCounts are the queries the taps saw arrive for the listen
+// addresses and those our UDP sockets received: takeover notices AKS's
+// nat fallback from them. Only the taps that see queries (hedging) count.
+func (d *Daemon) queryCounts() dnat.Counts {
+	var c dnat.Counts
+	for _, v := range d.views {
+		if v.tap != nil && v.hedger != nil {
+			c.Seen += v.tap.Stats().Queries
+		}
+	}
+	c.Received = d.srv.UDPReceived()
+	return c
+}
+
+// setFallback follows the AKS LocalDNS fallback takeover sees: while
+// its nat design has the queries, the taps' queries warm the caches.
+func (d *Daemon) setFallback(design string) {
+	for _, v := range d.views {
+		if v.warm != nil {
+			v.warm.on.Store(design == takeover.FallbackNAT)
+		}
+	}
 }
 
 // answered is the running total of queries dnsstandby answered, for

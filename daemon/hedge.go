@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/hedge"
@@ -46,24 +47,54 @@ func (a *answers) Send(client netip.AddrPort, reply []byte) error {
 	return a.srv.SendTo(a.listen, client, reply)
 }
 
-// observer hands the tap's packets to a hedger.
-type observer struct{ h *hedge.Hedger }
+// observer hands the tap's packets to a hedger, and the queries to a
+// warmer.
+type observer struct {
+	h    *hedge.Hedger
+	warm *warmer
+}
 
-func (o observer) Query(p *tap.Packet)      { o.h.Query(p.At, p.Client, p.DNS) }
+func (o observer) Query(p *tap.Packet) {
+	o.h.Query(p.At, p.Client, p.DNS)
+	o.warm.query(p.Client, p.DNS)
+}
 func (o observer) Reply(p *tap.Packet) bool { return o.h.Reply(p.At, p.Client, p.DNS) }
+
+// warmer keeps a view's cache warm while AKS's nat fallback takes the
+// listen address's queries (takeover.FallbackNAT): neither LocalDNS nor
+// dnsstandby sees them or their answers (the replies are forwarded by the
+// node, which the tap's filter refuses), but the tap still sees each
+// query arrive, so a query whose answer is not cached fresh is resolved
+// in the background, as a miss of LocalDNS's own cache would be, and
+// LocalDNS's return finds the cache warm. Identical misses in flight
+// share one resolution and the pipeline's caps bound them, so the
+// upstreams see about what LocalDNS would have sent them; the answers go
+// nowhere, and the pods' queries are left to the fallback untouched.
+type warmer struct {
+	on atomic.Bool // the nat fallback is seen
+	a  *answers
+}
+
+// query is called from the tap's goroutine (Fresh's worker is its).
+func (w *warmer) query(client netip.AddrPort, msg []byte) {
+	if !w.on.Load() || w.a.Fresh(msg) {
+		return
+	}
+	w.a.pipe.Resolve(msg, client, true, func([]byte) {})
+}
 
 // newHedger makes view v's hedger, its deadlines not yet running (see
 // startHedgers), and registers its metrics under v's listener label.
-func (d *Daemon) newHedger(v *view) (*hedge.Hedger, error) {
+func (d *Daemon) newHedger(v *view) (observer, error) {
 	hc := d.cfg.hedgeConfig()
 	hc.Logger = d.base.With("listener", v.listen.String())
 	a := &answers{listen: v.listen, pipe: v.pipe, srv: d.srv, run: v.pipe.NewWorker(), tap: v.pipe.NewWorker()}
 	h, err := hedge.New(hc, a)
 	if err != nil {
-		return nil, err
+		return observer{}, err
 	}
 	v.reg.MustRegister(h)
-	return h, nil
+	return observer{h: h, warm: &warmer{a: a}}, nil
 }
 
 // startHedgers runs the hedgers' deadlines once takeover runs: a fast

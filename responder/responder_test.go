@@ -139,7 +139,7 @@ func TestUDPAndTCPAnswer(t *testing.T) {
 
 func TestManyDatagramsAllAnswered(t *testing.T) {
 	ap := nstest.FreeLoopbackAddr(t)
-	startServer(t, ap, &tableUpstream{}, nil)
+	srv, _ := startServer(t, ap, &tableUpstream{}, nil)
 	conn, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(ap))
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +193,11 @@ func TestManyDatagramsAllAnswered(t *testing.T) {
 	}
 	if len(seen) != total {
 		t.Fatalf("%d of %d queries answered", len(seen), total)
+	}
+	// Every datagram read is counted (takeover compares the count with
+	// the queries the tap saw arrive).
+	if got := srv.UDPReceived(); got != total+10 {
+		t.Errorf("UDPReceived = %d, want %d", got, total+10)
 	}
 }
 

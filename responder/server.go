@@ -337,6 +337,12 @@ func (s *Server) CountReads(listen netip.AddrPort, reads *atomic.Uint64) {
 	}
 }
 
+// UDPReceived returns how many datagrams the UDP sockets have received,
+// over every listen address: what takeover compares with the queries the
+// packet tap saw arrive for them, to notice queries taken elsewhere
+// before any socket (AKS's nat fallback).
+func (s *Server) UDPReceived() uint64 { return s.stats.udpReceived.Load() }
+
 // stuckAfter is how long a read loop may spend on one batch before the
 // server counts as unhealthy: a batch normally takes microseconds.
 const stuckAfter = 5 * time.Second
@@ -411,6 +417,7 @@ func (s *Server) Addrs() []netip.AddrPort {
 // serverStats are the responder's own counters; answers are counted by
 // the pipeline.
 type serverStats struct {
+	udpReceived         atomic.Uint64
 	udpTruncatedQueries atomic.Uint64
 	udpSendFailures     atomic.Uint64
 	udpReadErrors       atomic.Uint64

@@ -56,6 +56,7 @@ func (l *udpLoop) run() {
 		if c := l.reads.Load(); c != nil {
 			c.Add(1)
 		}
+		l.s.stats.udpReceived.Add(uint64(n))
 		l.busySince.Store(time.Now().UnixNano())
 		out := 0
 		for i := range n {

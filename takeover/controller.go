@@ -8,12 +8,14 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/takeover/anchor"
+	"github.com/dnsstandby/dnsstandby/takeover/dnat"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
@@ -72,6 +74,21 @@ type Config struct {
 	// on the wire from the listen address are LocalDNS's, never our own.
 	// Called at start and whenever that changes, from one goroutine.
 	OnMirrorSafe func(bool)
+	// FallbackUnit is the systemd unit of AKS's LocalDNS fallback
+	// (peer.WatcherConfig.FallbackUnit): a CoreDNS in it on the listen
+	// address is reported, never taken for LocalDNS. "": none is told
+	// apart.
+	FallbackUnit string
+	// QueryCounts, if set, returns the running totals of the UDP queries
+	// to the listen addresses the packet tap saw and of those our
+	// sockets received: with them the controller notices AKS's nat
+	// fallback, which DNATs the queries away before any socket (package
+	// dnat). Called once a second from one goroutine. Nil: not noticed.
+	QueryCounts func() dnat.Counts
+	// OnFallback, if set, is told the design of AKS's LocalDNS fallback
+	// seen (FallbackNone, FallbackCoreDNS, FallbackNAT) whenever it
+	// changes, from one goroutine.
+	OnFallback func(design string)
 	// Logger receives the controller's lines (component=takeover) and its
 	// parts' (anchor, peer, steer); nil discards.
 	Logger *slog.Logger
@@ -86,6 +103,7 @@ func DefaultConfig() Config {
 		ProbeAddr:     netip.MustParseAddrPort("169.254.10.10:53"),
 		ProbeName:     "health-check.localdns.local.",
 		Machine:       DefaultMachineConfig(),
+		FallbackUnit:  peer.DefaultFallbackUnit,
 	}
 }
 
@@ -129,6 +147,10 @@ type Controller struct {
 	probeCfg peer.ProbeConfig
 	events   *EventLog
 	stats    *stats
+	det      *dnat.Detector // nil without QueryCounts; owned by run
+
+	// conntrackWarned: conntrack could not be listed, said once.
+	conntrackWarned bool
 
 	// anchorFailed: an anchor was asked for and could not be made.
 	anchorFailed bool
@@ -153,6 +175,8 @@ type Controller struct {
 	adopted  map[string][]uint64 // group -> peer socket inodes handled: in its map, or MPTCP
 	mptcp    map[string]int      // group -> how many of those are MPTCP, so not in the map
 	lastProb peer.ProbeResult
+	nat      bool         // the nat detector says the listen addresses are DNATed away
+	fallback fallbackSeen // as last reported
 }
 
 type operatorCmd struct {
@@ -196,6 +220,11 @@ func (c *Config) Validate() error {
 		return errors.New("takeover: ProbeAddr must be set")
 	case c.ProbeName == "":
 		return errors.New("takeover: ProbeName must be set")
+	case c.FallbackUnit != "" && (strings.Contains(c.FallbackUnit, "/") ||
+		!strings.HasSuffix(c.FallbackUnit, ".service") && !strings.HasSuffix(c.FallbackUnit, ".scope")):
+		// The unit is matched against the cgroup path's elements: a name
+		// that cannot be one would never match.
+		return fmt.Errorf("takeover: FallbackUnit must name a .service or .scope unit, or be empty, got %q", c.FallbackUnit)
 	}
 	if _, err := steer.ParseLevel(c.Steering); err != nil {
 		return fmt.Errorf("takeover: Steering: %w", err)
@@ -279,6 +308,7 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 		}
 	}
 	wc.Exclude = func(ino uint64) bool { return ours[ino] }
+	wc.FallbackUnit = cfg.FallbackUnit
 	wc.Logger = cfg.Logger
 	c.watch, err = p.startWatch(c.ctx, wc)
 	if err != nil {
@@ -301,6 +331,12 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 	c.stats.setMode(mode)
 	c.tellMirrorSafe()
 	c.log.Info("takeover started", "mode", mode.String(), "peer_bound", c.peer.Bound, "peer_sockets", len(c.peer.Sockets))
+	c.reportFallback()
+	if cfg.QueryCounts != nil {
+		if c.det, err = dnat.New(dnat.DefaultConfig()); err != nil {
+			return c, fmt.Errorf("takeover: %w", err)
+		}
+	}
 
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.heartbeat(c.ctx) }()
@@ -419,6 +455,7 @@ func (c *Controller) run(ctx context.Context) {
 			c.adopt(st)
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.PeerBound(now, st.Bound) })
 			c.tellMirrorSafe()
+			c.reportFallback()
 		case <-probe.C:
 			c.mu.Lock()
 			bound := c.peer.Bound
@@ -495,6 +532,7 @@ func (c *Controller) run(ctx context.Context) {
 			op.done <- was
 		case <-tick.C:
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.Tick(now) })
+			c.natStep()
 		}
 	}
 }
@@ -749,8 +787,13 @@ type Status struct {
 		// listeners): such a group hashes in mirror.
 		Unadoptable map[string]int `json:"unadoptable,omitempty"`
 	} `json:"peer"`
-	AnchorReady *bool   `json:"anchor_ready,omitempty"`
-	Events      []Event `json:"events"`
+	// LocalDNSFallback is the design of AKS's LocalDNS fallback seen:
+	// "" none, "coredns" (LocalDNSFallbackPID its process, 0 if not
+	// visible) or "nat".
+	LocalDNSFallback    string  `json:"localdns_fallback"`
+	LocalDNSFallbackPID int     `json:"localdns_fallback_pid,omitempty"`
+	AnchorReady         *bool   `json:"anchor_ready,omitempty"`
+	Events              []Event `json:"events"`
 }
 
 // Status returns what `dnsstandby status` shows.
@@ -768,6 +811,7 @@ func (c *Controller) Status() Status {
 	if c.lastProb.Err != nil {
 		s.Peer.LastProbe.Error = c.lastProb.Err.Error()
 	}
+	s.LocalDNSFallback, s.LocalDNSFallbackPID = c.fallback.design, c.fallback.pid
 	s.Peer.Adopted = map[string]int{}
 	for g, in := range c.adopted {
 		s.Peer.Adopted[g] = len(in) - c.mptcp[g]

@@ -871,6 +871,8 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"no probe address", func(c *Config) { c.ProbeAddr = netip.AddrPort{} }, "takeover: ProbeAddr must be set"},
 		{"no probe name", func(c *Config) { c.ProbeName = "" }, "takeover: ProbeName must be set"},
 		{"hung after 0", func(c *Config) { c.Machine.HungAfter = 0 }, "takeover: Machine.HungAfter must be at least 1, got 0"},
+		{"fallback unit a path", func(c *Config) { c.FallbackUnit = "/x" }, `takeover: FallbackUnit must name a .service or .scope unit, or be empty, got "/x"`},
+		{"fallback unit no unit", func(c *Config) { c.FallbackUnit = "localdns-fallback" }, `takeover: FallbackUnit must name a .service or .scope unit, or be empty, got "localdns-fallback"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

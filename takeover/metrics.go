@@ -128,7 +128,7 @@ var (
 // Describe implements prometheus.Collector.
 func (c *Controller) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descMode, descModeSince, descTransitions, descFailovers, descFailbacks, descProbes,
-		descPeerSockets, descAdopted, descAdoptErrors, descHeartbeatErrors, descHeartbeatErrorsOld} {
+		descPeerSockets, descAdopted, descAdoptErrors, descHeartbeatErrors, descHeartbeatErrorsOld, descFallback} {
 		ch <- d
 	}
 	c.stats.durations.Describe(ch)
@@ -185,6 +185,7 @@ func (c *Controller) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAdoptErrors, prometheus.CounterValue, float64(s.adoptErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descHeartbeatErrors, prometheus.CounterValue, float64(s.heartbeatErrors.Load()))
 	ch <- prometheus.MustNewConstMetric(descHeartbeatErrorsOld, prometheus.CounterValue, float64(s.heartbeatErrors.Load()))
+	c.collectFallback(ch)
 	s.probeRTT.Collect(ch)
 	c.steer.Collect(ch)
 	if c.anchor != nil {

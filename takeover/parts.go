@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dnsstandby/dnsstandby/takeover/anchor"
+	"github.com/dnsstandby/dnsstandby/takeover/dnat"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
 	"github.com/dnsstandby/dnsstandby/takeover/steer"
 )
 
 // What the Controller needs of its parts, and no more: Start wires the
 // real ones (anchor.Anchor, steer.Steerer, peer.Watcher, peer.Prober,
-// peer.Process); the controller's unit test drives fakes.
+// peer.Process, dnat.Flows); the controller's unit test drives fakes.
 type (
 	// anchorPart keeps the listen addresses local (*anchor.Anchor).
 	anchorPart interface {
@@ -68,6 +69,7 @@ type parts struct {
 	newProber   func(peer.ProbeConfig) (prober, error)
 	openProcess func(pid int) (peerProcess, error)
 	socketInode func(syscall.RawConn) (uint64, error)
+	flows       func() ([]dnat.Flow, error) // conntrack, for the nat detector
 }
 
 // realParts are the parts of a running dnsstandby. Each constructor's
@@ -110,5 +112,6 @@ func realParts() parts {
 			return p, nil
 		},
 		socketInode: peer.SocketInode,
+		flows:       dnat.Flows,
 	}
 }

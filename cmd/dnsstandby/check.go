@@ -80,6 +80,7 @@ func checkFlags(cfg *check.Config, listen, upstreams *[]netip.AddrPort) (*flag.F
 	fs := flag.NewFlagSet("dnsstandby check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.LocalDNSUnit, "localdns-unit", cfg.LocalDNSUnit, "LocalDNS's systemd `UNIT`")
+	fs.StringVar(&cfg.FallbackUnit, "localdns-fallback-unit", cfg.FallbackUnit, "AKS's LocalDNS fallback's systemd `UNIT`, reported (INFO) when installed or running")
 	fs.StringVar(&cfg.LocalDNSCorefile, "localdns-corefile", cfg.LocalDNSCorefile, "LocalDNS's Corefile `PATH`, or several separated by commas of which the first that exists is read: the listeners LocalDNS serves, each of which dnsstandby should listen on too")
 	fs.StringVar(&cfg.KubeletConfig, "kubelet-config", "", "kubelet's config `FILE` (YAML or JSON) (default: the --config the kubelet flags name, else "+check.DefaultKubeletConfig+")")
 	fs.StringVar(&cfg.KubeletFlags, "kubelet-flags", cfg.KubeletFlags, "the environment `FILE` holding kubelet's flags")

@@ -343,6 +343,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.Var(positive(&t.Machine.HealthyProbes), "holddown-probes", "probes in a row a restarted or hung LocalDNS must pass before it gets traffic back")
 	fs.Var(notNegative(&t.Machine.HealthyFor), "holddown", "how long those probes must span")
 	fs.BoolVar(&t.TCPMigrate, "tcp-migrate", t.TCPMigrate, "set net.ipv4.tcp_migrate_req=1 so TCP connections queued on a dying LocalDNS move to us")
+	fs.StringVar(&t.FallbackUnit, "localdns-fallback-unit", t.FallbackUnit, "systemd `UNIT` of AKS's LocalDNS fallback: a CoreDNS in it on a listen address is reported, never taken for LocalDNS (empty: every socket not ours is LocalDNS's)")
 
 	fs.Var(parsed[daemon.Mirror]{&cfg.Mirror, parseMirror, daemon.Mirror.String}, "mirror", "how LocalDNS's answers fill the cache (`MODE`): tap (a packet tap on the listen addresses' replies), dnstap:PATH (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
 	h := &cfg.Hedge

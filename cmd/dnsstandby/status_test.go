@@ -147,6 +147,9 @@ func TestStatusForCheck(t *testing.T) {
 		"config":                             check.Pass, // from the flags
 		// No LocalDNS Corefile on this machine: not known what it serves.
 		"localdns-listeners": check.Warn,
+		// No AKS fallback unit here, no LOCALDNS-FALLBACK chain (or no
+		// iptables to say), none seen by the daemon.
+		"localdns-fallback": check.Pass,
 	} {
 		r, ok := got[name]
 		if !ok {
@@ -162,8 +165,8 @@ func TestStatusForCheck(t *testing.T) {
 	if r := got["localdns-unit"]; r.Status != check.Warn && r.Status != check.Skip {
 		t.Errorf("localdns-unit: %s, want WARN or SKIP: %s (fix: %s)", r.Status, r.Found, r.Fix)
 	}
-	if len(got) != 11 {
-		t.Errorf("%d rows, want 11:\n%s", len(got), out.String())
+	if len(got) != 12 {
+		t.Errorf("%d rows, want 12:\n%s", len(got), out.String())
 	}
 	if u := got["upstreams"]; !strings.Contains(u.Found, up.String()+" NOERROR for SOA example.") {
 		t.Errorf("upstreams row (the cluster domain from kubelet's config): %s", u.Found)
@@ -210,5 +213,39 @@ func TestHoldAfterHold(t *testing.T) {
 	}
 	if out := run("release"); strings.HasPrefix(out, "hold:") {
 		t.Errorf("release says %q", out)
+	}
+}
+
+// TestStatusFallbackLine: the text status names AKS's LocalDNS fallback
+// in one line, and the JSON carries the design at the top level.
+func TestStatusFallbackLine(t *testing.T) {
+	tests := []struct {
+		design string
+		pid    int
+		line   string
+	}{
+		{"", 0, "AKS LocalDNS fallback: none\n"},
+		{"coredns", 4242, "AKS LocalDNS fallback: coredns (pid 4242)\n"},
+		{"nat", 0, "AKS LocalDNS fallback: nat\n"},
+	}
+	for _, tt := range tests {
+		var st status.Daemon
+		st.LocalDNSFallback, st.LocalDNSFallbackPID = tt.design, tt.pid
+		var b bytes.Buffer
+		printStatus(&b, &st)
+		if !strings.Contains(b.String(), tt.line) {
+			t.Errorf("status for %q:\n%s\nwant the line %q", tt.design, b.String(), tt.line)
+		}
+		js, err := json.Marshal(&st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var top map[string]any
+		if err := json.Unmarshal(js, &top); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := top["localdns_fallback"]; !ok || got != tt.design {
+			t.Errorf("status --json localdns_fallback = %v (present %v), want %q", got, ok, tt.design)
+		}
 	}
 }

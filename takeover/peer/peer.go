@@ -45,14 +45,18 @@ type Socket struct {
 	UID   uint32         `json:"uid"`            // the socket's owner UID (the creator's effective UID)
 	PID   int            `json:"pid,omitempty"`  // a process holding it, or 0 if none is visible in /proc
 	Comm  string         `json:"comm,omitempty"` // that process's name (/proc/PID/comm), or ""
+	Unit  string         `json:"unit,omitempty"` // that process's systemd unit (/proc/PID/cgroup), or ""
 }
 
 // String describes the socket for logs: address, protocol, inode, UID and
-// holder.
+// holder (with its systemd unit, when known).
 func (s Socket) String() string {
 	owner := "owner not visible"
 	if s.PID != 0 {
 		owner = fmt.Sprintf("%s[%d]", s.Comm, s.PID)
+		if s.Unit != "" {
+			owner += " in " + s.Unit
+		}
 	}
 	return fmt.Sprintf("%s/%s inode %d uid %d %s", s.Addr, s.Proto, s.Inode, s.UID, owner)
 }

@@ -94,7 +94,57 @@ func readComm(root string, pid int) string {
 	return strings.TrimSuffix(string(b), "\n")
 }
 
-// fillOwners sets PID and Comm of every socket in socks whose PID is 0 to a
+// readUnit returns the systemd unit the process runs in, from its cgroup,
+// or "" if it cannot be read or names none.
+func readUnit(root string, pid int) string {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return ""
+	}
+	return unitFromCgroup(string(b))
+}
+
+// unitFromCgroup returns the systemd unit (a .service or .scope) named by
+// a /proc/PID/cgroup text: the unified hierarchy's line ("0::PATH") if
+// its path names one, else the name=systemd hierarchy's (a hybrid node).
+// The unit is the deepest path element with such a suffix, so a path seen
+// from inside a cgroup namespace ("/../../system.slice/x.service") and a
+// unit's own sub-cgroups still give it.
+func unitFromCgroup(text string) string {
+	var unified, named string
+	for line := range strings.Lines(text) {
+		id, rest, ok := strings.Cut(strings.TrimSuffix(line, "\n"), ":")
+		if !ok {
+			continue
+		}
+		ctrl, path, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case id == "0" && ctrl == "":
+			unified = unitOfPath(path)
+		case ctrl == "name=systemd":
+			named = unitOfPath(path)
+		}
+	}
+	if unified != "" {
+		return unified
+	}
+	return named
+}
+
+func unitOfPath(path string) string {
+	elems := strings.Split(path, "/")
+	for i := len(elems) - 1; i >= 0; i-- {
+		if e := elems[i]; strings.HasSuffix(e, ".service") || strings.HasSuffix(e, ".scope") {
+			return e
+		}
+	}
+	return ""
+}
+
+// fillOwners sets PID, Comm and Unit of every socket in socks whose PID is 0 to a
 // process holding it: the processes in hints first (LocalDNS's last known
 // PIDs, so that a rescan costs nothing while LocalDNS keeps its sockets),
 // then every process under root until all are found, the service manager
@@ -114,17 +164,17 @@ func fillOwners(root string, socks []Socket, hints []int) error {
 		return nil
 	}
 	scan := func(pid int) {
-		var comm string
+		var comm, unit string
 		_ = eachSocketFD(root, pid, func(_ int, inode uint64) bool {
 			idx, ok := want[inode]
 			if !ok {
 				return true
 			}
 			if comm == "" {
-				comm = readComm(root, pid)
+				comm, unit = readComm(root, pid), readUnit(root, pid)
 			}
 			for _, i := range idx {
-				socks[i].PID, socks[i].Comm = pid, comm
+				socks[i].PID, socks[i].Comm, socks[i].Unit = pid, comm, unit
 			}
 			delete(want, inode)
 			return len(want) > 0

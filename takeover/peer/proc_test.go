@@ -85,6 +85,10 @@ func TestFillOwners(t *testing.T) {
 		1:   {12: "socket:[888]", 13: "socket:[889]"},
 		500: {3: "socket:[888]"},
 	}, map[int]string{100: "coredns", 200: "localdns.sh", 300: "coredns", 1: "systemd", 500: "dnsstandby"})
+	// 300 runs in AKS's fallback unit; the others' cgroups name none.
+	if err := os.WriteFile(filepath.Join(root, "300", "cgroup"), []byte("0::/system.slice/localdns-fallback.service\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name   string
@@ -92,13 +96,14 @@ func TestFillOwners(t *testing.T) {
 		inodes []uint64
 		pids   []int
 		comms  []string
+		units  []string // nil: none
 	}{
-		{"scan", nil, []uint64{555, 556, 999}, []int{100, 100, 0}, []string{"coredns", "coredns", ""}},
-		{"hint first", []int{300}, []uint64{777}, []int{300}, []string{"coredns"}},
-		{"stale hint", []int{12345, 400}, []uint64{555}, []int{100}, []string{"coredns"}},
-		{"none", nil, nil, nil, nil},
-		{"stored by the service manager: the serving process named", nil, []uint64{888}, []int{500}, []string{"dnsstandby"}},
-		{"held by the service manager alone", nil, []uint64{889}, []int{1}, []string{"systemd"}},
+		{"scan", nil, []uint64{555, 556, 999}, []int{100, 100, 0}, []string{"coredns", "coredns", ""}, nil},
+		{"hint first", []int{300}, []uint64{777}, []int{300}, []string{"coredns"}, []string{"localdns-fallback.service"}},
+		{"stale hint", []int{12345, 400}, []uint64{555}, []int{100}, []string{"coredns"}, nil},
+		{"none", nil, nil, nil, nil, nil},
+		{"stored by the service manager: the serving process named", nil, []uint64{888}, []int{500}, []string{"dnsstandby"}, nil},
+		{"held by the service manager alone", nil, []uint64{889}, []int{1}, []string{"systemd"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +117,9 @@ func TestFillOwners(t *testing.T) {
 			for i, s := range socks {
 				if s.PID != tt.pids[i] || s.Comm != tt.comms[i] {
 					t.Errorf("socket:[%d]: owner %s[%d], want %s[%d]", s.Inode, s.Comm, s.PID, tt.comms[i], tt.pids[i])
+				}
+				if want := unitWant(tt.units, i); s.Unit != want {
+					t.Errorf("socket:[%d]: unit %q, want %q", s.Inode, s.Unit, want)
 				}
 			}
 		})
@@ -285,4 +293,60 @@ func TestDiagKernelFilter(t *testing.T) {
 			t.Errorf("%s dump for port %d: %+v, want only %s (inode %d)", tt.proto, tt.addr.Port(), raw, tt.addr, inode(tt.conn))
 		}
 	}
+}
+
+func TestUnitFromCgroup(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"unified", "0::/system.slice/localdns-fallback.service\n", "localdns-fallback.service"},
+		{"unified, no newline", "0::/system.slice/localdns.service", "localdns.service"},
+		{"seen from a container's cgroup namespace", "0::/../../system.slice/localdns-fallback.service\n", "localdns-fallback.service"},
+		{"a unit's own sub-cgroup", "0::/system.slice/localdns.service/payload\n", "localdns.service"},
+		{"a transient scope", "0::/system.slice/run-r1a2b.scope\n", "run-r1a2b.scope"},
+		{"a pod's container", "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-0123.scope\n", "cri-containerd-0123.scope"},
+		{"hybrid: name=systemd names the unit", "9:name=systemd:/system.slice/localdns-fallback.service\n4:memory:/x\n0::/\n", "localdns-fallback.service"},
+		{"hybrid: unified first", "1:name=systemd:/system.slice/a.service\n0::/system.slice/b.service\n", "b.service"},
+		{"legacy controllers only", "4:memory:/system.slice/localdns.service\n", ""},
+		{"root", "0::/\n", ""},
+		{"a slice only", "0::/system.slice\n", ""},
+		{"empty", "", ""},
+		{"garbage", "not a cgroup line\n::\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := unitFromCgroup(tt.text); got != tt.want {
+				t.Errorf("unitFromCgroup(%q) = %q, want %q", tt.text, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSocketString(t *testing.T) {
+	base := Socket{Proto: UDP, Addr: netip.MustParseAddrPort("169.254.10.11:53"), Inode: 7}
+	withUnit := base
+	withUnit.PID, withUnit.Comm, withUnit.Unit = 42, "coredns", "localdns-fallback.service"
+	noUnit := withUnit
+	noUnit.Unit = ""
+	tests := []struct {
+		s    Socket
+		want string
+	}{
+		{base, "169.254.10.11:53/udp inode 7 uid 0 owner not visible"},
+		{noUnit, "169.254.10.11:53/udp inode 7 uid 0 coredns[42]"},
+		{withUnit, "169.254.10.11:53/udp inode 7 uid 0 coredns[42] in localdns-fallback.service"},
+	}
+	for _, tt := range tests {
+		if got := tt.s.String(); got != tt.want {
+			t.Errorf("String() = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// unitWant is units[i], or "" when units is nil.
+func unitWant(units []string, i int) string {
+	if units == nil {
+		return ""
+	}
+	return units[i]
 }

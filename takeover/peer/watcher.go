@@ -31,18 +31,30 @@ type WatcherConfig struct {
 	// again goes unnoticed; exits do not wait for it (the pidfd reports
 	// them at once).
 	Rescan time.Duration
+	// FallbackUnit is the systemd unit of AKS's LocalDNS fallback
+	// (localdns-fallback.service): a second CoreDNS, LocalDNS's own
+	// binary under the same UID, that joins the reuseport group on the
+	// listen address while LocalDNS's unit is failed. Sockets held by a
+	// process in that unit are reported apart (State.Fallback) and are
+	// never taken for LocalDNS's. "" takes every socket not ours for
+	// LocalDNS's.
+	FallbackUnit string
 	// Logger gets one line per change (LocalDNS bound or gone, UID
 	// mismatches, scan errors), never one per scan; nil discards.
 	Logger *slog.Logger
 }
 
-// DefaultWatcherConfig returns the defaults: no addresses, and a rescan
-// every 200 ms. A rescan of one address (two sock_diag dumps the kernel
+// DefaultWatcherConfig returns the defaults: no addresses, a rescan every
+// 200 ms, and AKS's fallback unit, localdns-fallback.service. A rescan of one address (two sock_diag dumps the kernel
 // filters to one port; holders known from the last scan) measured about
 // 30 µs here (BenchmarkRescan), so 5 per second cost nothing.
 func DefaultWatcherConfig() WatcherConfig {
-	return WatcherConfig{Rescan: 200 * time.Millisecond}
+	return WatcherConfig{Rescan: 200 * time.Millisecond, FallbackUnit: DefaultFallbackUnit}
 }
+
+// DefaultFallbackUnit is the systemd unit AKS runs its LocalDNS fallback
+// in (AgentBaker: OnFailure=localdns-fallback.service on localdns.service).
+const DefaultFallbackUnit = "localdns-fallback.service"
 
 // State is what a Watcher last saw of LocalDNS.
 type State struct {
@@ -55,6 +67,12 @@ type State struct {
 	// PIDs are the processes holding Sockets, ascending; empty when none is
 	// visible (another PID namespace).
 	PIDs []int
+	// Fallback are the sockets on the watched addresses held by a process
+	// in WatcherConfig.FallbackUnit: AKS's fallback CoreDNS, not
+	// LocalDNS. They count neither for Bound nor in Sockets and PIDs.
+	Fallback []Socket
+	// FallbackPIDs are the processes holding Fallback, ascending.
+	FallbackPIDs []int
 	// UIDMismatch holds a warning per socket whose owner UID differs from
 	// our effective UID: the kernel does not let such sockets share a
 	// reuseport group with ours.
@@ -71,6 +89,8 @@ func (s State) equal(o State) bool {
 	return s.Bound == o.Bound &&
 		slices.Equal(s.Sockets, o.Sockets) &&
 		slices.Equal(s.PIDs, o.PIDs) &&
+		slices.Equal(s.Fallback, o.Fallback) &&
+		slices.Equal(s.FallbackPIDs, o.FallbackPIDs) &&
 		slices.Equal(s.UIDMismatch, o.UIDMismatch) &&
 		errText(s.Err) == errText(o.Err)
 }
@@ -119,6 +139,7 @@ type Watcher struct {
 type owner struct {
 	pid  int
 	comm string
+	unit string
 }
 
 // StartWatcher lists LocalDNS's sockets once (an error here means the
@@ -261,8 +282,9 @@ func (w *Watcher) scan() (State, error) {
 		return State{}, err
 	}
 	w.trackProcesses(socks)
+	socks, fallback := w.splitFallback(socks)
 
-	s := State{Sockets: socks, At: now, Bound: true}
+	s := State{Sockets: socks, Fallback: fallback, At: now, Bound: true}
 	for _, a := range w.cfg.Addrs {
 		if !slices.ContainsFunc(socks, func(s Socket) bool { return s.Proto == UDP && s.Addr == a }) {
 			s.Bound = false
@@ -276,11 +298,37 @@ func (w *Watcher) scan() (State, error) {
 			s.UIDMismatch = append(s.UIDMismatch, UIDWarning(sock, w.euid))
 		}
 	}
+	for _, sock := range fallback {
+		if sock.PID != 0 {
+			s.FallbackPIDs = append(s.FallbackPIDs, sock.PID)
+		}
+	}
 	slices.Sort(s.PIDs)
 	s.PIDs = slices.Compact(s.PIDs)
+	slices.Sort(s.FallbackPIDs)
+	s.FallbackPIDs = slices.Compact(s.FallbackPIDs)
 	slices.Sort(s.UIDMismatch)
 	s.UIDMismatch = slices.Compact(s.UIDMismatch)
 	return s, nil
+}
+
+// splitFallback separates the sockets held by the fallback unit's
+// processes from LocalDNS's. The fallback is LocalDNS's own binary under
+// the same UID, so neither the socket nor the process name tells them
+// apart; the unit systemd started it in does, and it is known as soon as
+// the socket is (no probe, no wait).
+func (w *Watcher) splitFallback(socks []Socket) (localdns, fallback []Socket) {
+	if w.cfg.FallbackUnit == "" {
+		return socks, nil
+	}
+	for _, s := range socks {
+		if s.Unit == w.cfg.FallbackUnit {
+			fallback = append(fallback, s)
+		} else {
+			localdns = append(localdns, s)
+		}
+	}
+	return localdns, fallback
 }
 
 // resolveOwners fills in the holders of socks: from what earlier scans
@@ -291,7 +339,7 @@ func (w *Watcher) resolveOwners(socks []Socket) error {
 	var todo []int
 	for i, s := range socks {
 		if o, ok := w.owners[s.Inode]; ok {
-			socks[i].PID, socks[i].Comm = o.pid, o.comm
+			socks[i].PID, socks[i].Comm, socks[i].Unit = o.pid, o.comm, o.unit
 		} else if !w.unresolved[s.Inode] {
 			todo = append(todo, i)
 		}
@@ -312,7 +360,7 @@ func (w *Watcher) resolveOwners(socks []Socket) error {
 					": its exit is noticed by rescan only, and its sockets cannot be adopted (run dnsstandby in the host PID namespace)",
 					"socket", batch[j].String())
 			} else {
-				w.owners[batch[j].Inode] = owner{batch[j].PID, batch[j].Comm}
+				w.owners[batch[j].Inode] = owner{batch[j].PID, batch[j].Comm, batch[j].Unit}
 			}
 		}
 	}

@@ -1,0 +1,197 @@
+// Package dnat notices that the queries for the listen addresses are
+// taken before any socket sees them: AKS's LocalDNS fallback in its nat
+// design (AgentBaker PR 9486, v3), an iptables nat chain LOCALDNS-FALLBACK
+// first in PREROUTING and OUTPUT that DNATs 169.254.10.11 to kube-dns and
+// 169.254.10.10 to the VNet's DNS server.
+//
+// The packet tap sees a pod's query on its veth before netfilter rewrites
+// it; a query so rewritten never reaches a socket of the reuseport group.
+// So, while dnsstandby's sockets should be getting the queries, many seen
+// on the wire and few received is the cheap signal, and conntrack confirms
+// it: a flow whose original destination is a listen address and whose
+// reply comes from elsewhere was DNATed. Reading both costs nothing on the
+// data path and changes nothing on the node: the fallback's traffic is
+// never touched.
+//
+// Detector is pure (its inputs carry the counts and the flows); the
+// takeover controller feeds it once a second. Flows lists conntrack.
+package dnat
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Counts are two running totals over the listen addresses' UDP traffic.
+type Counts struct {
+	// Seen counts the queries to the listen addresses the packet tap saw
+	// arrive (before netfilter).
+	Seen uint64
+	// Received counts the queries dnsstandby's own sockets received.
+	Received uint64
+}
+
+// Flow is one conntrack entry, as far as Diverted needs it.
+type Flow struct {
+	OrigDst  netip.AddrPort // where the client sent it
+	ReplySrc netip.AddrPort // where the reply comes from: OrigDst unless DNATed
+}
+
+// Diverted returns the first flow among flows sent to one of listen and
+// answered from another address: a DNAT took it.
+func Diverted(flows []Flow, listen []netip.AddrPort) (Flow, bool) {
+	for _, f := range flows {
+		if slices.Contains(listen, f.OrigDst) && f.ReplySrc.Addr() != f.OrigDst.Addr() {
+			return f, true
+		}
+	}
+	return Flow{}, false
+}
+
+// Config holds the Detector's thresholds. Start from DefaultConfig.
+type Config struct {
+	// MinSeen is the fewest queries an interval must have seen on the wire
+	// to be judged, and the fewest missing (expected at the sockets and
+	// not received) to be suspect.
+	MinSeen uint64
+	// Ratio: an interval is suspect when the queries missing are also at
+	// least Ratio of those expected (share × seen; share is what the
+	// sockets should get, 1 when they are the only ones). A DNAT applies
+	// only to a flow's first packet, so flows that reached our sockets
+	// before the chain came (long-lived client sockets) keep doing so,
+	// and only the new ones go: what is missing can be a small part.
+	// The interval is clear when less than half of both is missing, and
+	// says nothing in between (no flapping at the edge).
+	Ratio float64
+	// Confirm is how many suspect intervals in a row stand for
+	// conntrack's confirmation when conntrack cannot be read.
+	Confirm int
+	// Recheck is how many suspect intervals pass, after conntrack showed
+	// no DNAT, before it is listed again: queries lost some other way
+	// (dropped by a firewall, a stalled dnsstandby) must not have the
+	// whole table dumped every second.
+	Recheck int
+}
+
+// DefaultConfig: judged from 10 queries an interval, suspect with 10 and
+// 1% of those expected missing, 3 suspect intervals without conntrack,
+// conntrack listed again after 10 suspect intervals it did not confirm.
+// Conntrack decides: a suspect interval only makes it be listed.
+func DefaultConfig() Config { return Config{MinSeen: 10, Ratio: 0.01, Confirm: 3, Recheck: 10} }
+
+// Validate reports a threshold out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.MinSeen < 1:
+		return fmt.Errorf("dnat: MinSeen must be at least 1, got %d", c.MinSeen)
+	case c.Ratio <= 0 || c.Ratio >= 1:
+		return fmt.Errorf("dnat: Ratio must be between 0 and 1, got %v", c.Ratio)
+	case c.Confirm < 1:
+		return fmt.Errorf("dnat: Confirm must be at least 1, got %d", c.Confirm)
+	case c.Recheck < 1:
+		return fmt.Errorf("dnat: Recheck must be at least 1, got %d", c.Recheck)
+	}
+	return nil
+}
+
+// Verdict is what one interval says.
+type Verdict uint8
+
+const (
+	// Unknown: too few queries, or the sockets were not expected to get
+	// any (LocalDNS has them all): the state stands.
+	Unknown Verdict = iota
+	// Suspect: queries seen, and fewer received than expected.
+	Suspect
+	// Clear: the sockets received about what they should.
+	Clear
+)
+
+// Judge says what one interval's deltas show, when the sockets should
+// receive share (0 to 1) of the queries seen.
+func (c Config) Judge(seen, received uint64, share float64) Verdict {
+	if share <= 0 || seen < c.MinSeen {
+		return Unknown
+	}
+	expected := share * float64(seen)
+	missing := expected - float64(received)
+	bar := max(float64(c.MinSeen), c.Ratio*expected)
+	switch {
+	case missing >= bar:
+		return Suspect
+	case 2*missing < bar:
+		return Clear
+	}
+	return Unknown
+}
+
+// Detector turns intervals into a state: diverted or not.
+type Detector struct {
+	cfg      Config
+	last     Counts
+	started  bool
+	diverted bool
+	suspects int // suspect intervals in a row
+	skip     int // suspect intervals to pass before conntrack is listed again
+}
+
+// New returns a Detector that has seen nothing diverted.
+func New(cfg Config) (*Detector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Detector{cfg: cfg}, nil
+}
+
+// Diverted reports the current state.
+func (d *Detector) Diverted() bool { return d.diverted }
+
+// Step takes the running totals at the end of an interval, the share the
+// sockets should have had, and confirm, which lists conntrack (called
+// only for a suspect interval while not diverted). It returns whether the
+// state changed, and the flow that confirmed a change to diverted (zero
+// when the suspects in a row stood for it: conntrack failed, err).
+func (d *Detector) Step(now Counts, share float64, confirm func() ([]Flow, error), listen []netip.AddrPort) (changed bool, by Flow, err error) {
+	if !d.started || now.Seen < d.last.Seen || now.Received < d.last.Received {
+		// The first totals, or a counter that went back (a restarted
+		// feed): a baseline, nothing to judge.
+		d.started, d.last = true, now
+		return false, Flow{}, nil
+	}
+	v := d.cfg.Judge(now.Seen-d.last.Seen, now.Received-d.last.Received, share)
+	d.last = now
+	switch v {
+	case Clear:
+		d.suspects, d.skip = 0, 0
+		if d.diverted {
+			d.diverted = false
+			return true, Flow{}, nil
+		}
+	case Suspect:
+		d.suspects++
+		if d.diverted {
+			return false, Flow{}, nil
+		}
+		if d.skip > 0 {
+			d.skip--
+			return false, Flow{}, nil
+		}
+		flows, err := confirm()
+		if err == nil {
+			f, ok := Diverted(flows, listen)
+			if ok {
+				d.diverted = true
+			} else {
+				d.skip = d.cfg.Recheck - 1
+			}
+			return ok, f, nil
+		}
+		if d.suspects >= d.cfg.Confirm {
+			d.diverted = true
+			return true, Flow{}, err
+		}
+		return false, Flow{}, err
+	}
+	return false, Flow{}, nil
+}
