@@ -58,7 +58,8 @@ type Upstream struct {
 
 // Upstreams are the lab node's two upstreams: kube-dns at the ClusterIP
 // (LocalDNSKubeDNS: the pods' root block and the node's cluster.local
-// block forward there) serving every zone of the lab, and the VNet's DNS
+// block forward there) serving every zone of the lab, its queries counted
+// (WithPrometheus), and the VNet's DNS
 // (LocalDNSVnetDNS: the node's root block forwards there) serving the
 // zones outside the cluster and NXDOMAIN for every other name, cluster.local
 // included, as a VNet's resolver knows nothing of the cluster. Both answer
@@ -76,7 +77,7 @@ func StartUpstreams(node *nstest.Namespace, coredns string, zones *nstest.Zones)
 	var err error
 	u.Kube, err = startUpstream(node, coredns, zones, upstreamSpec{
 		role: "kubedns", addr: LocalDNSKubeDNS, link: KubeDNSLink, nodeEnd: "10.200.0.1", gateway: KubeDNSGateway,
-		corefile: zones.Corefile(LocalDNSKubeDNS) + freshBlock(LocalDNSKubeDNS),
+		corefile: kubeDNSCorefile(zones, LocalDNSKubeDNS),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kube-dns: %w", err)
