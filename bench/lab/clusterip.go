@@ -67,11 +67,13 @@ func StartVnetDNS2(node *nstest.Namespace, coredns string, zones *nstest.Zones) 
 	return up, nil
 }
 
-// Blackhole makes the upstream drop every packet it gets from now on,
-// without a reply or an ICMP error: a server that went silent (a dead VM,
-// a firewall that drops). Its CoreDNS keeps running behind the rule.
+// Blackhole makes the upstream drop every packet it gets from the node
+// from now on, without a reply or an ICMP error: a server that went
+// silent (a dead VM, a firewall that drops). Its CoreDNS keeps running
+// behind the rule, and its metrics can still be read from inside its
+// namespace (Requests).
 func (u *Upstream) Blackhole(ctx context.Context) error {
-	if _, err := u.NS.Run(ctx, "iptables", "-w", "-I", "INPUT", "-j", "DROP"); err != nil {
+	if _, err := u.NS.Run(ctx, "iptables", "-w", "-I", "INPUT", "-i", upstreamNodeLink, "-j", "DROP"); err != nil {
 		return fmt.Errorf("blackhole: %w", err)
 	}
 	return nil

@@ -157,6 +157,10 @@ func TestClusterIP(t *testing.T) {
 	if err := c.StopPod(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
+	// A stopped pod's count can still be read, from inside its namespace.
+	if _, err := c.Requests(ctx); err != nil {
+		t.Errorf("Requests with a pod stopped: %v", err)
+	}
 	// A third of 60 new flows go to the stopped pod: none or all of them
 	// is a chance under 1e-10.
 	if got := ask(lab.LocalDNSKubeDNS, 60); got == 0 || got == 60 {

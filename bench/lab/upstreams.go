@@ -39,6 +39,9 @@ func freshBlock(addr string) string {
 		FreshZone, addr, FreshZone, FreshAddr)
 }
 
+// upstreamNodeLink is an upstream's end of its veth to the node.
+const upstreamNodeLink = "to-node"
+
 // upstreamSpec is where one upstream sits and how the node reaches it.
 type upstreamSpec struct {
 	role     string // namespace role: "kubedns", "vnetdns"
@@ -126,7 +129,7 @@ func startUpstream(node *nstest.Namespace, coredns string, zones *nstest.Zones, 
 		func() error {
 			return nstest.AddVeth(
 				nstest.End{NS: node, Name: spec.link, Addrs: []string{spec.nodeEnd + "/30"}},
-				nstest.End{NS: ns, Name: "to-node", Addrs: []string{spec.gateway + "/30"}})
+				nstest.End{NS: ns, Name: upstreamNodeLink, Addrs: []string{spec.gateway + "/30"}})
 		},
 		func() error { return node.AddRoute(nstest.Route{Dst: spec.addr + "/32", Via: spec.gateway}) },
 	}
