@@ -141,8 +141,8 @@ type LabRun struct {
 	Events     []Event     `json:"events,omitempty"`      // marks on the timeline
 	Timeline   Timeline    `json:"timeline"`
 
-	// Upstream is the node's upstream queries from the fault on; nil
-	// where they were not counted.
+	// Upstream is the node's upstream queries over the run; nil where
+	// they were not counted.
 	Upstream *UpstreamCounts `json:"upstream,omitempty"`
 }
 

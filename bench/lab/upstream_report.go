@@ -1,11 +1,14 @@
 package lab
 
-// UpstreamCounts are a node's queries to its upstreams from the fault on
-// to the end of the run, the same for every client of the node: what
-// kube-dns received (from LocalDNS and dnsstandby together) and, where the
-// node runs dnsstandby, what dnsstandby sent and how many of those were
+// UpstreamCounts are a node's queries to its upstreams over the run, read
+// at its end, the same for every client of the node: what kube-dns
+// received (from LocalDNS and dnsstandby together) and, where the node
+// runs dnsstandby, what dnsstandby sent and how many of those were
 // speculative attempts (a second try started before the first had
-// failed).
+// failed). They count from the node's start, warm-up included: once
+// LocalDNS's cache is warm, a short run leaves kube-dns next to nothing
+// to count (healthy: one query in its 20 s after the warm-up, the
+// cluster's TTL being 30 s).
 type UpstreamCounts struct {
 	// KubeDNSQueries is what kube-dns's CoreDNS received (all its pods
 	// behind the ClusterIP), from its coredns_dns_requests_total; nil

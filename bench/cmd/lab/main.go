@@ -263,9 +263,6 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 			atFault[i], _ = t.hedges(hctx) // missing: the runs count hedges over the whole run
 			cancel()
 		}
-		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		t.snapshotAtFault(hctx)
-		cancel()
 	}
 	faultAt := time.Now()
 	var wg sync.WaitGroup
@@ -404,7 +401,7 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		}
 		cancel()
 	}
-	upstream := t.upstreamSinceFault(metrics)
+	upstream := t.upstreamCounts(metrics)
 	var runs []lab.LabRun
 	for _, c := range n.clients {
 		res, pr := c.load.Stop(), c.probe.Stop()

@@ -29,8 +29,6 @@ const (
 type nodeExtras struct {
 	vnet2     *lab.Upstream  // the second VNet DNS server (upstream-blackhole)
 	clusterIP *lab.ClusterIP // kube-dns as pods behind the ClusterIP (kube-dns-backend-dead)
-	// atFault is the node's upstream counters when the fault began.
-	atFault upstreamSnapshot
 }
 
 // customVnetCorefile is LocalDNS's Corefile on a node whose custom VNet
@@ -138,21 +136,16 @@ func metricSum(m testbed.Metrics, name string) *float64 {
 	return &v
 }
 
-// upstreamCounts are the counts from the snapshot at the fault to the one
-// at the end.
-func upstreamCounts(atFault, end upstreamSnapshot) *lab.UpstreamCounts {
-	diff := func(a, b *float64) *int {
-		if a == nil || b == nil {
+// counts converts the snapshot.
+func (s upstreamSnapshot) counts() *lab.UpstreamCounts {
+	toInt := func(v *float64) *int {
+		if v == nil {
 			return nil
 		}
-		n := int(*b - *a)
+		n := int(*v)
 		return &n
 	}
-	return &lab.UpstreamCounts{
-		KubeDNSQueries:     diff(atFault.kubeDNS, end.kubeDNS),
-		StandbyRequests:    diff(atFault.requests, end.requests),
-		StandbySpeculative: diff(atFault.speculative, end.speculative),
-	}
+	return &lab.UpstreamCounts{KubeDNSQueries: toInt(s.kubeDNS), StandbyRequests: toInt(s.requests), StandbySpeculative: toInt(s.speculative)}
 }
 
 // Bounds of issue 25's checks.
@@ -170,10 +163,10 @@ const (
 //     within upstreamFreshP99Ms and nothing slower than upstreamSlowestMs,
 //     from the fault on; each check's finding says what LocalDNS alone
 //     (setupPR9439) showed in the same run;
-//   - healthy: dnsstandby's speculative attempts are at most
-//     speculativeMaxShare of its upstream queries, and kube-dns gets as
-//     many queries (within kubeDNSRateTolerance) from its node as from
-//     LocalDNS alone's.
+//   - healthy: over the run (lab.UpstreamCounts), dnsstandby's
+//     speculative attempts are at most speculativeMaxShare of its
+//     upstream queries, and kube-dns gets as many queries (within
+//     kubeDNSRateTolerance) from its node as from LocalDNS alone's.
 func upstreamChecks(scenario string, setups, clients []string, runs []lab.LabRun) []lab.Check {
 	if !slices.Contains(setups, setupStandby) {
 		return nil
@@ -247,11 +240,11 @@ func upstreamChecks(scenario string, setups, clients []string, runs []lab.LabRun
 // one client's run.
 const nodeWide = "node-wide"
 
-// speculativeCheck: dnsstandby's speculative attempts from the fault on
-// are at most speculativeMaxShare of its upstream queries.
+// speculativeCheck: dnsstandby's speculative attempts over the run are
+// at most speculativeMaxShare of its upstream queries.
 func speculativeCheck(r lab.LabRun) lab.Check {
 	c := lab.Check{Scenario: r.Scenario, Setup: r.Setup, Client: nodeWide, Listener: "upstreams",
-		Require: fmt.Sprintf("speculative attempts ≤ %.0f%% of dnsstandby's upstream queries from the fault on", 100*speculativeMaxShare)}
+		Require: fmt.Sprintf("speculative attempts ≤ %.0f%% of dnsstandby's upstream queries over the run", 100*speculativeMaxShare)}
 	u := r.Upstream
 	switch {
 	case u == nil || u.StandbyRequests == nil:
@@ -267,13 +260,13 @@ func speculativeCheck(r lab.LabRun) lab.Check {
 	return c
 }
 
-// kubeDNSRateCheck: kube-dns received as many queries from the fault on
-// from dnsstandby's node (r) as from LocalDNS alone's (alone), within
+// kubeDNSRateCheck: kube-dns received as many queries over the run from
+// dnsstandby's node (r) as from LocalDNS alone's (alone), within
 // kubeDNSRateTolerance: both nodes run the same load over the same time,
 // side by side.
 func kubeDNSRateCheck(r, alone lab.LabRun) lab.Check {
 	c := lab.Check{Scenario: r.Scenario, Setup: r.Setup, Client: nodeWide, Listener: clusterIP,
-		Require: fmt.Sprintf("kube-dns's queries within %.0f%% of %s's from the fault on", 100*kubeDNSRateTolerance, setupPR9439)}
+		Require: fmt.Sprintf("kube-dns's queries within %.0f%% of %s's over the run", 100*kubeDNSRateTolerance, setupPR9439)}
 	if r.Upstream == nil || r.Upstream.KubeDNSQueries == nil || alone.Upstream == nil || alone.Upstream.KubeDNSQueries == nil {
 		c.Found = "kube-dns's requests not read on both nodes"
 		return c
@@ -285,19 +278,10 @@ func kubeDNSRateCheck(r, alone lab.LabRun) lab.Check {
 	return c
 }
 
-// snapshotAtFault keeps the node's upstream counters at the fault.
-func (t *topology) snapshotAtFault(ctx context.Context) {
-	var m testbed.Metrics
-	if isStandby(t.setup) {
-		m, _ = t.standbyMetrics(ctx) // missing: the counts say nil
-	}
-	t.extra.atFault = t.upstreamSnapshot(ctx, m)
-}
-
-// upstreamSinceFault is the node's upstream counts from the fault on, m
-// being dnsstandby's metrics at the end (nil where it runs none).
-func (t *topology) upstreamSinceFault(m testbed.Metrics) *lab.UpstreamCounts {
+// upstreamCounts are the node's upstream counts at the end of the run,
+// m being dnsstandby's metrics then (nil where it runs none).
+func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return upstreamCounts(t.extra.atFault, t.upstreamSnapshot(ctx, m))
+	return t.upstreamSnapshot(ctx, m).counts()
 }

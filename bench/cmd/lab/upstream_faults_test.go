@@ -167,17 +167,16 @@ func anyFound(checks []lab.Check, part string) bool {
 	return false
 }
 
-// TestUpstreamCounts: counts from the fault on are the differences of the
-// two snapshots, nil where either side was not read.
-func TestUpstreamCounts(t *testing.T) {
+// TestUpstreamSnapshotCounts: the counts are the snapshot's, nil where
+// a counter was not read.
+func TestUpstreamSnapshotCounts(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
-	got := upstreamCounts(upstreamSnapshot{kubeDNS: f(100), requests: f(10)},
-		upstreamSnapshot{kubeDNS: f(350), requests: f(40), speculative: f(3)})
-	if got.KubeDNSQueries == nil || *got.KubeDNSQueries != 250 || got.StandbyRequests == nil || *got.StandbyRequests != 30 {
-		t.Errorf("got %+v, want 250 kube-dns queries and 30 requests", got)
+	got := upstreamSnapshot{kubeDNS: f(350), requests: f(40)}.counts()
+	if got.KubeDNSQueries == nil || *got.KubeDNSQueries != 350 || got.StandbyRequests == nil || *got.StandbyRequests != 40 {
+		t.Errorf("got %+v, want 350 kube-dns queries and 40 requests", got)
 	}
 	if got.StandbySpeculative != nil {
-		t.Errorf("speculative %d, want nil: not read at the fault", *got.StandbySpeculative)
+		t.Errorf("speculative %d, want nil: not read", *got.StandbySpeculative)
 	}
 }
 
