@@ -100,16 +100,12 @@ const (
 	upstreamSpeculativeMetric = "dnsstandby_upstream_speculative_total"
 )
 
-// upstreamSnapshot is a node's upstream counters at one moment; nil where
-// a counter could not be read (or the node runs no dnsstandby).
-type upstreamSnapshot struct {
-	kubeDNS, requests, speculative *float64
-}
-
-// upstreamSnapshot reads kube-dns's request counter and, from m (nil
-// where the node runs no dnsstandby), dnsstandby's upstream counters.
-func (t *topology) upstreamSnapshot(ctx context.Context, m testbed.Metrics) upstreamSnapshot {
-	var s upstreamSnapshot
+// upstreamCounts are the node's upstream counts at the end of the run:
+// kube-dns's request counter and, from m (dnsstandby's metrics then, nil
+// where the node runs none), dnsstandby's upstream counters.
+func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var n float64
 	var err error
 	if c := t.extra.clusterIP; c != nil {
@@ -117,35 +113,25 @@ func (t *topology) upstreamSnapshot(ctx context.Context, m testbed.Metrics) upst
 	} else {
 		n, err = t.up.Kube.Requests(ctx, clusterIP)
 	}
+	u := &lab.UpstreamCounts{StandbyRequests: metricCount(m, upstreamRequestsMetric), StandbySpeculative: metricCount(m, upstreamSpeculativeMetric)}
 	if err != nil {
 		// The runs stand without it; the checks that need it fail.
 		fmt.Fprintf(os.Stderr, "lab: %s: kube-dns requests: %v\n", t.setup, err)
 	} else {
-		s.kubeDNS = &n
+		k := int(n)
+		u.KubeDNSQueries = &k
 	}
-	s.requests, s.speculative = metricSum(m, upstreamRequestsMetric), metricSum(m, upstreamSpeculativeMetric)
-	return s
+	return u
 }
 
-// metricSum is the sum of a metric's series in m, nil where m has none.
-func metricSum(m testbed.Metrics, name string) *float64 {
+// metricCount is the sum of a counter's series in m, nil where m has
+// none.
+func metricCount(m testbed.Metrics, name string) *int {
 	if m == nil || !m.Has(name) {
 		return nil
 	}
-	v := m.Sum(name, nil)
-	return &v
-}
-
-// counts converts the snapshot.
-func (s upstreamSnapshot) counts() *lab.UpstreamCounts {
-	toInt := func(v *float64) *int {
-		if v == nil {
-			return nil
-		}
-		n := int(*v)
-		return &n
-	}
-	return &lab.UpstreamCounts{KubeDNSQueries: toInt(s.kubeDNS), StandbyRequests: toInt(s.requests), StandbySpeculative: toInt(s.speculative)}
+	n := int(m.Sum(name, nil))
+	return &n
 }
 
 // Bounds of issue 25's checks.
@@ -276,12 +262,4 @@ func kubeDNSRateCheck(r, alone lab.LabRun) lab.Check {
 	c.Pass = want > 0 && ratio >= 1-kubeDNSRateTolerance && ratio <= 1+kubeDNSRateTolerance
 	c.Found = fmt.Sprintf("%d queries, %s's %d (%+.2f%%)", got, setupPR9439, want, 100*(ratio-1))
 	return c
-}
-
-// upstreamCounts are the node's upstream counts at the end of the run,
-// m being dnsstandby's metrics then (nil where it runs none).
-func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return t.upstreamSnapshot(ctx, m).counts()
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
 
@@ -167,16 +168,23 @@ func anyFound(checks []lab.Check, part string) bool {
 	return false
 }
 
-// TestUpstreamSnapshotCounts: the counts are the snapshot's, nil where
-// a counter was not read.
-func TestUpstreamSnapshotCounts(t *testing.T) {
-	f := func(v float64) *float64 { return &v }
-	got := upstreamSnapshot{kubeDNS: f(350), requests: f(40)}.counts()
-	if got.KubeDNSQueries == nil || *got.KubeDNSQueries != 350 || got.StandbyRequests == nil || *got.StandbyRequests != 40 {
-		t.Errorf("got %+v, want 350 kube-dns queries and 40 requests", got)
+// TestMetricCount: a counter's series summed, nil where the page has
+// none of it or there is no page.
+func TestMetricCount(t *testing.T) {
+	page := "dnsstandby_upstream_requests_total{proto=\"udp\",server=\"a\"} 30\n" +
+		"dnsstandby_upstream_requests_total{proto=\"tcp\",server=\"a\"} 10\n"
+	m, err := testbed.ParseMetrics(strings.NewReader(page))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got.StandbySpeculative != nil {
-		t.Errorf("speculative %d, want nil: not read", *got.StandbySpeculative)
+	if got := metricCount(m, upstreamRequestsMetric); got == nil || *got != 40 {
+		t.Errorf("requests %v, want 40", got)
+	}
+	if got := metricCount(m, upstreamSpeculativeMetric); got != nil {
+		t.Errorf("speculative %d, want nil: not exported", *got)
+	}
+	if got := metricCount(nil, upstreamRequestsMetric); got != nil {
+		t.Errorf("no page: %d, want nil", *got)
 	}
 }
 
