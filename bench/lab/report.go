@@ -140,6 +140,10 @@ type LabRun struct {
 	Down       []Interval  `json:"down,omitempty"`        // LocalDNS down, shaded on the timeline
 	Events     []Event     `json:"events,omitempty"`      // marks on the timeline
 	Timeline   Timeline    `json:"timeline"`
+
+	// Upstream is the node's upstream queries over the run; nil where
+	// they were not counted.
+	Upstream *UpstreamCounts `json:"upstream,omitempty"`
 }
 
 // ListenerName names the run's client and listener for a person, "pod →
@@ -179,6 +183,7 @@ type AfterFault struct {
 	AfterRetry int     `json:"answered_after_retry"`
 	Unanswered int     `json:"unanswered"`
 	P99Ms      float64 `json:"p99_ms"`     // over the answered ones, from the first send
+	MaxMs      float64 `json:"max_ms"`     // the slowest answered one, from the first send
 	MaxGapMs   float64 `json:"max_gap_ms"` // as Summary's, over the queries from the fault on
 	GlibcOK    int     `json:"glibc_ok"`   // finished lookups, by start time
 	GlibcFail  int     `json:"glibc_fail"` //
@@ -230,6 +235,8 @@ type FreshCounts struct {
 	AfterRetry int        `json:"answered_after_retry"`
 	Unanswered int        `json:"unanswered"`
 	AnsweredBy AnsweredBy `json:"answered_by"`
+	P99Ms      float64    `json:"p99_ms"` // over the answered ones, from the first send
+	MaxMs      float64    `json:"max_ms"` // the slowest answered one
 }
 
 // FirstTryShare is the share of the queries sent from the fault on that
@@ -250,7 +257,7 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		a.Fresh = &FreshCounts{}
 	}
 	first := len(load.Records) // records are in send order
-	var latencies []time.Duration
+	var latencies, freshLatencies []time.Duration
 	for i, r := range load.Records {
 		if r.Sent < at {
 			continue
@@ -284,10 +291,19 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		a.AnsweredBy.add(r.By)
 		if fresh != nil {
 			fresh.AnsweredBy.add(r.By)
+			freshLatencies = append(freshLatencies, r.Latency)
 		}
 	}
 	slices.Sort(latencies)
 	a.P99Ms = reportMs(reportPercentile(latencies, 0.99))
+	if len(latencies) > 0 {
+		a.MaxMs = reportMs(latencies[len(latencies)-1])
+	}
+	if f := a.Fresh; f != nil && len(freshLatencies) > 0 {
+		slices.Sort(freshLatencies)
+		f.P99Ms = reportMs(reportPercentile(freshLatencies, 0.99))
+		f.MaxMs = reportMs(freshLatencies[len(freshLatencies)-1])
+	}
 	if a.Sent > 0 {
 		_, gap := MaxGap(LoadResult{Records: load.Records[first:], Duration: load.Duration})
 		a.MaxGapMs = reportMs(gap)

@@ -39,6 +39,9 @@ func freshBlock(addr string) string {
 		FreshZone, addr, FreshZone, FreshAddr)
 }
 
+// upstreamNodeLink is an upstream's end of its veth to the node.
+const upstreamNodeLink = "to-node"
+
 // upstreamSpec is where one upstream sits and how the node reaches it.
 type upstreamSpec struct {
 	role     string // namespace role: "kubedns", "vnetdns"
@@ -58,7 +61,8 @@ type Upstream struct {
 
 // Upstreams are the lab node's two upstreams: kube-dns at the ClusterIP
 // (LocalDNSKubeDNS: the pods' root block and the node's cluster.local
-// block forward there) serving every zone of the lab, and the VNet's DNS
+// block forward there) serving every zone of the lab, its queries counted
+// (WithPrometheus), and the VNet's DNS
 // (LocalDNSVnetDNS: the node's root block forwards there) serving the
 // zones outside the cluster and NXDOMAIN for every other name, cluster.local
 // included, as a VNet's resolver knows nothing of the cluster. Both answer
@@ -76,7 +80,7 @@ func StartUpstreams(node *nstest.Namespace, coredns string, zones *nstest.Zones)
 	var err error
 	u.Kube, err = startUpstream(node, coredns, zones, upstreamSpec{
 		role: "kubedns", addr: LocalDNSKubeDNS, link: KubeDNSLink, nodeEnd: "10.200.0.1", gateway: KubeDNSGateway,
-		corefile: zones.Corefile(LocalDNSKubeDNS) + freshBlock(LocalDNSKubeDNS),
+		corefile: kubeDNSCorefile(zones, LocalDNSKubeDNS),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kube-dns: %w", err)
@@ -125,7 +129,7 @@ func startUpstream(node *nstest.Namespace, coredns string, zones *nstest.Zones, 
 		func() error {
 			return nstest.AddVeth(
 				nstest.End{NS: node, Name: spec.link, Addrs: []string{spec.nodeEnd + "/30"}},
-				nstest.End{NS: ns, Name: "to-node", Addrs: []string{spec.gateway + "/30"}})
+				nstest.End{NS: ns, Name: upstreamNodeLink, Addrs: []string{spec.gateway + "/30"}})
 		},
 		func() error { return node.AddRoute(nstest.Route{Dst: spec.addr + "/32", Via: spec.gateway}) },
 	}

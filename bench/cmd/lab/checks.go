@@ -272,6 +272,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 	}
 	out = append(out, gapChecks(scenario, runs)...)
 	out = append(out, faultChecks(scenario, runs)...)
+	out = append(out, upstreamChecks(scenario, setups, clients, runs)...)
 	if !slices.Contains(setups, setupStandby) {
 		return out
 	}

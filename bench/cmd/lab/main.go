@@ -229,7 +229,7 @@ func printRun(r lab.LabRun) {
 // runScenario builds a node per setup, runs its clients' loads and the
 // fault on all of them at once, and tears everything down.
 func runScenario(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mixes nameMixes) (runs []lab.LabRun, err error) {
-	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones, sc.corefile)
+	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones, sc.corefile, sc.upstreams)
 	if err != nil {
 		return nil, err
 	}
@@ -401,6 +401,7 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		}
 		cancel()
 	}
+	upstream := t.upstreamCounts(metrics)
 	var runs []lab.LabRun
 	for _, c := range n.clients {
 		res, pr := c.load.Stop(), c.probe.Stop()
@@ -420,6 +421,7 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 			after.Hedges = &n
 		}
 		run.AfterFault = &after
+		run.Upstream = upstream
 		run.Down = intervals(n.spans, res.Start)
 		run.Events = n.ev.list(res.Start)
 		run.Recovered = recovered(res, pr, run.Events)

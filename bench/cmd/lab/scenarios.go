@@ -25,6 +25,9 @@ type scenario struct {
 	// corefile, if not nil, rewrites LocalDNS's Corefile before the
 	// scenario's nodes start.
 	corefile func(string) string
+	// upstreams, if not nil, adds to each node's upstreams before
+	// LocalDNS starts.
+	upstreams func(context.Context, *topology) error
 	// fresh adds names never asked before to the clients' loads
 	// (nameMixes.withFresh).
 	fresh bool
@@ -131,6 +134,16 @@ var scenarios = []scenario{
 		name: "bad-corefile", baseline: 10 * time.Second, observe: 20 * time.Second, fresh: true,
 		fault: badCorefile,
 		note:  "after a 10 s warm-up through LocalDNS: its Corefile replaced by one CoreDNS refuses (forward misspelt froward in the pods' root block) and LocalDNS restarted, failing every start from then on; 15 s later systemctl restart dnsstandby (the fd-store handover), 15 s later a cold start (stopped; /run/dnsstandby and its anchor link gone; started: only its state directory left), 15 s later the good Corefile back and LocalDNS restarted (reset-failed first); the loads ask names never asked before throughout",
+	},
+	{
+		name: scenarioBlackhole, baseline: 10 * time.Second, observe: 60 * time.Second, fresh: true,
+		fault: upstreamBlackhole, corefile: customVnetCorefile, upstreams: addVnetDNS2,
+		note: "a custom VNet with two DNS servers (the node's root block forwards to both, policy sequential); after a 10 s warm-up the first drops every packet (no reply, no ICMP) for the rest of the run; the loads ask names never asked before throughout",
+	},
+	{
+		name: scenarioBackendDead, baseline: 10 * time.Second, observe: 60 * time.Second, fresh: true,
+		fault: kubeDNSBackendDead, upstreams: addClusterIP,
+		note: "kube-dns as three CoreDNS pods behind the ClusterIP, a backend picked per flow by kube-proxy's nat rules; after a 10 s warm-up the first pod drops every packet (a dead node: no reply, no ICMP), the rules unchanged (the EndpointSlice not yet updated) for the rest of the run; the loads ask names never asked before throughout",
 	},
 }
 

@@ -114,6 +114,7 @@ type topology struct {
 	up    *lab.Upstreams
 	zones *nstest.Zones
 	bins  binaries
+	extra nodeExtras // what the scenario added (upstream_faults.go)
 
 	closers []func() error // run in reverse by close
 }
@@ -163,8 +164,10 @@ func buildVersion(ctx context.Context, bin string) (string, error) {
 // buildTopology creates the namespaces, boots the guest, wires them and
 // starts LocalDNS (and dnsstandby for the dnsstandby setup); corefile, if
 // not nil, rewrites LocalDNS's Corefile first (a scenario's fault that
-// must be in place from LocalDNS's start). On error it undoes what it did.
-func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones, corefile func(string) string) (t *topology, err error) {
+// must be in place from LocalDNS's start); upstreams, if not nil, adds to
+// the node's upstreams before LocalDNS starts. On error it undoes what it
+// did.
+func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones, corefile func(string) string, upstreams func(context.Context, *topology) error) (t *topology, err error) {
 	t = &topology{setup: setup, zones: zones, bins: bins}
 	defer func() {
 		if err != nil {
@@ -219,6 +222,11 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		return t, err
 	}
 	t.closers = append(t.closers, t.up.Close)
+	if upstreams != nil {
+		if err := upstreams(ctx, t); err != nil {
+			return t, err
+		}
+	}
 
 	steps := []func() error{
 		func() error {
@@ -290,15 +298,15 @@ func (t *topology) close() error {
 	return errors.Join(errs...)
 }
 
-// buildAll builds one topology per setup, in parallel; corefile as for
-// buildTopology.
-func buildAll(ctx context.Context, scenario string, setups []string, bins binaries, zones *nstest.Zones, corefile func(string) string) ([]*topology, error) {
+// buildAll builds one topology per setup, in parallel; corefile and
+// upstreams as for buildTopology.
+func buildAll(ctx context.Context, scenario string, setups []string, bins binaries, zones *nstest.Zones, corefile func(string) string, upstreams func(context.Context, *topology) error) ([]*topology, error) {
 	tops := make([]*topology, len(setups))
 	errs := make([]error, len(setups))
 	var wg sync.WaitGroup
 	for i, s := range setups {
 		wg.Go(func() {
-			tops[i], errs[i] = buildTopology(ctx, fmt.Sprintf("%s-%d", shortName(scenario), i), s, bins, zones, corefile)
+			tops[i], errs[i] = buildTopology(ctx, fmt.Sprintf("%s-%d", shortName(scenario), i), s, bins, zones, corefile, upstreams)
 		})
 	}
 	wg.Wait()
