@@ -34,18 +34,18 @@ var FallbackDesigns = []string{FallbackCoreDNS, FallbackKubelet, FallbackNAT}
 
 // Names and paths of the fallback on a node.
 const (
-	FallbackUnitName      = "localdns-fallback.service"
-	FallbackProbeService  = "localdns-fallback-probe.service"
-	FallbackProbeTimer    = "localdns-fallback-probe.timer"
-	FallbackScript        = "/opt/azure/containers/localdns/localdns-fallback.sh"
-	FallbackProbeScript   = "/opt/azure/containers/localdns/localdns-fallback-probe.sh"
-	FallbackChain         = "LOCALDNS-FALLBACK"
-	fallbackDropInPath    = "/etc/systemd/system/localdns.service.d/50-fallback.conf"
-	kubeletUnitName       = "kubelet.service"
-	kubeletDefaultsPath   = "/etc/default/kubelet"
-	FallbackTakeoverLog   = "localdns-fallback: taking over"
-	FallbackDeclineLog    = "between restart attempts; not taking over"
-	fallbackMark = "# Written for the lab after the description of AgentBaker PR 9486 (open), not copied.\n"
+	FallbackUnitName     = "localdns-fallback.service"
+	FallbackProbeService = "localdns-fallback-probe.service"
+	FallbackProbeTimer   = "localdns-fallback-probe.timer"
+	FallbackScript       = "/opt/azure/containers/localdns/localdns-fallback.sh"
+	FallbackProbeScript  = "/opt/azure/containers/localdns/localdns-fallback-probe.sh"
+	FallbackChain        = "LOCALDNS-FALLBACK"
+	fallbackDropInPath   = "/etc/systemd/system/localdns.service.d/50-fallback.conf"
+	kubeletUnitName      = "kubelet.service"
+	kubeletDefaultsPath  = "/etc/default/kubelet"
+	FallbackTakeoverLog  = "localdns-fallback: taking over"
+	FallbackDeclineLog   = "between restart attempts; not taking over"
+	fallbackMark         = "# Written for the lab after the description of AgentBaker PR 9486 (open), not copied.\n"
 )
 
 // KubeDNSServiceChains are the chains kube-proxy (iptables mode) gives the

@@ -140,9 +140,9 @@ type LabRun struct {
 	// Fallback is what AKS's LocalDNS fallback did on the run's node, nil
 	// where the node had none.
 	Fallback *FallbackCounts `json:"fallback,omitempty"`
-	Down       []Interval  `json:"down,omitempty"`        // LocalDNS down, shaded on the timeline
-	Events     []Event     `json:"events,omitempty"`      // marks on the timeline
-	Timeline   Timeline    `json:"timeline"`
+	Down     []Interval      `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
+	Events   []Event         `json:"events,omitempty"` // marks on the timeline
+	Timeline Timeline        `json:"timeline"`
 }
 
 // FallbackCounts are read from a node's journal at the end of a run.

@@ -52,7 +52,7 @@ func checkLabNodes(t *testing.T, bins binaries) {
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tops, err := buildAll(ctx, "check", []string{setupStandby, setupStandbyShipped}, bins, zones, nil)
+	tops, err := buildAll(ctx, "check", []string{setupStandby, setupStandbyShipped}, bins, zones, func(string) nodeSpec { return nodeSpec{} })
 	if err != nil {
 		t.Fatal(err)
 	}
