@@ -58,6 +58,13 @@ func localdnsTestRequire(t *testing.T) string {
 // wires its upstreams to it; everything goes when the test ends.
 func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
 	t.Helper()
+	return localdnsTestBootWith(t, variant, nil)
+}
+
+// localdnsTestBootWith is localdnsTestBoot with more in the guest: edit,
+// if not nil, changes its configuration first.
+func localdnsTestBootWith(t *testing.T, variant string, edit func(*lab.GuestConfig)) *localdnsTestNode {
+	t.Helper()
 	coredns := localdnsTestRequire(t)
 	cfg := lab.GuestConfig{
 		Name:  fmt.Sprintf("labtest-%d-%s", os.Getpid(), variant),
@@ -67,6 +74,9 @@ func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
 		Files:  lab.LocalDNSFiles(lab.LocalDNSCoreDNSPath),
 		Binds:  map[string]string{lab.LocalDNSCoreDNSPath: coredns},
 		Enable: []string{lab.LocalDNSUnitName},
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	start := time.Now()
 	g, err := lab.BootGuest(t.Context(), cfg)

@@ -210,11 +210,8 @@ func aksFallback(ctx context.Context, t *topology, ev *events) error {
 	if out, err := t.guest.Systemctl(ctx, "restart", "--no-block", localDNSUnit); err != nil {
 		errs = append(errs, fmt.Errorf("aks fallback: restart LocalDNS: %w: %s", err, out))
 	}
-	start := time.Now()
-	if err := waitUnit(ctx, t, lab.FallbackUnitName, aksFallbackWait, "active"); err != nil {
+	if err := waitTakeover(ctx, t, ev); err != nil {
 		errs = append(errs, fmt.Errorf("aks fallback: %w", err))
-	} else {
-		ev.mark(fmt.Sprintf("%s (%.0f s)", fallbackStartedMark, time.Since(start).Seconds()))
 	}
 	sleep(ctx, 10*time.Second)
 	if t.fallback == lab.FallbackNAT {
@@ -229,10 +226,45 @@ func aksFallback(ctx context.Context, t *topology, ev *events) error {
 	return errors.Join(errs...)
 }
 
+// waitTakeover waits (aksFallbackWait at most) until LocalDNS is failed
+// (its budget spent) and the fallback active, marking when the fallback
+// first took over and when LocalDNS failed: the probe may start the
+// fallback before the budget runs out, and LocalDNS's next start stop it.
+func waitTakeover(ctx context.Context, t *topology, ev *events) error {
+	start := time.Now()
+	var fellBack, failed bool
+	for {
+		fb, err1 := t.guest.Show(ctx, lab.FallbackUnitName, "ActiveState")
+		ld, err2 := t.guest.Show(ctx, localDNSUnit, "ActiveState")
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		if fb["ActiveState"] == "active" && !fellBack {
+			fellBack = true
+			ev.mark(fmt.Sprintf("%s (%.0f s)", fallbackStartedMark, time.Since(start).Seconds()))
+		}
+		if ld["ActiveState"] == "failed" && !failed {
+			failed = true
+			ev.mark(fmt.Sprintf("LocalDNS failed (%.0f s)", time.Since(start).Seconds()))
+		}
+		if fb["ActiveState"] == "active" && failed {
+			return nil
+		}
+		if time.Since(start) > aksFallbackWait || ctx.Err() != nil {
+			return fmt.Errorf("after %v: LocalDNS %s, %s %s", aksFallbackWait, ld["ActiveState"], lab.FallbackUnitName, fb["ActiveState"])
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
 // natCounters says how many packets the LOCALDNS-FALLBACK chain's rules
 // took and how many NOTRACK rules (LocalDNS's) are in the raw table.
 func natCounters(ctx context.Context, t *topology) string {
 	nat, err1 := t.guest.Exec(ctx, "/usr/sbin/iptables", "-w", "-t", "nat", "-L", lab.FallbackChain, "-v", "-x", "-n")
+	if err1 != nil { // once more: iptables-nft may read the chain while the fallback writes it
+		sleep(ctx, 500*time.Millisecond)
+		nat, err1 = t.guest.Exec(ctx, "/usr/sbin/iptables", "-w", "-t", "nat", "-L", lab.FallbackChain, "-v", "-x", "-n")
+	}
 	raw, err2 := t.guest.Exec(ctx, "/usr/sbin/iptables", "-w", "-t", "raw", "-S")
 	if err := errors.Join(err1, err2); err != nil {
 		return "nat counters: " + err.Error()

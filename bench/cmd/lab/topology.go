@@ -317,6 +317,13 @@ func (t *topology) fallbackNode(ctx context.Context) error {
 		func() error {
 			return t.up.Kube.NS.AddRoute(nstest.Route{Dst: "10.244.0.0/24", Via: kubeDNSNodeEnd})
 		},
+		// The node's address on its way to the VNet DNS (where its own
+		// queries leave once LocalDNS's link is gone): kube-dns must reach
+		// it too, as any node address. 169.254.10.0/24 stays unrouted: a
+		// reply to a link-local source does not come back across a network.
+		func() error {
+			return t.up.Kube.NS.AddRoute(nstest.Route{Dst: "10.200.1.0/30", Via: kubeDNSNodeEnd})
+		},
 		func() error {
 			return t.node.AddRoute(nstest.Route{Dst: "169.254.10.0/24", Via: lab.VnetDNSGateway})
 		},
