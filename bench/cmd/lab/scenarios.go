@@ -166,7 +166,7 @@ var scenarios = []scenario{
 // that ends in failed.
 func aksFallbackScenario(design, what string) scenario {
 	return scenario{
-		name: "aks-fallback-" + design, baseline: 10 * time.Second, observe: 15 * time.Second,
+		name: "aks-fallback-" + design, baseline: 10 * time.Second, observe: 10 * time.Second,
 		fault: aksFallback, fallback: design, setups: []string{setupPR9439, setupStandby},
 		note: "AKS's LocalDNS fallback (PR 9486, design " + design + ": " + what + "): LocalDNS's Corefile refused (froward in the node's root block) and LocalDNS restarted: every start fails until its budget runs out (failed), OnFailure= starts the fallback; 10 s later the good Corefile back, reset-failed, LocalDNS restarted (ExecStartPre stops the fallback)",
 	}
@@ -213,6 +213,8 @@ func aksFallback(ctx context.Context, t *topology, ev *events) error {
 	if err := waitTakeover(ctx, t, ev); err != nil {
 		errs = append(errs, fmt.Errorf("aks fallback: %w", err))
 	}
+	sleep(ctx, 3*time.Second)
+	t.markStandbyFallback(ctx, ev)
 	sleep(ctx, 10*time.Second)
 	if t.fallback == lab.FallbackNAT {
 		ev.mark(natCounters(ctx, t))
@@ -223,7 +225,34 @@ func aksFallback(ctx context.Context, t *topology, ev *events) error {
 	} else {
 		ev.mark(fallbackStoppedMark)
 	}
+	sleep(ctx, 3*time.Second)
+	t.markStandbyFallback(context.Background(), ev)
 	return errors.Join(errs...)
+}
+
+// markStandbyFallback marks what `dnsstandby status --json` says of AKS's
+// fallback (its localdns_fallback field), where the node runs dnsstandby:
+// evidence on the timeline, not a check (the log lines are checked).
+func (t *topology) markStandbyFallback(ctx context.Context, ev *events) {
+	if !isStandby(t.setup) {
+		return
+	}
+	out, err := t.guest.Exec(ctx, standbyPath, "status", "--json")
+	if err != nil {
+		ev.mark("dnsstandby status: " + err.Error())
+		return
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		ev.mark("dnsstandby status --json: " + err.Error())
+		return
+	}
+	v, ok := st["localdns_fallback"]
+	if !ok {
+		ev.mark("dnsstandby status: no localdns_fallback field")
+		return
+	}
+	ev.mark(fmt.Sprintf("dnsstandby status: localdns_fallback %q", v))
 }
 
 // waitTakeover waits (aksFallbackWait at most) until LocalDNS is failed
