@@ -192,20 +192,24 @@ func (c *ClusterIP) Close() error {
 const kubeServices = "KUBE-SERVICES"
 
 // KubeProxyRules are the nat table's rules (iptables arguments after
-// `-t nat`) that kube-proxy's iptables mode writes for a service at
-// clusterIP:port, UDP and TCP, with the given endpoints: per protocol a
-// KUBE-SVC chain whose rule i jumps, with probability 1/(n-i), to the
-// endpoint's KUBE-SEP chain (the last unconditionally), so that each new
-// flow picks an endpoint at random with equal chances, and the KUBE-SEP
-// chain DNATs to it. Chains come before the rules that jump to them.
+// `-t nat`) that kube-proxy's iptables mode writes for the kube-dns
+// service at clusterIP:port, UDP and TCP, with the given endpoints: per
+// protocol a KUBE-SERVICES rule with kube-proxy's comment jumping to the
+// service's chain (KubeDNSServiceChains), whose rule i jumps, with
+// probability 1/(n-i), to the endpoint's KUBE-SEP chain (the last
+// unconditionally), so that each new flow picks an endpoint at random
+// with equal chances, and the KUBE-SEP chain DNATs to it. Chains come
+// before the rules that jump to them; the node's own traffic goes through
+// KUBE-SERVICES.
 func KubeProxyRules(clusterIP string, port int, endpoints []string) [][]string {
 	var chains, rules [][]string
 	chains = append(chains, []string{"-N", kubeServices})
 	for _, proto := range []string{"udp", "tcp"} {
-		svc := "KUBE-SVC-DNS-" + strings.ToUpper(proto)
+		svc := KubeDNSServiceChains[proto]
+		portName := map[string]string{"udp": "dns", "tcp": "dns-tcp"}[proto]
 		chains = append(chains, []string{"-N", svc})
 		rules = append(rules, []string{"-A", kubeServices, "-d", clusterIP + "/32", "-p", proto, "-m", proto,
-			"--dport", fmt.Sprint(port), "-j", svc})
+			"--dport", fmt.Sprint(port), "-m", "comment", "--comment", "kube-system/kube-dns:" + portName + " cluster IP", "-j", svc})
 		for i, ep := range endpoints {
 			sep := fmt.Sprintf("KUBE-SEP-DNS-%s-%d", strings.ToUpper(proto), i)
 			chains = append(chains, []string{"-N", sep})

@@ -56,7 +56,7 @@ func TestKubeProxyRules(t *testing.T) {
 				t.Errorf("no jump from OUTPUT to KUBE-SERVICES:\n%q", rules)
 			}
 			for _, proto := range []string{"udp", "tcp"} {
-				svc := "KUBE-SVC-DNS-" + strings.ToUpper(proto)
+				svc := lab.KubeDNSServiceChains[proto]
 				var probs, dnat []string
 				for _, r := range rules {
 					if r[0] == "-A" && r[1] == svc {

@@ -55,7 +55,8 @@ const (
 	// restart delay and start limit, no ExecStopPost.
 	LocalDNSShipped = "shipped"
 	// LocalDNSPR9439 adds AgentBaker PR 9439's restart budget and backoff
-	// and PR 9360's ExecStopPost cleanup (9439 is stacked on 9360).
+	// (5 starts in 720 s, RestartSec=2) and PR 9360's ExecStopPost cleanup
+	// (9439 is stacked on 9360).
 	LocalDNSPR9439 = "pr9439"
 )
 
@@ -191,6 +192,14 @@ cluster.local:53 {
 // pidfile. Every other line is kept, so that the file is the rendering a
 // node would have but for the one word.
 func LocalDNSRefusedCorefile(corefile string) (string, error) {
+	return LocalDNSRefusedCorefileOn(corefile, LocalDNSPodIP)
+}
+
+// LocalDNSRefusedCorefileOn is LocalDNSRefusedCorefile with the typo in the
+// first block bound to listener alone with a forward: on LocalDNSNodeIP,
+// the node's root block, so that LocalDNS's own .11 blocks stay good (the
+// fallback's kubelet design runs them).
+func LocalDNSRefusedCorefileOn(corefile, listener string) (string, error) {
 	lines := strings.SplitAfter(corefile, "\n")
 	// The blocks are the lines from one that ends with "{" at the top
 	// level to the "}" that closes it.
@@ -206,8 +215,10 @@ func LocalDNSRefusedCorefile(corefile string) (string, error) {
 			depth++
 		case t == "}":
 			depth--
-			if depth == 0 && slices.ContainsFunc(lines[start:i], func(b string) bool {
-				return strings.TrimSpace(b) == "bind "+LocalDNSPodIP
+			// Only the first such block: the node listener has two
+			// (its root block and cluster.local), the first its root.
+			if depth == 0 && misspelt == 0 && slices.ContainsFunc(lines[start:i], func(b string) bool {
+				return strings.TrimSpace(b) == "bind "+listener
 			}) {
 				for j := start + 1; j < i; j++ {
 					if strings.HasPrefix(strings.TrimSpace(lines[j]), "forward ") {
@@ -220,7 +231,7 @@ func LocalDNSRefusedCorefile(corefile string) (string, error) {
 		}
 	}
 	if misspelt != 1 {
-		return "", fmt.Errorf("refused Corefile: %d blocks bound to %s alone with a forward, want 1", misspelt, LocalDNSPodIP)
+		return "", fmt.Errorf("refused Corefile: no block bound to %s alone with a forward", listener)
 	}
 	return strings.Join(lines, ""), nil
 }
@@ -317,10 +328,14 @@ func LocalDNSUnit(variant string) string {
 # localdns link and its addresses behind.
 `
 	case LocalDNSPR9439:
-		unit = `# AgentBaker PR 9439 "fix: recover LocalDNS after repeated unexpected exits":
-# a restart budget of 30 starts in 300 s.
-StartLimitIntervalSec=300
-StartLimitBurst=30
+		unit = `# AgentBaker PR 9439 "fix: bound LocalDNS restart budget so failures
+# terminate deterministically", as it renders now (its thread, 2026-09;
+# PR 9503 observed StartLimitIntervalUSec=12min, StartLimitBurst=5,
+# RestartUSec=2s): 5 starts in 720 s, so every failure that cannot heal
+# ends in failed (where OnFailure= can act) within about 11 min, however
+# slow its cycle; the unit's own start counts among the 5.
+StartLimitIntervalSec=720
+StartLimitBurst=5
 `
 		service = `# PR 9439: back off 2 s between restarts, so a crash loop cannot spend the
 # budget in a few seconds.

@@ -58,6 +58,13 @@ func localdnsTestRequire(t *testing.T) string {
 // wires its upstreams to it; everything goes when the test ends.
 func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
 	t.Helper()
+	return localdnsTestBootWith(t, variant, nil)
+}
+
+// localdnsTestBootWith is localdnsTestBoot with more in the guest: edit,
+// if not nil, changes its configuration first.
+func localdnsTestBootWith(t *testing.T, variant string, edit func(*lab.GuestConfig)) *localdnsTestNode {
+	t.Helper()
 	coredns := localdnsTestRequire(t)
 	cfg := lab.GuestConfig{
 		Name:  fmt.Sprintf("labtest-%d-%s", os.Getpid(), variant),
@@ -67,6 +74,9 @@ func localdnsTestBoot(t *testing.T, variant string) *localdnsTestNode {
 		Files:  lab.LocalDNSFiles(lab.LocalDNSCoreDNSPath),
 		Binds:  map[string]string{lab.LocalDNSCoreDNSPath: coredns},
 		Enable: []string{lab.LocalDNSUnitName},
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	start := time.Now()
 	g, err := lab.BootGuest(t.Context(), cfg)
@@ -492,8 +502,8 @@ func TestLocalDNSUnit(t *testing.T) {
 		{lab.LocalDNSShipped, nil, []string{"Unit.StartLimitIntervalSec", "Unit.StartLimitBurst",
 			"Service.RestartSec", "Service.ExecStopPost", "Service.KillSignal"}},
 		{lab.LocalDNSPR9439, map[string]string{
-			"Unit.StartLimitIntervalSec": "300",
-			"Unit.StartLimitBurst":       "30",
+			"Unit.StartLimitIntervalSec": "720",
+			"Unit.StartLimitBurst":       "5",
 			"Service.RestartSec":         "2",
 			"Service.KillSignal":         "SIGTERM",
 			"Service.ExecStopPost":       lab.LocalDNSScript + " cleanup",
@@ -705,6 +715,15 @@ func TestLocalDNSRefusedCorefile(t *testing.T) {
 	}
 	if _, err := lab.LocalDNSRefusedCorefile(strings.ReplaceAll(good, "forward . "+lab.LocalDNSKubeDNS, "# no forward")); err == nil {
 		t.Error("a Corefile whose pods' block forwards nowhere: no error")
+	}
+	// On the node listener: its root block only (not cluster.local), so
+	// the .11 blocks stay good.
+	node, err := lab.LocalDNSRefusedCorefileOn(good, lab.LocalDNSNodeIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(node, "froward "); c != 1 || !strings.Contains(node, "    froward . "+lab.LocalDNSVnetDNS+" {") {
+		t.Errorf("refused on %s: %d misspellings, want 1, in the root block forwarding to %s", lab.LocalDNSNodeIP, c, lab.LocalDNSVnetDNS)
 	}
 
 	coredns := nstest.CoreDNSBinary(t)

@@ -137,13 +137,27 @@ type LabRun struct {
 	Note       string      `json:"note,omitempty"`
 	FaultError string      `json:"fault_error,omitempty"` // what went wrong applying the fault (also in Note), "" when nothing did
 	Hedges     *Hedges     `json:"hedges,omitempty"`      // dnsstandby's hedged answers on the run's listener; nil where it does not report them
-	Down       []Interval  `json:"down,omitempty"`        // LocalDNS down, shaded on the timeline
-	Events     []Event     `json:"events,omitempty"`      // marks on the timeline
-	Timeline   Timeline    `json:"timeline"`
 
 	// Upstream is the node's upstream queries over the run; nil where
 	// they were not counted.
 	Upstream *UpstreamCounts `json:"upstream,omitempty"`
+	// Fallback is what AKS's LocalDNS fallback did on the run's node, nil
+	// where the node had none.
+	Fallback *FallbackCounts `json:"fallback,omitempty"`
+	Down     []Interval      `json:"down,omitempty"`   // LocalDNS down, shaded on the timeline
+	Events   []Event         `json:"events,omitempty"` // marks on the timeline
+	Timeline Timeline        `json:"timeline"`
+}
+
+// FallbackCounts are read from a node's journal at the end of a run.
+type FallbackCounts struct {
+	Design   string `json:"design"`
+	Starts   int    `json:"starts"`   // takeovers by localdns-fallback.service
+	Declines int    `json:"declines"` // starts it declined: localdns.service between restart attempts
+	// Seen and Gone count dnsstandby's "AKS LocalDNS fallback seen" and
+	// "... gone" log lines (0 on a node without dnsstandby).
+	Seen int `json:"standby_seen"`
+	Gone int `json:"standby_gone"`
 }
 
 // ListenerName names the run's client and listener for a person, "pod →

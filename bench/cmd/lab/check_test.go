@@ -52,7 +52,7 @@ func checkLabNodes(t *testing.T, bins binaries) {
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tops, err := buildAll(ctx, "check", []string{setupStandby, setupStandbyShipped}, bins, zones, nil, nil)
+	tops, err := buildAll(ctx, "check", []string{setupStandby, setupStandbyShipped}, bins, zones, func(string) nodeSpec { return nodeSpec{} })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func checkLabNodes(t *testing.T, bins binaries) {
 	t.Run("pr9439", func(t *testing.T) {
 		rep, code := runCheck(ctx, t, fixed)
 		for _, want := range []struct{ name, status, found string }{
-			{"localdns-unit", "PASS", "Restart=on-failure RestartSec=2s StartLimitBurst=30 StartLimitIntervalSec=5min KillMode=mixed"},
+			{"localdns-unit", "PASS", "Restart=on-failure RestartSec=2s StartLimitBurst=5 StartLimitIntervalSec=12min KillMode=mixed"},
 			{"cluster-dns", "PASS", "clusterDNS = " + localDNS},
 			// On LocalDNS's link and on dnsstandby's anchor.
 			{"address " + localDNS, "PASS", "local on "},

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
@@ -33,6 +34,9 @@ func losslessRules() []losslessRule {
 		{"standby-surge", setupStandby},
 		{"standby-stall", setupStandby},
 		{"bad-corefile", setupStandby},
+		{"aks-fallback-coredns", setupStandby},
+		{"aks-fallback-kubelet", setupStandby},
+		{"aks-fallback-nat", setupStandby},
 	}
 }
 
@@ -109,6 +113,43 @@ func outageRules() []runRule {
 		{"bad-corefile", "names never asked before: 0 unanswered from the fault on", freshAnswered},
 		{"bad-corefile", "LocalDNS (by NSID) gives ≥ 99% of the answers once back", recoveredShare(0.99)},
 	}
+}
+
+// fallbackRules are what the dnsstandby setup must show beside AKS's
+// LocalDNS fallback (AgentBaker PR 9486): during a crash storm, while
+// dnsstandby answers, neither the probe nor OnFailure= starts it; where
+// LocalDNS fails for good and the fallback starts anyway, dnsstandby says
+// so once per start, and says it is gone once LocalDNS took over again.
+func fallbackRules() []runRule {
+	var rules []runRule
+	rules = append(rules, runRule{"crash-storm", "AKS's LocalDNS fallback started 0 times (probe every 5 s, OnFailure=)", fallbackStarts(0)})
+	for _, d := range lab.FallbackDesigns {
+		rules = append(rules, runRule{"aks-fallback-" + d,
+			`dnsstandby logged "` + standbyFallbackSeen + `" once per fallback start and "` + standbyFallbackGone + `" after each hand-back`, fallbackReported})
+	}
+	return rules
+}
+
+// fallbackStarts: the node's fallback took over exactly want times.
+func fallbackStarts(want int) func(lab.LabRun) (bool, string) {
+	return func(r lab.LabRun) (bool, string) {
+		f := r.Fallback
+		if f == nil || f.Starts < 0 {
+			return false, "no fallback counts (its journal could not be read)"
+		}
+		return f.Starts == want, fmt.Sprintf("%d starts (%d declined: localdns.service between restart attempts)", f.Starts, f.Declines)
+	}
+}
+
+// fallbackReported: the fallback started, and dnsstandby logged it seen and
+// gone as many times.
+func fallbackReported(r lab.LabRun) (bool, string) {
+	f := r.Fallback
+	if f == nil || f.Starts < 0 {
+		return false, "no fallback counts (its journal could not be read)"
+	}
+	return f.Starts > 0 && f.Seen == f.Starts && f.Gone == f.Starts,
+		fmt.Sprintf("fallback started %d times; dnsstandby logged seen %d, gone %d", f.Starts, f.Seen, f.Gone)
 }
 
 // freshAnswered: every query for a name never asked before was answered,
@@ -249,11 +290,16 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 	var out []lab.Check
 	// find returns the setup's run for client, or appends a failed check
 	// saying it is missing.
+	missing := map[[2]string]bool{} // said once per setup and client
 	find := func(setup, client string) (lab.LabRun, bool) {
 		i := slices.IndexFunc(runs, func(r lab.LabRun) bool {
 			return r.Scenario == scenario && r.Setup == setup && r.Client == client
 		})
 		if i < 0 || runs[i].AfterFault == nil {
+			if missing[[2]string{setup, client}] {
+				return lab.LabRun{}, false
+			}
+			missing[[2]string{setup, client}] = true
 			out = append(out, lab.Check{Scenario: scenario, Setup: setup, Listener: listenerOf(client), Client: client,
 				Require: "a run with counts from the fault on", Found: "none"})
 			return lab.LabRun{}, false
@@ -276,7 +322,7 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 	if !slices.Contains(setups, setupStandby) {
 		return out
 	}
-	all := outageRules()
+	all := append(outageRules(), fallbackRules()...)
 	if hedges {
 		all = append(all, hedgeRules()...)
 	}
@@ -295,6 +341,9 @@ func checkRuns(scenario string, setups, clients []string, runs []lab.LabRun, hed
 			continue
 		}
 		for _, rule := range rules {
+			if r.Fallback == nil && strings.Contains(rule.require, "fallback") {
+				continue // the node had no AKS fallback (runScenario sets counts on every node that had one)
+			}
 			pass, found := rule.check(r)
 			out = append(out, lab.Check{Scenario: r.Scenario, Setup: r.Setup, Listener: r.Listener, Client: r.Client,
 				Require: rule.require, Pass: pass, Found: found})

@@ -149,6 +149,9 @@ func run(ctx context.Context, o *options) error {
 		if sc.standbyOnly {
 			setups = slices.DeleteFunc(slices.Clone(chosen), func(s string) bool { return !isStandby(s) })
 		}
+		if sc.setups != nil {
+			setups = slices.DeleteFunc(slices.Clone(setups), func(s string) bool { return !slices.Contains(sc.setups, s) })
+		}
 		if len(setups) == 0 {
 			continue
 		}
@@ -229,7 +232,7 @@ func printRun(r lab.LabRun) {
 // runScenario builds a node per setup, runs its clients' loads and the
 // fault on all of them at once, and tears everything down.
 func runScenario(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mixes nameMixes) (runs []lab.LabRun, err error) {
-	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones, sc.corefile, sc.upstreams)
+	tops, err := buildAll(ctx, sc.name, setups, o.bins, zones, sc.spec)
 	if err != nil {
 		return nil, err
 	}
@@ -280,6 +283,20 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 		wg.Go(func() { perNode[i] = nodes[i].results(sc, t, faultAt, atFault[i], errs[i]) })
 	}
 	wg.Wait()
+	for i, t := range tops {
+		if t.fallback == "" {
+			continue
+		}
+		fc, err := t.fallbackCounts()
+		if err != nil {
+			// The checks fail on it: -1 is "not read".
+			fmt.Fprintf(os.Stderr, "lab: %s %s: %v\n", sc.name, t.setup, err)
+			fc = &lab.FallbackCounts{Design: t.fallback, Starts: -1}
+		}
+		for j := range perNode[i] {
+			perNode[i][j].Fallback = fc
+		}
+	}
 	for _, r := range perNode {
 		runs = append(runs, r...)
 	}
@@ -291,6 +308,25 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 		}
 	}
 	return runs, ctx.Err()
+}
+
+// Lines dnsstandby logs when it sees AKS's LocalDNS fallback come and go.
+const (
+	standbyFallbackSeen = "AKS LocalDNS fallback seen"
+	standbyFallbackGone = "AKS LocalDNS fallback gone"
+)
+
+// fallbackCounts reads what AKS's fallback did, and what dnsstandby said
+// of it, from the node's journal.
+func (t *topology) fallbackCounts() (*lab.FallbackCounts, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	journal, err := t.guest.Journal(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("fallback counts: %w", err)
+	}
+	return &lab.FallbackCounts{Design: t.fallback, Starts: lab.FallbackTakeovers(journal), Declines: lab.FallbackDeclines(journal),
+		Seen: strings.Count(journal, standbyFallbackSeen), Gone: strings.Count(journal, standbyFallbackGone)}, nil
 }
 
 // saveJournal writes the journal of a node that runs dnsstandby (all its

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +35,23 @@ type scenario struct {
 	// note is printed with the results (what the run does and does not
 	// show).
 	note string
+	// fallback gives the nodes AKS's LocalDNS fallback in this design
+	// (lab.FallbackDesigns), "" for none; with fallbackStandbyOnly only
+	// the nodes that run dnsstandby get it.
+	fallback            string
+	fallbackStandbyOnly bool
+	// setups, if not nil, are the only setups the scenario runs (of those
+	// chosen).
+	setups []string
+}
+
+// spec is what the scenario asks of setup's node.
+func (sc scenario) spec(setup string) nodeSpec {
+	n := nodeSpec{corefile: sc.corefile, upstreams: sc.upstreams}
+	if !sc.fallbackStandbyOnly || isStandby(setup) {
+		n.fallback = sc.fallback
+	}
+	return n
 }
 
 // scenarios, in the order `make lab` runs them; names are part of the
@@ -54,7 +72,11 @@ var scenarios = []scenario{
 		// a node where LocalDNS has been up for days.
 		name: "crash-storm", baseline: 11 * time.Second, observe: 60 * time.Second,
 		fault: crashStorm,
-		note:  "the reported harness: 8 attempts 300 ms apart, MainPID read before each, SIGKILL when live",
+		// Where dnsstandby runs, AKS's fallback (PR 9486) stands by too:
+		// its probe and OnFailure= must not start it while dnsstandby
+		// answers (fallbackRules).
+		fallback: lab.FallbackCoreDNS, fallbackStandbyOnly: true,
+		note: "the reported harness: 8 attempts 300 ms apart, MainPID read before each, SIGKILL when live; the dnsstandby node also has AKS's LocalDNS fallback (PR 9486, design coredns)",
 	},
 	{
 		name: "permanent-failure", baseline: 5 * time.Second, observe: 60 * time.Second,
@@ -145,6 +167,181 @@ var scenarios = []scenario{
 		fault: kubeDNSBackendDead, upstreams: addClusterIP,
 		note: "kube-dns as three CoreDNS pods behind the ClusterIP, a backend picked per flow by kube-proxy's nat rules; after a 10 s warm-up the first pod drops every packet (a dead node: no reply, no ICMP), the rules unchanged (the EndpointSlice not yet updated) for the rest of the run; the loads ask names never asked before throughout",
 	},
+	aksFallbackScenario(lab.FallbackCoreDNS, "a second CoreDNS binding .11, forwarding to kube-dns"),
+	aksFallbackScenario(lab.FallbackKubelet, "a second CoreDNS running LocalDNS's own .11 blocks, kubelet's --cluster-dns repointed to kube-dns"),
+	aksFallbackScenario(lab.FallbackNAT, "nat chain LOCALDNS-FALLBACK: .11 DNATed to kube-dns, .10 to the VNet DNS"),
+}
+
+// aksFallbackScenario is aks-fallback-DESIGN: LocalDNS fails every start
+// until its budget (5 starts in 720 s) runs out, AKS's fallback takes
+// over, LocalDNS is fixed and started again (its ExecStartPre stops the
+// fallback). Only the setups with PR 9439's unit: the fallback needs a unit
+// that ends in failed.
+func aksFallbackScenario(design, what string) scenario {
+	return scenario{
+		name: "aks-fallback-" + design, baseline: 10 * time.Second, observe: 10 * time.Second,
+		fault: aksFallback, fallback: design, setups: []string{setupPR9439, setupStandby},
+		note: "AKS's LocalDNS fallback (PR 9486, design " + design + ": " + what + "): LocalDNS's Corefile refused (froward in the node's root block) and LocalDNS restarted: every start fails until its budget runs out (failed), OnFailure= starts the fallback; 10 s later the good Corefile back, reset-failed, LocalDNS restarted (ExecStartPre stops the fallback)",
+	}
+}
+
+// Marks of aks-fallback-*.
+const (
+	fallbackStartedMark = "AKS fallback took over"
+	fallbackStoppedMark = "AKS fallback stopped"
+)
+
+// aksFallbackWait bounds the wait for LocalDNS's budget to run out: the
+// boot's start and 4 failed ones, each the stand-in's 10 s wait for a
+// pidfile and RestartSec 2 s.
+const aksFallbackWait = 120 * time.Second
+
+// aksFallback fails LocalDNS for good with a Corefile CoreDNS refuses (the
+// typo in the node's root block, so that LocalDNS's own .11 blocks, which
+// the kubelet design runs, stay good), waits for AKS's fallback to take
+// over, lets it serve 10 s, then repairs LocalDNS (localDNSBack) and waits
+// for the fallback to stop. For the nat design it records the packets the
+// LOCALDNS-FALLBACK chain took and the NOTRACK rules in place meanwhile.
+func aksFallback(ctx context.Context, t *topology, ev *events) error {
+	good, err := t.guest.Exec(ctx, "cat", lab.LocalDNSCorefilePath)
+	if err != nil {
+		return fmt.Errorf("aks fallback: read the good Corefile: %w", err)
+	}
+	refused, err := lab.LocalDNSRefusedCorefileOn(good, nodeDNS)
+	if err != nil {
+		return fmt.Errorf("aks fallback: %w", err)
+	}
+	before, err := t.guest.Show(ctx, localDNSUnit, "ActiveEnterTimestampMonotonic")
+	if err != nil {
+		return fmt.Errorf("aks fallback: %w", err)
+	}
+	if err := t.writeFile(ctx, lab.LocalDNSCorefilePath, refused); err != nil {
+		return fmt.Errorf("aks fallback: %w", err)
+	}
+	ev.mark(refusedMark)
+	var errs []error
+	if out, err := t.guest.Systemctl(ctx, "restart", "--no-block", localDNSUnit); err != nil {
+		errs = append(errs, fmt.Errorf("aks fallback: restart LocalDNS: %w: %s", err, out))
+	}
+	if err := waitTakeover(ctx, t, ev); err != nil {
+		errs = append(errs, fmt.Errorf("aks fallback: %w", err))
+	}
+	sleep(ctx, 3*time.Second)
+	t.markStandbyFallback(ctx, ev)
+	sleep(ctx, 10*time.Second)
+	if t.fallback == lab.FallbackNAT {
+		ev.mark(natCounters(ctx, t))
+	}
+	errs = append(errs, t.localDNSBack(good, before["ActiveEnterTimestampMonotonic"], ev))
+	if err := waitUnit(context.Background(), t, lab.FallbackUnitName, 10*time.Second, "inactive", "failed"); err != nil {
+		errs = append(errs, fmt.Errorf("aks fallback: hand-back: %w", err))
+	} else {
+		ev.mark(fallbackStoppedMark)
+	}
+	sleep(ctx, 3*time.Second)
+	t.markStandbyFallback(context.Background(), ev)
+	return errors.Join(errs...)
+}
+
+// markStandbyFallback marks what `dnsstandby status --json` says of AKS's
+// fallback (its localdns_fallback field), where the node runs dnsstandby:
+// evidence on the timeline, not a check (the log lines are checked).
+func (t *topology) markStandbyFallback(ctx context.Context, ev *events) {
+	if !isStandby(t.setup) {
+		return
+	}
+	out, err := t.guest.Exec(ctx, standbyPath, "status", "--json")
+	if err != nil {
+		ev.mark("dnsstandby status: " + err.Error())
+		return
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		ev.mark("dnsstandby status --json: " + err.Error())
+		return
+	}
+	v, ok := st["localdns_fallback"]
+	if !ok {
+		ev.mark("dnsstandby status: no localdns_fallback field")
+		return
+	}
+	ev.mark(fmt.Sprintf("dnsstandby status: localdns_fallback %q", v))
+}
+
+// waitTakeover waits (aksFallbackWait at most) until LocalDNS is failed
+// (its budget spent) and the fallback active, marking when the fallback
+// first took over and when LocalDNS failed: the probe may start the
+// fallback before the budget runs out, and LocalDNS's next start stop it.
+func waitTakeover(ctx context.Context, t *topology, ev *events) error {
+	start := time.Now()
+	var fellBack, failed bool
+	for {
+		fb, err1 := t.guest.Show(ctx, lab.FallbackUnitName, "ActiveState")
+		ld, err2 := t.guest.Show(ctx, localDNSUnit, "ActiveState")
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		if fb["ActiveState"] == "active" && !fellBack {
+			fellBack = true
+			ev.mark(fmt.Sprintf("%s (%.0f s)", fallbackStartedMark, time.Since(start).Seconds()))
+		}
+		if ld["ActiveState"] == "failed" && !failed {
+			failed = true
+			ev.mark(fmt.Sprintf("LocalDNS failed (%.0f s)", time.Since(start).Seconds()))
+		}
+		if fb["ActiveState"] == "active" && failed {
+			return nil
+		}
+		if time.Since(start) > aksFallbackWait || ctx.Err() != nil {
+			return fmt.Errorf("after %v: LocalDNS %s, %s %s", aksFallbackWait, ld["ActiveState"], lab.FallbackUnitName, fb["ActiveState"])
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// natCounters says how many packets the LOCALDNS-FALLBACK chain's rules
+// took and how many NOTRACK rules (LocalDNS's) are in the raw table.
+func natCounters(ctx context.Context, t *topology) string {
+	nat, err1 := t.guest.Exec(ctx, "/usr/sbin/iptables", "-w", "-t", "nat", "-L", lab.FallbackChain, "-v", "-x", "-n")
+	if err1 != nil { // once more: iptables-nft may read the chain while the fallback writes it
+		sleep(ctx, 500*time.Millisecond)
+		nat, err1 = t.guest.Exec(ctx, "/usr/sbin/iptables", "-w", "-t", "nat", "-L", lab.FallbackChain, "-v", "-x", "-n")
+	}
+	raw, err2 := t.guest.Exec(ctx, "/usr/sbin/iptables", "-w", "-t", "raw", "-S")
+	if err := errors.Join(err1, err2); err != nil {
+		return "nat counters: " + err.Error()
+	}
+	return fmt.Sprintf("%s took %d packets; %d NOTRACK rules", lab.FallbackChain, chainPackets(nat), strings.Count(raw, "-j NOTRACK")+strings.Count(raw, "--notrack"))
+}
+
+// chainPackets sums the packet counters of `iptables -L CHAIN -v -x -n`.
+func chainPackets(listing string) int {
+	n := 0
+	for _, l := range strings.Split(listing, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			continue
+		}
+		if p, err := strconv.Atoi(f[0]); err == nil {
+			n += p
+		}
+	}
+	return n
+}
+
+// waitUnit waits until unit's ActiveState is one of states.
+func waitUnit(ctx context.Context, t *topology, unit string, within time.Duration, states ...string) error {
+	deadline := time.Now().Add(within)
+	for {
+		props, err := t.guest.Show(ctx, unit, "ActiveState")
+		if err == nil && slices.Contains(states, props["ActiveState"]) {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s not %v after %v (%v, %v)", unit, states, within, props, err)
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
 }
 
 func findScenario(name string) (scenario, bool) {

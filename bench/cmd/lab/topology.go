@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -29,6 +30,10 @@ const (
 	// <hash>.<region code>.internal.cloudapp.net).
 	vnetSearch = "x4ffd0a2bbrfuj2wh.bx.internal.cloudapp.net"
 )
+
+// kubeDNSNodeEnd is the node's end of its veth to kube-dns
+// (lab.StartUpstreams).
+const kubeDNSNodeEnd = "10.200.0.1"
 
 // standbyPath is where the guest sees the dnsstandby binary.
 const standbyPath = "/usr/local/bin/dnsstandby"
@@ -115,6 +120,9 @@ type topology struct {
 	zones *nstest.Zones
 	bins  binaries
 	extra nodeExtras // what the scenario added (upstream_faults.go)
+	// fallback is the design of AKS's LocalDNS fallback on the node, ""
+	// for none.
+	fallback string
 
 	closers []func() error // run in reverse by close
 }
@@ -161,14 +169,25 @@ func buildVersion(ctx context.Context, bin string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// nodeSpec is what a scenario asks of its nodes beyond the setup.
+type nodeSpec struct {
+	// corefile, if not nil, rewrites LocalDNS's Corefile first (a
+	// scenario's fault that must be in place from LocalDNS's start).
+	corefile func(string) string
+	// upstreams, if not nil, adds to the node's upstreams before LocalDNS
+	// starts.
+	upstreams func(context.Context, *topology) error
+	// fallback is the design of AKS's LocalDNS fallback the node gets
+	// (lab.FallbackDesigns), "" for none.
+	fallback string
+}
+
 // buildTopology creates the namespaces, boots the guest, wires them and
-// starts LocalDNS (and dnsstandby for the dnsstandby setup); corefile, if
-// not nil, rewrites LocalDNS's Corefile first (a scenario's fault that
-// must be in place from LocalDNS's start); upstreams, if not nil, adds to
-// the node's upstreams before LocalDNS starts. On error it undoes what it
-// did.
-func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones, corefile func(string) string, upstreams func(context.Context, *topology) error) (t *topology, err error) {
-	t = &topology{setup: setup, zones: zones, bins: bins}
+// starts LocalDNS (and dnsstandby for the dnsstandby setup), as spec asks.
+// On error it undoes what it did.
+func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *nstest.Zones, spec nodeSpec) (t *topology, err error) {
+	t = &topology{setup: setup, zones: zones, bins: bins, fallback: spec.fallback}
+	corefile, upstreams := spec.corefile, spec.upstreams
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("%s: %w", setup, err), t.close())
@@ -193,6 +212,10 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		f := cfg.Files[lab.LocalDNSCorefilePath]
 		f.Data = corefile(f.Data)
 		cfg.Files[lab.LocalDNSCorefilePath] = f
+	}
+	if spec.fallback != "" {
+		maps.Copy(cfg.Units, lab.FallbackUnits(spec.fallback))
+		maps.Copy(cfg.Files, lab.FallbackFiles(spec.fallback))
 	}
 	if isStandby(setup) {
 		cfg.Binds[standbyPath] = bins.dnsstandby
@@ -250,9 +273,21 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		}
 	}
 
+	if spec.fallback != "" {
+		if err := t.fallbackNode(ctx); err != nil {
+			return t, err
+		}
+	}
 	units := []string{"localdns.service"}
 	if isStandby(setup) {
 		units = append(units, "dnsstandby.service")
+	}
+	if spec.fallback == lab.FallbackKubelet {
+		units = append(units, "kubelet.service")
+	}
+	if spec.fallback != "" {
+		// The guest masks timers.target: the timer is started by name.
+		units = append(units, lab.FallbackProbeTimer)
 	}
 	for _, u := range units {
 		if out, err := t.guest.Systemctl(ctx, "start", u); err != nil {
@@ -261,6 +296,53 @@ func buildTopology(ctx context.Context, id, setup string, bins binaries, zones *
 		}
 	}
 	return t, t.waitAnswering(ctx, 10*time.Second)
+}
+
+// fallbackNode gives the node what AKS's fallback reads or reaches beyond
+// its units: systemd-resolved's upstream resolv.conf (the VNet DNS), and
+// for the nat design kube-proxy's kube-dns chains and what a node's
+// network gives a DNATed query: forwarding, and routes back from the
+// upstreams to the pod and to the node's end (a node's default route
+// covers 169.254.10.0/24: with LocalDNS's link gone, the node's own
+// queries leave by it, to be DNATed to the VNet DNS or dropped there).
+func (t *topology) fallbackNode(ctx context.Context) error {
+	if out, err := t.guest.Exec(ctx, "sh", "-c", `mkdir -p /run/systemd/resolve && printf 'nameserver %s\n' "$1" >/run/systemd/resolve/resolv.conf`, "sh", vnetDNS); err != nil {
+		return fmt.Errorf("resolved's resolv.conf: %w: %s", err, out)
+	}
+	if t.fallback != lab.FallbackNAT {
+		return nil
+	}
+	for _, args := range lab.KubeProxyRules(lab.LocalDNSKubeDNS, 53, []string{lab.LocalDNSKubeDNS}) {
+		args = append([]string{"-w", "-t", "nat"}, args...)
+		if out, err := t.guest.Exec(ctx, "/usr/sbin/iptables", args...); err != nil {
+			return fmt.Errorf("kube-proxy stand-in: iptables %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	steps := []func() error{
+		func() error {
+			_, err := t.node.Run(ctx, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+			return err
+		},
+		func() error {
+			return t.up.Kube.NS.AddRoute(nstest.Route{Dst: "10.244.0.0/24", Via: kubeDNSNodeEnd})
+		},
+		// The node's address on its way to the VNet DNS (where its own
+		// queries leave once LocalDNS's link is gone): kube-dns must reach
+		// it too, as any node address. 169.254.10.0/24 stays unrouted: a
+		// reply to a link-local source does not come back across a network.
+		func() error {
+			return t.up.Kube.NS.AddRoute(nstest.Route{Dst: "10.200.1.0/30", Via: kubeDNSNodeEnd})
+		},
+		func() error {
+			return t.node.AddRoute(nstest.Route{Dst: "169.254.10.0/24", Via: lab.VnetDNSGateway})
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("nat fallback's network: %w", err)
+		}
+	}
+	return nil
 }
 
 // waitAnswering waits until both listeners answer, whoever answers: a
@@ -298,15 +380,15 @@ func (t *topology) close() error {
 	return errors.Join(errs...)
 }
 
-// buildAll builds one topology per setup, in parallel; corefile and
-// upstreams as for buildTopology.
-func buildAll(ctx context.Context, scenario string, setups []string, bins binaries, zones *nstest.Zones, corefile func(string) string, upstreams func(context.Context, *topology) error) ([]*topology, error) {
+// buildAll builds one topology per setup, in parallel, each as spec asks
+// for its setup.
+func buildAll(ctx context.Context, scenario string, setups []string, bins binaries, zones *nstest.Zones, spec func(setup string) nodeSpec) ([]*topology, error) {
 	tops := make([]*topology, len(setups))
 	errs := make([]error, len(setups))
 	var wg sync.WaitGroup
 	for i, s := range setups {
 		wg.Go(func() {
-			tops[i], errs[i] = buildTopology(ctx, fmt.Sprintf("%s-%d", shortName(scenario), i), s, bins, zones, corefile, upstreams)
+			tops[i], errs[i] = buildTopology(ctx, fmt.Sprintf("%s-%d", shortName(scenario), i), s, bins, zones, spec(s))
 		})
 	}
 	wg.Wait()

@@ -45,7 +45,7 @@ func testNode(t *testing.T, id, setup string) *topology {
 	t.Helper()
 	bins := testBinaries(t)
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
-	top, err := buildTopology(context.Background(), id, setup, bins, zones, nil, nil)
+	top, err := buildTopology(context.Background(), id, setup, bins, zones, nodeSpec{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func TestUnitUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 20})
-	top, err := buildTopology(ctx, "unit-upgrade", setupStandby, bins, zones, nil, nil)
+	top, err := buildTopology(ctx, "unit-upgrade", setupStandby, bins, zones, nodeSpec{})
 	if err != nil {
 		t.Fatal(err)
 	}

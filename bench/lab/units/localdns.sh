@@ -16,23 +16,34 @@
 #   - the same traps: ABRT ERR INT PIPE run the cleanup and exit 216, EXIT runs
 #     the cleanup. SIGTERM is not trapped, so `systemctl stop` (SIGTERM to this
 #     script) kills bash outright, without its cleanup, as on a node;
-#   - the cleanup: if CoreDNS runs, sleep 5 s, SIGINT it and wait, then delete
-#     the localdns link (taking .10 and .11 off the node).
+#   - the iptables raw-table NOTRACK rules for .10/.11 udp+tcp dport 53 in
+#     OUTPUT and PREROUTING (comment "localdns: skip conntrack"): removed
+#     first thing at start, added right after the link, removed first thing
+#     in the cleanup;
+#   - the networkd drop-in 70-localdns.conf: removed at start, written once
+#     CoreDNS is ready (before READY=1), removed in the cleanup right after
+#     the NOTRACK rules;
+#   - the cleanup: NOTRACK rules, drop-in, then, if CoreDNS runs, sleep 5 s,
+#     SIGINT it and wait, then delete the localdns link (taking .10 and .11
+#     off the node).
 # `localdns.sh cleanup` runs the cleanup alone: ExecStopPost of the units from
 # AgentBaker PR 9360 on (PR 9439 is stacked on it). With no COREDNS_PID of its
 # own it finds CoreDNS through the pidfile.
 #
 # Left out, because the lab node has no use for them:
-#   - the iptables raw-table NOTRACK rules for .10/.11 udp+tcp dport 53 (the
-#     lab measures answers, not conntrack table space);
-#   - the networkd drop-in 70-localdns.conf and `networkctl reload` (the guest
-#     runs no systemd-networkd; the node's resolver is not under test, pods are);
+#   - `networkctl reload` after writing or removing the drop-in, and the wait
+#     at start for resolv.conf to drop 169.254.10.10 (the guest runs no
+#     systemd-networkd; the node's resolv.conf is the lab's, pointing at
+#     .10 throughout): the file is written and removed at the same points;
 #   - Corefile regeneration from base64, VNet DNS server substitution, metrics
 #     .prom files, the hosts-plugin node annotation.
 # Differences: the link kind comes from LINK_KIND (default bridge: this
 # project's machines lack the dummy driver; nodes use dummy), and the CoreDNS
 # binary and Corefile paths from the environment (EnvironmentFile
-# /etc/localdns/environment, as the AKS unit reads it).
+# /etc/localdns/environment, as the AKS unit reads it); the drop-in's
+# directory is NETWORK_DROPIN_DIR (a node's is named after the network file
+# of its default-route interface). The rules are set with the guest's
+# iptables, so in the node's network namespace only.
 set -euo pipefail
 
 ERR_LOCALDNS_FAIL=216             # as localdns.sh (cse_helpers.sh)
@@ -54,6 +65,33 @@ LOCALDNS_READY_POLL_INTERVAL_SECONDS=0.1
 LOCALDNS_READY_TIMEOUT_SECONDS=60
 DNS_HEALTH_CHECK_TIMEOUT=2
 DNS_HEALTH_CHECK_TRIES=2
+NETWORK_DROPIN_DIR="${NETWORK_DROPIN_DIR:-/run/systemd/network/10-eth0.network.d}"
+NETWORK_DROPIN_FILE="${NETWORK_DROPIN_DIR}/70-localdns.conf"
+IPTABLES_COMMENT="localdns: skip conntrack"
+IPTABLES_RULES=()
+for CHAIN in OUTPUT PREROUTING; do
+    for IP in ${LOCALDNS_NODE_LISTENER_IP} ${LOCALDNS_CLUSTER_LISTENER_IP}; do
+        for PROTO in tcp udp; do
+            IPTABLES_RULES+=("${CHAIN} -p ${PROTO} -d ${IP} --dport 53 -j NOTRACK")
+        done
+    done
+done
+
+# cleanup_iptables_and_dns removes the NOTRACK rules (found by their comment)
+# and the drop-in, as AKS's function of that name does (less networkctl).
+cleanup_iptables_and_dns() {
+    local chain rule_num failed=false
+    echo "Cleaning up any existing localdns iptables rules..."
+    for chain in OUTPUT PREROUTING; do
+        for rule_num in $(iptables -w -t raw -L "${chain}" --line-numbers -n | grep "${IPTABLES_COMMENT}" | awk '{print $1}' | sort -nr); do
+            iptables -w -t raw -D "${chain}" "${rule_num}" || failed=true
+        done
+    done
+    [ "${failed}" = false ] || return 1
+    echo "Removing network drop-in file ${NETWORK_DROPIN_FILE}."
+    rm -f "${NETWORK_DROPIN_FILE}" || return 1
+    return 0
+}
 
 # coredns_pid_from_file prints the PID in the pidfile if it is a live coredns.
 coredns_pid_from_file() {
@@ -66,8 +104,7 @@ coredns_pid_from_file() {
 cleanup_localdns_configs() {
     # Disable error handling so that we don't get into a recursive loop.
     set +e
-    # (AKS: cleanup_iptables_and_dns removes the NOTRACK rules and the
-    # networkd drop-in here; the lab has neither.)
+    cleanup_iptables_and_dns || return 1
     local own=true
     if [ -z "${COREDNS_PID:-}" ]; then
         own=false
@@ -109,6 +146,8 @@ if [ ! -x "${COREDNS_BINARY_PATH}" ]; then
     exit ${ERR_LOCALDNS_BINARY_ERR}
 fi
 
+cleanup_iptables_and_dns || exit ${ERR_LOCALDNS_FAIL}
+
 trap 'echo "Error occurred. Cleaning up..."; cleanup_localdns_configs; exit $ERR_LOCALDNS_FAIL' ABRT ERR INT PIPE
 trap 'echo "Executing cleanup function."; cleanup_localdns_configs || echo "Cleanup failed with error code: $ERR_LOCALDNS_FAIL."' EXIT
 
@@ -121,6 +160,11 @@ ip link add name localdns type "${LINK_KIND}"
 ip link set up dev localdns
 ip addr add ${LOCALDNS_NODE_LISTENER_IP}/32 dev localdns
 ip addr add ${LOCALDNS_CLUSTER_LISTENER_IP}/32 dev localdns
+echo "Adding iptables rules to skip conntrack for queries to localdns."
+for RULE in "${IPTABLES_RULES[@]}"; do
+    # shellcheck disable=SC2086 # RULE is words, as AKS evals them
+    iptables -w -t raw -m comment --comment "${IPTABLES_COMMENT}" -A ${RULE}
+done
 
 COREDNS_COMMAND="${COREDNS_BINARY_PATH} -conf ${UPDATED_LOCALDNS_CORE_FILE} -pidfile ${LOCALDNS_PID_FILE}"
 if [ -n "${SYSTEMD_EXEC_PID:-}" ]; then
@@ -154,6 +198,10 @@ until [ "$("${CURL_COMMAND[@]}")" = "OK" ]; do
     attempts=$((attempts + 1))
 done
 echo "Localdns is online and ready to serve traffic."
+echo "Updating network DNS configuration to point to localdns via ${NETWORK_DROPIN_FILE}."
+mkdir -p "${NETWORK_DROPIN_DIR}"
+printf '# Set DNS server to localdns cluster listernerIP.\n[Network]\nDNS=%s\n\n# Disable DNS provided by DHCP to ensure local DNS is used.\n[DHCP]\nUseDNS=false\n' "${LOCALDNS_NODE_LISTENER_IP}" >"${NETWORK_DROPIN_FILE}"
+chmod -R ugo+rX "${NETWORK_DROPIN_DIR}"
 echo "Startup complete - serving node and pod DNS traffic."
 
 if [ -n "${NOTIFY_SOCKET:-}" ]; then
