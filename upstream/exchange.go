@@ -222,7 +222,7 @@ func (g *Group) afterUDP(ctx context.Context, s *server, q *query, start time.Ti
 		}
 	}
 	if err != nil {
-		g.failed(s, err)
+		g.failed(s, start, err)
 		return nil, err
 	}
 	g.answered(s)
@@ -239,7 +239,7 @@ func (g *Group) askTCP(ctx context.Context, s *server, q *query, start time.Time
 	resp, err := g.attempt(ctx, s, q, g.exchangeTCP)
 	if err != nil {
 		if udp == nil {
-			g.failed(s, err)
+			g.failed(s, start, err)
 		}
 		return udp, err
 	}

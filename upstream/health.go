@@ -10,8 +10,10 @@ import (
 
 // Health follows CoreDNS forward with one simplification: CoreDNS probes
 // after every failed query and counts failed probes, while here the failed
-// attempts themselves count (so two slow external names in a row can mark
-// kube-dns down; the first answered probe puts it back). After MaxFails
+// attempts themselves count, each only if the server replied to nothing
+// else meanwhile (so two slow external names in a row, with nothing else
+// asked, can mark kube-dns down; the first answered probe puts it back).
+// After MaxFails
 // consecutive failures a server is marked down, and one goroutine per down
 // server probes it with `HealthCheckDomain IN NS` (`. IN NS` by default)
 // every HealthCheck until it answers with any rcode. An answer to a real query (a down server is still tried when
@@ -19,6 +21,7 @@ import (
 
 // answered records that s replied.
 func (g *Group) answered(s *server) {
+	s.lastReply.Store(time.Now().UnixNano())
 	if s.fails.Load() != 0 { // no write, so no cache-line bouncing, while healthy
 		s.fails.Store(0)
 	}
@@ -27,14 +30,22 @@ func (g *Group) answered(s *server) {
 	}
 }
 
-// failed records a failed attempt on s, marking it down after MaxFails in
-// a row (never with MaxFails 0). Errors that are not the server's fault
-// (Close, a cancelled caller, a caller's deadline that left the server
-// under half its Timeout: see ioError) are ignored, and so is an attempt
-// that got replies, only not in the letter case asked (see caseNotKept).
-func (g *Group) failed(s *server, err error) {
+// failed records a failed attempt on s, begun at start, marking s down
+// after MaxFails in a row (never with MaxFails 0). Errors that are not the
+// server's fault (Close, a cancelled caller, a caller's deadline that left
+// the server under half its Timeout: see ioError) are ignored, and so is
+// an attempt that got replies, only not in the letter case asked (see
+// caseNotKept). So is an attempt lost while s replied to another: the
+// server is not silent, a packet or one of its backends is (a ClusterIP
+// spreads flows over kube-dns's pods; one dead pod must not take the
+// ClusterIP out of service, which CoreDNS's probe from a fresh socket
+// would not either).
+func (g *Group) failed(s *server, start time.Time, err error) {
 	var f *failure
 	if g.cfg.MaxFails == 0 || !errors.As(err, &f) || f.caseOnly {
+		return
+	}
+	if s.lastReply.Load() > start.UnixNano() {
 		return
 	}
 	n := s.fails.Add(1)

@@ -29,7 +29,7 @@ func markDown(t *testing.T, g *Group, i int) {
 	t.Helper()
 	s := g.servers[i]
 	for range g.cfg.MaxFails {
-		g.failed(s, &failure{server: s.name, proto: protoUDP, why: reasonTimeout, err: errors.New("marked down by the test")})
+		g.failed(s, time.Now(), &failure{server: s.name, proto: protoUDP, why: reasonTimeout, err: errors.New("marked down by the test")})
 	}
 	if !s.down.Load() {
 		t.Fatalf("server %d not down after %d failures", i, g.cfg.MaxFails)

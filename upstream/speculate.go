@@ -93,6 +93,7 @@ func (r specSkip) String() string {
 // speculative deadline read from it.
 type serverLatency struct {
 	after atomic.Int64 // the speculative deadline, ns after an attempt starts
+	floor int64        // SpeculativeMin, ns
 
 	mu     sync.Mutex // guards following
 	win    latency.Window
@@ -102,6 +103,7 @@ type serverLatency struct {
 func (l *serverLatency) init(cfg Config) {
 	l.win.Init(cfg.SpeculativeWindow)
 	l.after.Store(int64(cfg.SpeculativeMin))
+	l.floor = int64(cfg.SpeculativeMin)
 }
 
 // recomputeEvery bounds how often a server's p99 is read from its window:
@@ -125,8 +127,17 @@ func (g *Group) observe(s *server, d time.Duration) {
 	l.mu.Unlock()
 }
 
-// speculativeAfter is how long an attempt on s waits alone.
-func (s *server) speculativeAfter() time.Duration { return time.Duration(s.lat.after.Load()) }
+// speculativeAfter is how long an attempt on s waits alone: the deadline
+// read from its p99, or the floor while an attempt on it has gone overdue
+// with no reply from it since. A server gone silent then costs the first
+// query one deadline and the next ones the floor, until it is marked down;
+// one that is only slow replies soon and has its deadline back.
+func (s *server) speculativeAfter() time.Duration {
+	if s.lastOverdue.Load() > s.lastReply.Load() {
+		return time.Duration(s.lat.floor)
+	}
+	return time.Duration(s.lat.after.Load())
+}
 
 // speculativeDeadline returns when an attempt on s starting now is
 // overdue, or zero when the group does not speculate.
@@ -297,15 +308,18 @@ func (g *Group) race(ctx context.Context, cur *cursor, first *overdue, truncated
 		if specs < maxSpeculative {
 			if wait := time.Until(since.Add(newest.speculativeAfter())); wait > 0 {
 				timer.Reset(wait)
-			} else if s, reason, ok := g.speculative(cur, specs); ok {
-				lanes = append(lanes, lane{spec: true, reason: reason})
-				if !g.startLane(r, len(lanes)-1, s, q.clone(), nil) {
-					return closed()
-				}
-				inflight, specs = inflight+1, specs+1
-				newest, since = s, time.Now()
-				continue
 			} else {
+				newest.lastOverdue.Store(time.Now().UnixNano())
+				s, reason, ok := g.speculative(cur, specs)
+				if ok {
+					lanes = append(lanes, lane{spec: true, reason: reason})
+					if !g.startLane(r, len(lanes)-1, s, q.clone(), nil) {
+						return closed()
+					}
+					inflight, specs = inflight+1, specs+1
+					newest, since = s, time.Now()
+					continue
+				}
 				specs = maxSpeculative // no candidate, or capped: no more
 			}
 		}

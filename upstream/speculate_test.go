@@ -290,3 +290,75 @@ func TestNoFreshSocketWhenDown(t *testing.T) {
 		t.Errorf("while down: %d fresh sockets (was %d), %d queries sent; want none and 1", got, started, s.seen()-sent)
 	}
 }
+
+// dropN drops the first n UDP queries it gets and answers the others:
+// flows that drew a dead backend behind a ClusterIP.
+func dropN(n int64) udpHandler {
+	var seen atomic.Int64
+	ok := replyUDP(answer("192.0.2.2"))
+	return func(s *testServer, from netip.AddrPort, q *dns.Msg) {
+		if seen.Add(1) > n {
+			ok(s, from, q)
+		}
+	}
+}
+
+// TestDeadBackendKeepsServerUp: two exchanges at once on the only server
+// both lose their first attempt (a dead backend) and are answered from
+// fresh sockets; the two lost attempts then time out back to back. The
+// server replied meanwhile, so they do not count against it: it stays in
+// service, and keeps its speculative attempts (a server marked down gets
+// none).
+func TestDeadBackendKeepsServerUp(t *testing.T) {
+	s := newServer(t)
+	s.setUDP(dropN(2))
+	g, _ := newGroup(t, speculating(func(c *Config) { c.Timeout = 500 * time.Millisecond }), s.addr)
+	var wg sync.WaitGroup
+	for _, name := range []string{"a.example.", "b.example."} {
+		wg.Go(func() { mustAnswer(t, g, newReq(name, dns.TypeA), "192.0.2.2") })
+	}
+	wg.Wait()
+	testkit.Eventually(t, 3*time.Second, "both lost attempts timed out", func() bool { return stats(g, 0).Errors["timeout"] == 2 })
+	if !stats(g, 0).Healthy {
+		t.Errorf("marked down by the timeouts of attempts lost while it answered others: %+v", stats(g, 0))
+	}
+}
+
+// TestSilentServerFloor: a server that answered in about 45 ms (under
+// the floor: no speculation) has a speculative deadline of about 4 × 45
+// ms; once it goes silent, the
+// first exchange waits that deadline, and the next ones (before it is
+// marked down) only the floor, SpeculativeMin, since it has not replied
+// since an attempt went overdue.
+func TestSilentServerFloor(t *testing.T) {
+	first, second := newServer(t), newServer(t)
+	var silentNow atomic.Bool
+	slow := slowly(45*time.Millisecond, "192.0.2.1")
+	first.setUDP(func(s *testServer, from netip.AddrPort, q *dns.Msg) {
+		if !silentNow.Load() {
+			slow(s, from, q)
+		}
+	})
+	second.setUDP(replyUDP(answer("192.0.2.2")))
+	g, _ := newGroup(t, speculating(func(c *Config) { c.Timeout = 2 * time.Second }), first.addr, second.addr)
+	for range 20 {
+		mustAnswer(t, g, newReq("warm.example.", dns.TypeA), "192.0.2.1")
+	}
+	if after := g.servers[0].speculativeAfter(); after < 160*time.Millisecond {
+		t.Fatalf("deadline %v after 45 ms replies, want about 4 × 45 ms", after)
+	}
+	silentNow.Store(true)
+	took := func(name string) time.Duration {
+		start := time.Now()
+		mustAnswer(t, g, newReq(name, dns.TypeA), "192.0.2.2")
+		return time.Since(start)
+	}
+	if d := took("a.example."); d < 150*time.Millisecond {
+		t.Errorf("first exchange after the silence answered in %v, want after the p99 deadline", d)
+	}
+	for _, name := range []string{"b.example.", "c.example.", "d.example."} {
+		if d := took(name); d > 120*time.Millisecond {
+			t.Errorf("%s answered in %v, want about the 50 ms floor", name, d)
+		}
+	}
+}

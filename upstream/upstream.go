@@ -315,6 +315,9 @@ type server struct {
 
 	fails atomic.Int64 // consecutive failed attempts
 	down  atomic.Bool  // read on every Exchange; changed with mu held
+	// lastReply is when the server last replied, and lastOverdue when an
+	// attempt on it last went past its speculative deadline, unix ns.
+	lastReply, lastOverdue atomic.Int64
 	// caps is set while questions to the server go in random letter case
 	// (0x20); cleared for good once it is seen not to keep case.
 	caps atomic.Bool
