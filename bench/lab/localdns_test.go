@@ -743,7 +743,8 @@ func TestLocalDNSRefusedCorefile(t *testing.T) {
 }
 
 // TestVnetDNSCorefile: the VNet DNS serves every zone of the lab but the
-// cluster's, on its own address, and answers every other name NXDOMAIN.
+// cluster's, and the names of LocalDNS's hosts file, on its own address,
+// and answers every other name NXDOMAIN.
 func TestVnetDNSCorefile(t *testing.T) {
 	zones := nstest.KubeDNSZones(nstest.ZoneOptions{Services: 3})
 	got, err := lab.VnetDNSCorefile(zones)
@@ -751,8 +752,16 @@ func TestVnetDNSCorefile(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := localdnsTestBlocks(got)
-	if len(blocks) != len(zones.Origins)+1 {
-		t.Fatalf("%d blocks for %d zones, want all but cluster.local, the fresh names' and the root:\n%s", len(blocks), len(zones.Origins), got)
+	if len(blocks) != len(zones.Origins)+2 {
+		t.Fatalf("%d blocks for %d zones, want all but cluster.local, the fresh names', the hosts file's and the root:\n%s", len(blocks), len(zones.Origins), got)
+	}
+	for _, name := range lab.LocalDNSHostNames() {
+		if !strings.Contains(got, name+":53") {
+			t.Errorf("hosts file's %s not served:\n%s", name, got)
+		}
+	}
+	if !strings.Contains(got, "203.0.113.71 mcr.microsoft.com\n") {
+		t.Errorf("mcr.microsoft.com not given the hosts file's address:\n%s", got)
 	}
 	if !strings.Contains(got, lab.FreshZone+":53 {") {
 		t.Errorf("no block for %s:\n%s", lab.FreshZone, got)

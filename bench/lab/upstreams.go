@@ -151,6 +151,22 @@ func startUpstream(node *nstest.Namespace, coredns string, zones *nstest.Zones, 
 	return up, nil
 }
 
+// hostsBlock is a server block bound to addr that answers the names of
+// LocalDNS's hosts file with its addresses.
+func hostsBlock(addr string) string {
+	var zones []string
+	for _, n := range LocalDNSHostNames() {
+		zones = append(zones, n+":53")
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s {\n    bind %s\n    errors\n    hosts {\n", strings.Join(zones, " "), addr)
+	for _, h := range localdnsHostEntries() {
+		fmt.Fprintf(&b, "        %s %s\n", h.addr, h.name)
+	}
+	b.WriteString("    }\n}\n")
+	return b.String()
+}
+
 // Close stops the CoreDNS and removes the namespace (and with it the veth).
 func (u *Upstream) Close() error {
 	var errs []error
@@ -163,7 +179,10 @@ func (u *Upstream) Close() error {
 
 // VnetDNSCorefile is the VNet DNS's Corefile: the zones' blocks
 // (zones.Corefile, one per zone) bound to LocalDNSVnetDNS, but for
-// cluster.local, which only kube-dns serves; FreshZone's; and a root
+// cluster.local, which only kube-dns serves; FreshZone's; the public
+// names LocalDNS's hosts file holds (LocalDNSHostNames), which a VNet's
+// resolver answers too (a node that reaches it past LocalDNS, as AKS's
+// nat fallback sends it, still resolves mcr.microsoft.com); and a root
 // block that answers every other name NXDOMAIN, as a VNet's resolver
 // answers a name that does not exist. A cluster name that reaches the VNet DNS gets NXDOMAIN, as a
 // misrouted one would on a node.
@@ -181,6 +200,7 @@ func VnetDNSCorefile(zones *nstest.Zones) (string, error) {
 		return "", errors.New("VNet DNS Corefile: the zones' Corefile has no cluster.local block to leave out")
 	}
 	b.WriteString(freshBlock(LocalDNSVnetDNS))
+	b.WriteString(hostsBlock(LocalDNSVnetDNS))
 	fmt.Fprintf(&b, ".:53 {\n    bind %s\n    errors\n    template ANY ANY {\n        rcode NXDOMAIN\n    }\n}\n", LocalDNSVnetDNS)
 	return b.String(), nil
 }

@@ -95,25 +95,25 @@ func TestUpstreamChecks(t *testing.T) {
 			name: "healthy: speculation within its share, kube-dns within 2%", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
 				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10199), intp(1000), intp(10)),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10199), intp(1000), intp(101)),
 			},
 			want: []string{
-				"PASS healthy dnsstandby node-wide → upstreams: speculative attempts ≤ 1%",
+				"PASS healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
 				"PASS healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2% of localdns-pr9439's",
 			},
-			found: []string{"10 speculative of 1000 upstream queries (1.000%)", "10199 queries, localdns-pr9439's 10000 (+1.99%)"},
+			found: []string{"101 speculative of 10199 upstream queries (0.990%; dnsstandby's own: 1000)", "10199 queries, localdns-pr9439's 10000 (+1.99%)"},
 		},
 		{
 			name: "healthy: too much speculation, kube-dns 3% lower", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
 				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(9700), intp(1000), intp(11)),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(9700), intp(1000), intp(98)),
 			},
 			want: []string{
-				"FAIL healthy dnsstandby node-wide → upstreams: speculative attempts ≤ 1%",
+				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
 				"FAIL healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2%",
 			},
-			found: []string{"11 speculative of 1000", "(-3.00%)"},
+			found: []string{"98 speculative of 9700 upstream queries (1.010%", "(-3.00%)"},
 		},
 		{
 			// The code before speculative attempts: the series is missing,
@@ -121,21 +121,30 @@ func TestUpstreamChecks(t *testing.T) {
 			name: "healthy: a dnsstandby without the metric", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
 				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), nil, intp(0), nil),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10000), intp(0), nil),
 			},
 			want: []string{
-				"FAIL healthy dnsstandby node-wide → upstreams: speculative attempts ≤ 1%",
-				"FAIL healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2%",
+				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
+				"PASS healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2%",
 			},
-			found: []string{"exports no dnsstandby_upstream_speculative_total", "not read on both nodes"},
+			found: []string{"exports no dnsstandby_upstream_speculative_total", "10000 queries"},
 		},
 		{
 			name: "healthy without LocalDNS alone: no comparison", scenario: "healthy", setups: []string{setupStandby},
 			runs: []lab.LabRun{
 				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(100), intp(0), intp(0)),
 			},
-			want:  []string{"PASS healthy dnsstandby node-wide → upstreams: speculative attempts ≤ 1%"},
-			found: []string{"0 speculative of 0 upstream queries"},
+			want:  []string{"PASS healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%"},
+			found: []string{"0 speculative of 100 upstream queries"},
+		},
+		{
+			// A node that asked kube-dns nothing has shown nothing.
+			name: "healthy: no upstream queries at all", scenario: "healthy", setups: []string{setupStandby},
+			runs: []lab.LabRun{
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(0), intp(0), intp(0)),
+			},
+			want:  []string{"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%"},
+			found: []string{"kube-dns got no queries from the node"},
 		},
 	}
 	for _, tc := range tests {
