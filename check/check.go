@@ -17,13 +17,14 @@
 package check
 
 import (
-	"github.com/dnsstandby/dnsstandby/admin"
-
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/dnsstandby/dnsstandby/admin"
+	"github.com/dnsstandby/dnsstandby/takeover/peer"
 )
 
 // Status is a check's verdict. Its order matters: a row folding several
@@ -177,7 +178,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		LocalDNSUnit:     DefaultLocalDNSUnit,
-		FallbackUnit:     DefaultFallbackUnit,
+		FallbackUnit:     peer.DefaultFallbackUnit,
 		LocalDNSCorefile: DefaultLocalDNSCorefile,
 		KubeletFlags:     DefaultKubeletFlags,
 		AdminSocket:      admin.DefaultSocket,

@@ -6,13 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-
-	"github.com/dnsstandby/dnsstandby/status"
 )
-
-// DefaultFallbackUnit is AKS's LocalDNS fallback unit (AgentBaker PR
-// 9486: OnFailure=localdns-fallback.service on localdns.service).
-const DefaultFallbackUnit = "localdns-fallback.service"
 
 // fallbackChain is the iptables nat chain of the fallback's nat design.
 const fallbackChain = "LOCALDNS-FALLBACK"
@@ -77,7 +71,7 @@ func fallbackResult(f fallbackFacts, d daemonFacts) Result {
 	}
 	if st := d.Status; st != nil && st.LocalDNSFallback != "" {
 		present = true
-		parts = append(parts, "dnsstandby sees "+fallbackText(st))
+		parts = append(parts, "dnsstandby sees "+st.FallbackText())
 	}
 	if !present {
 		found := "AKS's LocalDNS fallback (" + f.Unit + ", nat chain " + fallbackChain + ") not present"
@@ -88,12 +82,4 @@ func fallbackResult(f fallbackFacts, d daemonFacts) Result {
 	}
 	return Result{Name: name, Status: Info, Found: "AKS's LocalDNS fallback: " + strings.Join(parts, "; "),
 		Fix: "it starts only once " + f.LocalDNSUnit + " has failed for good, and its ExecStartPre stops it: fix and start LocalDNS; dnsstandby answers meanwhile (coredns design) or keeps its cache warm (nat)"}
-}
-
-// fallbackText names the fallback the daemon reports as its status does.
-func fallbackText(st *status.Daemon) string {
-	if st.LocalDNSFallback == "coredns" && st.LocalDNSFallbackPID != 0 {
-		return fmt.Sprintf("coredns (pid %d)", st.LocalDNSFallbackPID)
-	}
-	return st.LocalDNSFallback
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dnsstandby/dnsstandby/status"
+	"github.com/dnsstandby/dnsstandby/takeover/peer"
 )
 
 func TestFallbackResult(t *testing.T) {
@@ -14,7 +15,7 @@ func TestFallbackResult(t *testing.T) {
 		st.LocalDNSFallback, st.LocalDNSFallbackPID = design, pid
 		return daemonFacts{Status: st}
 	}
-	noChain := fallbackFacts{LocalDNSUnit: DefaultLocalDNSUnit, Unit: DefaultFallbackUnit}
+	noChain := fallbackFacts{LocalDNSUnit: DefaultLocalDNSUnit, Unit: peer.DefaultFallbackUnit}
 	with := func(out string, unitErr error, chain bool, chainErr error) fallbackFacts {
 		f := noChain
 		f.UnitOut, f.UnitErr, f.Chain, f.ChainErr = out, unitErr, chain, chainErr

@@ -148,6 +148,10 @@ type Controller struct {
 	events   *EventLog
 	stats    *stats
 	det      *dnat.Detector // nil without QueryCounts; owned by run
+	// udpAddrs and udpSockets are cfg.Sockets' UDP listen addresses and
+	// sockets (udpListen), for the nat detector.
+	udpAddrs   []netip.AddrPort
+	udpSockets int
 
 	// conntrackWarned: conntrack could not be listed, said once.
 	conntrackWarned bool
@@ -332,6 +336,7 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 	c.tellMirrorSafe()
 	c.log.Info("takeover started", "mode", mode.String(), "peer_bound", c.peer.Bound, "peer_sockets", len(c.peer.Sockets))
 	c.reportFallback()
+	c.udpAddrs, c.udpSockets = udpListen(cfg.Sockets)
 	if cfg.QueryCounts != nil {
 		if c.det, err = dnat.New(dnat.DefaultConfig()); err != nil {
 			return c, fmt.Errorf("takeover: %w", err)
@@ -794,6 +799,19 @@ type Status struct {
 	LocalDNSFallbackPID int     `json:"localdns_fallback_pid,omitempty"`
 	AnchorReady         *bool   `json:"anchor_ready,omitempty"`
 	Events              []Event `json:"events"`
+}
+
+// FallbackText names the AKS LocalDNS fallback seen as `dnsstandby
+// status` and `dnsstandby check` print it: none, coredns (pid N) (the pid
+// when visible) or nat.
+func (s Status) FallbackText() string {
+	switch {
+	case s.LocalDNSFallback == FallbackNone:
+		return "none"
+	case s.LocalDNSFallback == FallbackCoreDNS && s.LocalDNSFallbackPID != 0:
+		return fmt.Sprintf("%s (pid %d)", s.LocalDNSFallback, s.LocalDNSFallbackPID)
+	}
+	return s.LocalDNSFallback
 }
 
 // Status returns what `dnsstandby status` shows.

@@ -3,6 +3,7 @@ package takeover
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -113,15 +114,9 @@ func (c *Controller) ourShare() float64 {
 	case mode == Mirror && level == steer.Adopt:
 		return 0
 	}
-	ours := 0
-	for _, s := range c.cfg.Sockets {
-		if s.UDP {
-			ours++
-		}
-	}
 	// The hash gives each socket of a group an equal share: ours against
 	// LocalDNS's, over every group.
-	return float64(ours) / float64(ours+peerUDP)
+	return float64(c.udpSockets) / float64(c.udpSockets+peerUDP)
 }
 
 // natStep runs one interval of the nat detector (once a second, from the
@@ -130,7 +125,7 @@ func (c *Controller) natStep() {
 	if c.det == nil {
 		return
 	}
-	changed, by, err := c.det.Step(c.cfg.QueryCounts(), c.ourShare(), c.parts.flows, c.udpListens())
+	changed, by, err := c.det.Step(c.cfg.QueryCounts(), c.ourShare(), c.parts.flows, c.udpAddrs)
 	if err != nil && !c.conntrackWarned {
 		c.conntrackWarned = true
 		c.log.Warn("cannot list conntrack to confirm a DNAT of the listen addresses; taking the packet tap's word after a few seconds", slog.Any("err", err))
@@ -148,15 +143,18 @@ func (c *Controller) natStep() {
 	c.reportFallback()
 }
 
-// udpListens are the UDP listen addresses: those the tap counts.
-func (c *Controller) udpListens() []netip.AddrPort {
-	var out []netip.AddrPort
-	for _, s := range c.cfg.Sockets {
+// udpListen returns the UDP listen addresses of socks, each once (those
+// the tap counts), and how many UDP sockets they have (the hash's share).
+func udpListen(socks []OurSocket) (addrs []netip.AddrPort, sockets int) {
+	for _, s := range socks {
 		if s.UDP {
-			out = append(out, s.Addr)
+			sockets++
+			if !slices.Contains(addrs, s.Addr) {
+				addrs = append(addrs, s.Addr)
+			}
 		}
 	}
-	return out
+	return addrs, sockets
 }
 
 // collectFallback exports dnsstandby_localdns_fallback, both designs

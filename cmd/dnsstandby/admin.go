@@ -15,7 +15,6 @@ import (
 
 	"github.com/dnsstandby/dnsstandby/admin"
 	"github.com/dnsstandby/dnsstandby/status"
-	"github.com/dnsstandby/dnsstandby/takeover"
 )
 
 // adminCommand runs status, hold or release against a running daemon.
@@ -121,7 +120,7 @@ func printStatus(w io.Writer, st *status.Daemon) {
 	for _, warn := range p.Warnings {
 		fmt.Fprintf(w, "WARNING:   %s\n", warn)
 	}
-	fmt.Fprintf(w, "AKS LocalDNS fallback: %s\n", fallbackText(st.Status))
+	fmt.Fprintf(w, "AKS LocalDNS fallback: %s\n", st.FallbackText())
 	if m := st.Mirror; m != nil {
 		fmt.Fprintf(w, "mirror:    %s running=%v inserting=%v accepted=%d rejected=%d", m.Feed, m.Running, m.Enabled, m.Accepted, m.Rejected)
 		if m.LocalOnly != nil {
@@ -180,16 +179,4 @@ func counts(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s %d", g, m[g]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// fallbackText is the status line's word for AKS's LocalDNS fallback:
-// none, coredns (pid N) or nat.
-func fallbackText(st takeover.Status) string {
-	switch st.LocalDNSFallback {
-	case "":
-		return "none"
-	case takeover.FallbackCoreDNS:
-		return fmt.Sprintf("%s (pid %d)", st.LocalDNSFallback, st.LocalDNSFallbackPID)
-	}
-	return st.LocalDNSFallback
 }

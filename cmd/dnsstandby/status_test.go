@@ -226,6 +226,7 @@ func TestStatusFallbackLine(t *testing.T) {
 	}{
 		{"", 0, "AKS LocalDNS fallback: none\n"},
 		{"coredns", 4242, "AKS LocalDNS fallback: coredns (pid 4242)\n"},
+		{"coredns", 0, "AKS LocalDNS fallback: coredns\n"}, // its process not visible (no hostPID)
 		{"nat", 0, "AKS LocalDNS fallback: nat\n"},
 	}
 	for _, tt := range tests {

@@ -291,25 +291,27 @@ func (w *Watcher) scan() (State, error) {
 		}
 	}
 	for _, sock := range socks {
-		if sock.PID != 0 {
-			s.PIDs = append(s.PIDs, sock.PID)
-		}
 		if sock.UID != w.euid {
 			s.UIDMismatch = append(s.UIDMismatch, UIDWarning(sock, w.euid))
 		}
 	}
-	for _, sock := range fallback {
-		if sock.PID != 0 {
-			s.FallbackPIDs = append(s.FallbackPIDs, sock.PID)
-		}
-	}
-	slices.Sort(s.PIDs)
-	s.PIDs = slices.Compact(s.PIDs)
-	slices.Sort(s.FallbackPIDs)
-	s.FallbackPIDs = slices.Compact(s.FallbackPIDs)
+	s.PIDs, s.FallbackPIDs = holders(socks), holders(fallback)
 	slices.Sort(s.UIDMismatch)
 	s.UIDMismatch = slices.Compact(s.UIDMismatch)
 	return s, nil
+}
+
+// holders are the processes holding socks, ascending, each once; nil
+// when none is visible.
+func holders(socks []Socket) []int {
+	var pids []int
+	for _, sock := range socks {
+		if sock.PID != 0 {
+			pids = append(pids, sock.PID)
+		}
+	}
+	slices.Sort(pids)
+	return slices.Compact(pids)
 }
 
 // splitFallback separates the sockets held by the fallback unit's
