@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // scenario is one fault, applied the same way to every setup's node.
@@ -275,11 +276,13 @@ func (t *topology) markStandbyFallback(ctx context.Context, ev *events) {
 func waitTakeover(ctx context.Context, t *topology, ev *events) error {
 	start := time.Now()
 	var fellBack, failed bool
-	for {
-		fb, err1 := t.guest.Show(ctx, lab.FallbackUnitName, "ActiveState")
-		ld, err2 := t.guest.Show(ctx, localDNSUnit, "ActiveState")
+	var fb, ld map[string]string
+	err := testkit.PollEvery(ctx, aksFallbackWait, 200*time.Millisecond, func() (bool, error) {
+		var err1, err2 error
+		fb, err1 = t.guest.Show(ctx, lab.FallbackUnitName, "ActiveState")
+		ld, err2 = t.guest.Show(ctx, localDNSUnit, "ActiveState")
 		if err := errors.Join(err1, err2); err != nil {
-			return err
+			return false, err
 		}
 		if fb["ActiveState"] == "active" && !fellBack {
 			fellBack = true
@@ -289,14 +292,12 @@ func waitTakeover(ctx context.Context, t *topology, ev *events) error {
 			failed = true
 			ev.mark(fmt.Sprintf("LocalDNS failed (%.0f s)", time.Since(start).Seconds()))
 		}
-		if fb["ActiveState"] == "active" && failed {
-			return nil
-		}
-		if time.Since(start) > aksFallbackWait || ctx.Err() != nil {
-			return fmt.Errorf("after %v: LocalDNS %s, %s %s", aksFallbackWait, ld["ActiveState"], lab.FallbackUnitName, fb["ActiveState"])
-		}
-		sleep(ctx, 200*time.Millisecond)
+		return fb["ActiveState"] == "active" && failed, nil
+	})
+	if errors.Is(err, testkit.ErrNotWithin) {
+		return fmt.Errorf("after %v: LocalDNS %s, %s %s", aksFallbackWait, ld["ActiveState"], lab.FallbackUnitName, fb["ActiveState"])
 	}
+	return err
 }
 
 // natCounters says how many packets the LOCALDNS-FALLBACK chain's rules
@@ -329,19 +330,35 @@ func chainPackets(listing string) int {
 	return n
 }
 
+// pollUnit reads properties props of unit in the guest every `every`
+// until done says so or fails, within passes (testkit.ErrNotWithin) or
+// ctx ends: the lab's one wait on a unit's state. done gets each read's
+// error too, and decides whether it ends the wait. It returns the last
+// properties read.
+func pollUnit(ctx context.Context, t *topology, unit string, within, every time.Duration, props []string,
+	done func(p map[string]string, err error) (bool, error)) (map[string]string, error) {
+	var last map[string]string
+	err := testkit.PollEvery(ctx, within, every, func() (bool, error) {
+		p, err := t.guest.Show(ctx, unit, props...)
+		if err == nil {
+			last = p
+		}
+		return done(p, err)
+	})
+	return last, err
+}
+
 // waitUnit waits until unit's ActiveState is one of states.
 func waitUnit(ctx context.Context, t *topology, unit string, within time.Duration, states ...string) error {
-	deadline := time.Now().Add(within)
-	for {
-		props, err := t.guest.Show(ctx, unit, "ActiveState")
-		if err == nil && slices.Contains(states, props["ActiveState"]) {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not %v after %v (%v, %v)", unit, states, within, props, err)
-		}
-		sleep(ctx, 200*time.Millisecond)
+	var readErr error
+	last, err := pollUnit(ctx, t, unit, within, 200*time.Millisecond, []string{"ActiveState"}, func(p map[string]string, err error) (bool, error) {
+		readErr = err
+		return err == nil && slices.Contains(states, p["ActiveState"]), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not %v after %v (%v, %v)", unit, states, within, last, readErr)
 	}
+	return nil
 }
 
 func findScenario(name string) (scenario, bool) {
@@ -708,25 +725,24 @@ func standbySurge(ctx context.Context, t *topology, ev *events) error {
 	return t.bothBack(ev)
 }
 
-// waitInactive waits until unit is no longer active.
+// waitInactive waits until unit is no longer active, and ended well.
 func waitInactive(ctx context.Context, t *topology, unit string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		props, err := t.guest.Show(ctx, unit, "ActiveState", "Result")
+	last, err := pollUnit(ctx, t, unit, within, 50*time.Millisecond, []string{"ActiveState", "Result"}, func(p map[string]string, err error) (bool, error) {
 		if err != nil {
-			return err
+			return false, err
 		}
-		if props["ActiveState"] == "inactive" || props["ActiveState"] == "failed" {
-			if props["Result"] != "success" {
-				return fmt.Errorf("%s ended with %s", unit, props["Result"])
-			}
-			return nil
+		if p["ActiveState"] != "inactive" && p["ActiveState"] != "failed" {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s still %s %v after the handover", unit, props["ActiveState"], within)
+		if p["Result"] != "success" {
+			return false, fmt.Errorf("%s ended with %s", unit, p["Result"])
 		}
-		sleep(ctx, 50*time.Millisecond)
+		return true, nil
+	})
+	if errors.Is(err, testkit.ErrNotWithin) {
+		return fmt.Errorf("%s still %s %v after the handover", unit, last["ActiveState"], within)
 	}
+	return err
 }
 
 // cutKubeDNS takes the node's link to kube-dns down: the ClusterIP stops
@@ -970,14 +986,9 @@ func (t *topology) corednsPID(ctx context.Context) (string, error) {
 
 // waitState polls the LocalDNS unit until done says so or limit passes.
 func waitState(ctx context.Context, t *topology, limit time.Duration, done func(active, sub string) bool) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		st, err := t.guest.Show(ctx, localDNSUnit, "ActiveState", "SubState")
-		if err == nil && done(st["ActiveState"], st["SubState"]) {
-			return
-		}
-		sleep(ctx, 100*time.Millisecond)
-	}
+	_, _ = pollUnit(ctx, t, localDNSUnit, limit, 100*time.Millisecond, []string{"ActiveState", "SubState"}, func(p map[string]string, err error) (bool, error) {
+		return err == nil && done(p["ActiveState"], p["SubState"]), nil
+	})
 }
 
 // sleep waits d or until ctx ends.
