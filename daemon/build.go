@@ -71,41 +71,37 @@ func (b *builds) get(path, stateDir string) (corefile.Build, error) {
 	defer b.mu.Unlock()
 	if key != b.key {
 		b.key = key
-		b.build, b.err = storedBuild(stateDir, key, path)
-		if b.build.Directives == nil {
-			b.build, b.err = pluginsOf(path)
-			if b.err == nil {
-				storeBuild(stateDir, key, b.build)
-			}
+		var ok bool
+		if b.build, ok = storedBuild(stateDir, key, path); ok {
+			b.err = nil
+		} else if b.build, b.err = pluginsOf(path); b.err == nil {
+			storeBuild(stateDir, key, b.build)
 		}
 	}
 	return b.build, b.err
 }
 
 // storedBuild reads the build kept in stateDir for the binary key names
-// (at path); anything else there, or nothing, is no build (Directives nil).
-func storedBuild(stateDir, key, path string) (corefile.Build, error) {
+// (at path); anything else there, or nothing, is none (false).
+func storedBuild(stateDir, key, path string) (corefile.Build, bool) {
 	if stateDir == "" {
-		return corefile.Build{}, nil
+		return corefile.Build{}, false
 	}
 	b, err := os.ReadFile(filepath.Join(stateDir, buildFile))
 	if err != nil || len(b) > maxPluginsOutput {
-		return corefile.Build{}, nil
+		return corefile.Build{}, false
 	}
 	first, rest, _ := strings.Cut(string(b), "\n")
-	if first != key {
-		return corefile.Build{}, nil
-	}
 	names := strings.Fields(rest)
+	if first != key || len(names) == 0 {
+		return corefile.Build{}, false
+	}
 	for _, n := range names {
 		if !pluginName.MatchString(n) {
-			return corefile.Build{}, nil
+			return corefile.Build{}, false
 		}
 	}
-	if len(names) == 0 {
-		return corefile.Build{}, nil
-	}
-	return corefile.Build{Directives: names, From: path}, nil
+	return corefile.Build{Directives: names, From: path}, true
 }
 
 // storeBuild keeps build for the binary key names in stateDir; a failure
