@@ -62,11 +62,51 @@ func (c *Config) dnstapConfig() dnstap.Config {
 	return dc
 }
 
-// anchorConfig is the anchor link, holding every listen address.
+// anchorConfig is the anchor link, holding every listen address; the
+// node's own packets to an IPv4 one leave from its address toward that
+// listener's upstream (where a DNAT of them, AKS's nat fallback, sends
+// them: .10's VNet DNS, .11's kube-dns).
 func (c *Config) anchorConfig() anchor.Config {
 	ac := anchor.DefaultConfig()
 	ac.Link, ac.Kind, ac.Cleanup, ac.Addrs = c.Anchor.Link, c.Anchor.Kind, c.Anchor.Cleanup, c.listenAddrs()
+	for _, ap := range c.Listen {
+		held := ap.Addr().Unmap()
+		if _, done := ac.SourceToward[held]; done || !held.Is4() {
+			continue
+		}
+		if up := c.upstream4(ap); up.IsValid() {
+			if ac.SourceToward == nil {
+				ac.SourceToward = map[netip.Addr]netip.Addr{}
+			}
+			ac.SourceToward[held] = up
+		}
+	}
 	return ac
+}
+
+// upstream4 is the first IPv4 upstream server of listen's root zone, else
+// of its first route that has one; the zero Addr if none has.
+func (c *Config) upstream4(listen netip.AddrPort) netip.Addr {
+	first := func(r Route) netip.Addr {
+		for _, s := range r.Upstream.Servers {
+			if a := s.Addr().Unmap(); a.Is4() {
+				return a
+			}
+		}
+		return netip.Addr{}
+	}
+	routes := c.routesFor(listen)
+	for _, r := range routes {
+		if a := first(r); a.IsValid() && r.Zone == "." {
+			return a
+		}
+	}
+	for _, r := range routes {
+		if a := first(r); a.IsValid() {
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 // validateParts checks every part's Config as Run builds it, so that what

@@ -189,9 +189,15 @@ func TestControllerFallbackNAT(t *testing.T) {
 			t.Error(err)
 		}
 		traffic(5*time.Second, 0, 0) // idle: stands
+		// Served again, and no flow DNATed since: gone after 3 intervals
+		// (the one DNATed before stays in conntrack).
 		traffic(2*time.Second, 100, 100)
+		if st := r.c.Status(); st.LocalDNSFallback != FallbackNAT {
+			t.Errorf("served again for 2 s: fallback %q, want nat still", st.LocalDNSFallback)
+		}
+		traffic(1*time.Second, 100, 100)
 		if st := r.c.Status(); st.LocalDNSFallback != "" {
-			t.Errorf("served again: fallback %q", st.LocalDNSFallback)
+			t.Errorf("served again for 3 s: fallback %q", st.LocalDNSFallback)
 		}
 		if got, want := logged.take(), []string{"WARN AKS LocalDNS fallback seen design=nat", "INFO AKS LocalDNS fallback gone design=nat"}; !slices.Equal(got, want) {
 			t.Errorf("log %q, want %q", got, want)

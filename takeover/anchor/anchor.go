@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -44,9 +45,12 @@ type Anchor struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the watch goroutine has returned
 
-	ready   atomic.Bool  // link up with every address usable, as of the last check
-	index   atomic.Int64 // the link's ifindex, as of the last check
-	present atomic.Int64 // configured addresses usable, as of the last check
+	ready   atomic.Bool                               // link up with every address usable, as of the last check
+	index   atomic.Int64                              // the link's ifindex, as of the last check
+	present atomic.Int64                              // configured addresses usable, as of the last check
+	sources atomic.Pointer[map[netip.Addr]netip.Addr] // the IPv4 local routes' sources (setSources), where not the address itself
+	// sourceFailed: Start's setSources failed; the watch retries soon.
+	sourceFailed bool
 
 	readdLink    atomic.Uint64 // link re-created after start
 	readdUp      atomic.Uint64 // link set up again after start
@@ -74,6 +78,10 @@ type Stats struct {
 	Ready     bool // link up with every address usable
 	LinkIndex int  // the link's ifindex, 0 if it never existed
 	Addresses int  // configured addresses usable: on the link (IPv6: with their local route)
+	// Sources are the sources the node's own packets to the IPv4
+	// addresses take through the link's local routes, where
+	// Config.SourceToward gave one (else the address itself).
+	Sources map[netip.Addr]netip.Addr
 
 	LinkReadds    uint64 // link re-created after someone deleted it
 	UpReadds      uint64 // link set up again after someone set it down
@@ -134,6 +142,11 @@ func start(ctx context.Context, cfg Config, tune tuning) (*Anchor, error) {
 			rep.created = rep.created || more.created
 		}
 	}
+	if errors.Is(err, errSource) {
+		// Not a reason to fail: the addresses are usable, from themselves.
+		cfg.Logger.Warn("anchor: cannot set the local routes' source; retrying", "link", cfg.Link, slog.Any("err", err))
+		a.sourceFailed, err = true, nil
+	}
 	if errors.Is(err, errRoutePending) {
 		// Not a reason to fail: the watch keeps checking, and Ready says
 		// when they are usable.
@@ -185,12 +198,29 @@ func (a *Anchor) Stats() Stats {
 		Ready:         a.ready.Load(),
 		LinkIndex:     int(a.index.Load()),
 		Addresses:     int(a.present.Load()),
+		Sources:       maps.Clone(a.currentSources()),
 		LinkReadds:    a.readdLink.Load(),
 		UpReadds:      a.readdUp.Load(),
 		AddressReadds: a.readdAddress.Load(),
 		Resyncs:       a.resyncs.Load(),
 		RepairErrors:  a.repairErrors.Load(),
 	}
+}
+
+// swapSources records the sources in use and returns those before.
+func (a *Anchor) swapSources(src map[netip.Addr]netip.Addr) map[netip.Addr]netip.Addr {
+	if was := a.sources.Swap(&src); was != nil {
+		return *was
+	}
+	return nil
+}
+
+// currentSources are the sources in use (not to be changed).
+func (a *Anchor) currentSources() map[netip.Addr]netip.Addr {
+	if p := a.sources.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Close stops the watch and, with Cleanup, deletes the link (only if it is

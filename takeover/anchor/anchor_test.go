@@ -1,10 +1,12 @@
 package anchor
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -807,4 +809,83 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNodeSource: with SourceToward, the node's own packets to a held
+// address leave from the node's address toward that address's upstream
+// (what a DNAT of them needs), LocalDNS's route to the same address is
+// never touched, and the routes follow the node's address away and back.
+func TestNodeSource(t *testing.T) {
+	f := newFixture(t, "source")
+	// Two networks, as a node whose VNet DNS and kube-dns are reached from
+	// different addresses: .10's upstream on the first, .11's on the other.
+	node10, node11 := netip.MustParseAddr("10.9.0.2"), netip.MustParseAddr("10.8.0.2")
+	for _, l := range []struct{ name, addr string }{{"uplink", "10.9.0.2/24"}, {"uplink2", "10.8.0.2/24"}} {
+		nstest.Run(t, f.ns, "ip", "link", "add", l.name, "type", "bridge")
+		nstest.Run(t, f.ns, "ip", "link", "set", l.name, "up")
+		nstest.Run(t, f.ns, "ip", "addr", "add", l.addr, "dev", l.name)
+	}
+	cfg := testConfig(t, addr10, addr11, addrV6)
+	cfg.SourceToward = map[netip.Addr]netip.Addr{
+		addr10: netip.MustParseAddr("10.9.0.53"),
+		addr11: netip.MustParseAddr("10.8.0.10"),
+	}
+	a := f.startAnchor(t, cfg, tuning{})
+
+	// sourceOf is the source a UDP socket connected to addr gets: the
+	// kernel's choice for the node's own lookups.
+	sourceOf := func(addr netip.Addr) netip.Addr {
+		c := dialUDP(t, f.ns, "udp", netip.AddrPortFrom(addr, 53).String())
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+	}
+	// waitSources waits for .10's and .11's sources to be want10 and
+	// want11 (the zero Addr: the address itself), as the kernel chooses
+	// and as Stats says.
+	waitSources := func(what string, want10, want11 netip.Addr) {
+		t.Helper()
+		want := map[netip.Addr]netip.Addr{}
+		for held, src := range map[netip.Addr]netip.Addr{addr10: want10, addr11: want11} {
+			if src.IsValid() {
+				want[held] = src
+			}
+		}
+		err := testkit.PollEvery(context.Background(), 2*time.Second, time.Millisecond, func() (bool, error) {
+			return sourceOf(addr10) == cmp.Or(want10, addr10) && sourceOf(addr11) == cmp.Or(want11, addr11) &&
+				maps.Equal(a.Stats().Sources, want) && a.Ready(), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: sources %s and %s, Stats().Sources %v, ready %v; want %s", what, sourceOf(addr10), sourceOf(addr11),
+				a.Stats().Sources, a.Ready(), sourcesText(cfg.Addrs, want))
+		}
+	}
+	waitSources("started", node10, node11)
+	if src := sourceOf(addrV6); src != addrV6 {
+		t.Errorf("IPv6 %s: source %s, want itself (only IPv4 routes get the node's source)", addrV6, src)
+	}
+
+	// LocalDNS's link holds .10 too: its route keeps its own source, ours
+	// stays first, and deleting LocalDNS's link leaves ours.
+	nstest.Run(t, f.ns, "ip", "link", "add", "localdns", "type", "bridge")
+	nstest.Run(t, f.ns, "ip", "link", "set", "localdns", "up")
+	nstest.Run(t, f.ns, "ip", "addr", "add", "169.254.10.10/32", "dev", "localdns")
+	theirs, err := f.nl.LinkByName("localdns")
+	must(t, err)
+	routes, err := f.nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_LOCAL, LinkIndex: theirs.Attrs().Index},
+		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)
+	must(t, err)
+	if len(routes) != 1 || !routes[0].Src.Equal(addr10.AsSlice()) {
+		t.Errorf("LocalDNS's local routes %v, want one from %s", routes, addr10)
+	}
+	waitSources("LocalDNS's link added", node10, node11)
+	nstest.Run(t, f.ns, "ip", "link", "del", "localdns")
+	waitSources("LocalDNS's link deleted", node10, node11)
+
+	// A node address goes: the kernel deletes the routes naming it; the
+	// anchor puts them back, from the address itself, and moves to the
+	// node's address again when it returns.
+	nstest.Run(t, f.ns, "ip", "addr", "del", "10.9.0.2/24", "dev", "uplink")
+	waitSources("node address removed", netip.Addr{}, node11)
+	nstest.Run(t, f.ns, "ip", "addr", "add", "10.9.0.2/24", "dev", "uplink")
+	waitSources("node address back", node10, node11)
 }

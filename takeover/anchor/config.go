@@ -41,6 +41,14 @@ type Config struct {
 	// addresses stay local while dnsstandby restarts (LocalDNS may have
 	// deleted its own copy meanwhile).
 	Cleanup bool
+	// SourceToward maps a held IPv4 address to an address (an upstream DNS
+	// server) whose route's source the address's local route on the link
+	// names as preferred source, instead of the held address itself: so
+	// that the node's own packets to it leave from an address replies can
+	// reach if a DNAT sends them elsewhere (see setSources). An address
+	// not in it, or whose route gives no usable source (none, link-local,
+	// loopback), keeps the kernel's choice.
+	SourceToward map[netip.Addr]netip.Addr
 	// Netns is the path of the network namespace to work in (for example
 	// /run/netns/NAME); "" means the namespace of the thread calling Start.
 	// For tests and the lab.
@@ -91,6 +99,20 @@ func (c Config) validated() (Config, error) {
 		}
 	}
 	c.Addrs = addrs
+	if len(c.SourceToward) > 0 {
+		toward := make(map[netip.Addr]netip.Addr, len(c.SourceToward))
+		for held, to := range c.SourceToward {
+			held, to = held.Unmap().WithZone(""), to.Unmap().WithZone("")
+			if !seen[held] || !held.Is4() {
+				return c, fmt.Errorf("anchor: SourceToward: %s is not one of Addrs' IPv4 addresses", held)
+			}
+			if !to.Is4() || to.IsUnspecified() || to.IsMulticast() {
+				return c, fmt.Errorf("anchor: SourceToward[%s]: %s is not an IPv4 unicast address", held, to)
+			}
+			toward[held] = to
+		}
+		c.SourceToward = toward
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

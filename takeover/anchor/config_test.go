@@ -41,6 +41,21 @@ func TestConfigValidated(t *testing.T) {
 		{name: "slash in name", cfg: with(func(c *Config) { c.Link = "a/b" }), wantErr: "IFNAMSIZ"},
 		{name: "no kind", cfg: with(func(c *Config) { c.Kind = "" }), wantErr: `anchor: Kind "": not a kernel link kind`},
 		{name: "bad kind", cfg: with(func(c *Config) { c.Kind = "dum my" }), wantErr: "not a kernel link kind"},
+		{name: "source toward", cfg: with(func(c *Config) {
+			c.SourceToward = map[netip.Addr]netip.Addr{a11: netip.MustParseAddr("::ffff:10.0.0.10")}
+		}),
+			link: "dnsstandby", kind: "dummy", addrs: []netip.Addr{a11}},
+		{name: "source for an address not held", cfg: with(func(c *Config) {
+			c.SourceToward = map[netip.Addr]netip.Addr{netip.MustParseAddr("169.254.10.10"): netip.MustParseAddr("10.0.0.10")}
+		}), wantErr: "anchor: SourceToward: 169.254.10.10 is not one of Addrs' IPv4 addresses"},
+		{name: "source for IPv6", cfg: with(func(c *Config) {
+			c.Addrs = []netip.Addr{a11, v6}
+			c.SourceToward = map[netip.Addr]netip.Addr{v6: netip.MustParseAddr("10.0.0.10")}
+		}), wantErr: "is not one of Addrs' IPv4 addresses"},
+		{name: "source toward IPv6", cfg: with(func(c *Config) { c.SourceToward = map[netip.Addr]netip.Addr{a11: v6} }),
+			wantErr: "anchor: SourceToward[169.254.10.11]: fd53::11 is not an IPv4 unicast address"},
+		{name: "source toward nothing", cfg: with(func(c *Config) { c.SourceToward = map[netip.Addr]netip.Addr{a11: {}} }),
+			wantErr: "is not an IPv4 unicast address"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,6 +68,11 @@ func TestConfigValidated(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			for held, to := range got.SourceToward {
+				if held.Is4In6() || to.Is4In6() {
+					t.Errorf("SourceToward %s → %s: not unmapped", held, to)
+				}
 			}
 			if got.Link != tt.link || got.Kind != tt.kind || !slices.Equal(got.Addrs, tt.addrs) || got.Logger == nil {
 				t.Errorf("got link %q kind %q addrs %v logger %v; want %q %q %v and a logger",

@@ -133,8 +133,15 @@ func (a *Anchor) reconcile() (repair, error) {
 		return rep, fmt.Errorf("anchor link %s: %w: %v", a.cfg.Link, errRoutePending, pending)
 	}
 	a.ready.Store(true)
+	if err := a.setSources(attrs.Index); err != nil {
+		return rep, fmt.Errorf("%w: %w", errSource, err)
+	}
 	return rep, nil
 }
+
+// errSource means the addresses are usable but their local routes do not
+// name the source wanted (setSources): retried, never a reason to fail.
+var errSource = errors.New("local route source not set")
 
 // errRoutePending means an IPv6 address is on the link but its local route
 // is not in yet: the kernel installs it from a work queue after the address

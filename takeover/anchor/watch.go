@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -128,8 +130,8 @@ func (a *Anchor) watch(sub *subscription) {
 		}
 	}()
 	r := retrier{timer: time.NewTimer(pendingMin), a: a}
-	if a.ready.Load() {
-		r.timer.Stop() // else Start left routes pending: check soon
+	if a.ready.Load() && !a.sourceFailed {
+		r.timer.Stop() // else Start left routes pending or the source unset: check soon
 	}
 	defer r.timer.Stop()
 	var (
@@ -343,16 +345,25 @@ func (a *Anchor) linkEvent(u netlink.LinkUpdate) bool {
 	return !ours
 }
 
-// addrEvent reports whether u removed one of our addresses from our link.
+// addrEvent reports whether u removed one of our addresses from our link,
+// or may change the local routes' source (setSources): the source removed
+// (the kernel deletes the routes that name it), or, with SourceToward, an
+// IPv4 address added elsewhere (the node's address toward it may change).
 func (a *Anchor) addrEvent(u netlink.AddrUpdate) bool {
-	if u.NewAddr || int64(u.LinkIndex) != a.index.Load() {
-		return false
-	}
 	ip, ok := netip.AddrFromSlice(u.LinkAddress.IP)
 	if !ok {
 		return false
 	}
 	ip = ip.Unmap()
+	if int64(u.LinkIndex) != a.index.Load() {
+		if len(a.cfg.SourceToward) == 0 || !ip.Is4() {
+			return false
+		}
+		return u.NewAddr || slices.Contains(slices.Collect(maps.Values(a.currentSources())), ip)
+	}
+	if u.NewAddr {
+		return false
+	}
 	for _, want := range a.cfg.Addrs {
 		if want == ip {
 			a.ready.Store(false)

@@ -10,10 +10,11 @@ import (
 )
 
 // Flows lists the node's UDP conntrack entries (IPv4 and IPv6) in the
-// network namespace of the calling thread. It dumps the whole table: the
-// Detector calls it only for a suspect interval while not yet diverted,
-// at most once a second (a table of tens of thousands of flows takes a
-// few milliseconds). Needs CAP_NET_ADMIN and nf_conntrack_netlink.
+// network namespace of the calling thread. It dumps the whole table (tens
+// of thousands of flows take a few milliseconds), so the Detector calls it
+// at most once a second, and only for a suspect interval while not
+// diverted or a clear one while diverted. Needs CAP_NET_ADMIN and
+// nf_conntrack_netlink.
 func Flows() ([]Flow, error) {
 	var out []Flow
 	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
@@ -26,6 +27,7 @@ func Flows() ([]Flow, error) {
 				continue
 			}
 			out = append(out, Flow{
+				OrigSrc:  addrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 				OrigDst:  addrPort(f.Forward.DstIP, f.Forward.DstPort),
 				ReplySrc: addrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 			})

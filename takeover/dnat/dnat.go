@@ -32,21 +32,46 @@ type Counts struct {
 	Received uint64
 }
 
-// Flow is one conntrack entry, as far as Diverted needs it.
+// Flow is one conntrack entry, as far as the Detector needs it.
 type Flow struct {
+	OrigSrc  netip.AddrPort // the client
 	OrigDst  netip.AddrPort // where the client sent it
 	ReplySrc netip.AddrPort // where the reply comes from: OrigDst unless DNATed
+}
+
+// divertedTo reports whether f was sent to one of listen and answered
+// from another address: a DNAT took it.
+func (f Flow) divertedTo(listen []netip.AddrPort) bool {
+	return slices.Contains(listen, f.OrigDst) && f.ReplySrc.Addr() != f.OrigDst.Addr()
 }
 
 // Diverted returns the first flow among flows sent to one of listen and
 // answered from another address: a DNAT took it.
 func Diverted(flows []Flow, listen []netip.AddrPort) (Flow, bool) {
 	for _, f := range flows {
-		if slices.Contains(listen, f.OrigDst) && f.ReplySrc.Addr() != f.OrigDst.Addr() {
+		if f.divertedTo(listen) {
 			return f, true
 		}
 	}
 	return Flow{}, false
+}
+
+// flowKey names a flow in conntrack: the same key is the same flow.
+type flowKey struct{ src, dst netip.AddrPort }
+
+// newDiverted returns the flows among flows that were DNATed away from
+// listen, and whether any of them is not in before: a DNAT made a flow
+// since before was listed, so the rule is still there.
+func newDiverted(flows []Flow, listen []netip.AddrPort, before map[flowKey]bool) (now map[flowKey]bool, fresh bool) {
+	now = make(map[flowKey]bool)
+	for _, f := range flows {
+		if f.divertedTo(listen) {
+			k := flowKey{f.OrigSrc, f.OrigDst}
+			now[k] = true
+			fresh = fresh || !before[k]
+		}
+	}
+	return now, fresh
 }
 
 // Config holds the Detector's thresholds. Start from DefaultConfig.
@@ -72,13 +97,24 @@ type Config struct {
 	// (dropped by a firewall, a stalled dnsstandby) must not have the
 	// whole table dumped every second.
 	Recheck int
+	// ClearAfter is how many clear intervals in a row, each with no flow
+	// DNATed since conntrack was last listed, end a diversion. The tap's
+	// clear alone is not enough: where most queries come from long-lived
+	// client sockets (which keep going to our sockets), the few new flows
+	// the DNAT takes can miss the suspect bar for a second; a new DNATed
+	// flow cannot lie, it needs the rule. Where conntrack cannot be
+	// listed, the clear intervals alone count.
+	ClearAfter int
 }
 
 // DefaultConfig: judged from 10 queries an interval, suspect with 10 and
 // 1% of those expected missing, 3 suspect intervals without conntrack,
-// conntrack listed again after 10 suspect intervals it did not confirm.
+// conntrack listed again after 10 suspect intervals it did not confirm,
+// cleared by 3 clear intervals in a row without a new DNATed flow.
 // Conntrack decides: a suspect interval only makes it be listed.
-func DefaultConfig() Config { return Config{MinSeen: 10, Ratio: 0.01, Confirm: 3, Recheck: 10} }
+func DefaultConfig() Config {
+	return Config{MinSeen: 10, Ratio: 0.01, Confirm: 3, Recheck: 10, ClearAfter: 3}
+}
 
 // Validate reports a threshold out of range.
 func (c Config) Validate() error {
@@ -91,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("dnat: Confirm must be at least 1, got %d", c.Confirm)
 	case c.Recheck < 1:
 		return fmt.Errorf("dnat: Recheck must be at least 1, got %d", c.Recheck)
+	case c.ClearAfter < 1:
+		return fmt.Errorf("dnat: ClearAfter must be at least 1, got %d", c.ClearAfter)
 	}
 	return nil
 }
@@ -134,6 +172,10 @@ type Detector struct {
 	diverted bool
 	suspects int // suspect intervals in a row
 	skip     int // suspect intervals to pass before conntrack is listed again
+	clears   int // while diverted: clear intervals in a row without a new DNATed flow
+	// flows are the DNATed flows conntrack listed last while diverted (or
+	// when it confirmed the diversion): those not among them are new.
+	flows map[flowKey]bool
 }
 
 // New returns a Detector that has seen nothing diverted.
@@ -148,11 +190,12 @@ func New(cfg Config) (*Detector, error) {
 func (d *Detector) Diverted() bool { return d.diverted }
 
 // Step takes the running totals at the end of an interval, the share the
-// sockets should have had, and confirm, which lists conntrack (called
-// only for a suspect interval while not diverted). It returns whether the
-// state changed, and the flow that confirmed a change to diverted (zero
-// when the suspects in a row stood for it: conntrack failed, err).
-func (d *Detector) Step(now Counts, share float64, confirm func() ([]Flow, error), listen []netip.AddrPort) (changed bool, by Flow, err error) {
+// sockets should have had, and list, which lists conntrack (called for a
+// suspect interval while not diverted, and for a clear one while
+// diverted). It returns whether the state changed, and the flow that
+// confirmed a change to diverted (zero when the suspects in a row stood
+// for it: conntrack failed, err).
+func (d *Detector) Step(now Counts, share float64, list func() ([]Flow, error), listen []netip.AddrPort) (changed bool, by Flow, err error) {
 	if !d.started || now.Seen < d.last.Seen || now.Received < d.last.Received {
 		// The first totals, or a counter that went back (a restarted
 		// feed): a baseline, nothing to judge.
@@ -164,12 +207,26 @@ func (d *Detector) Step(now Counts, share float64, confirm func() ([]Flow, error
 	switch v {
 	case Clear:
 		d.suspects, d.skip = 0, 0
-		if d.diverted {
-			d.diverted = false
-			return true, Flow{}, nil
+		if !d.diverted {
+			return false, Flow{}, nil
 		}
+		flows, err := list()
+		if err == nil {
+			var fresh bool
+			if d.flows, fresh = newDiverted(flows, listen, d.flows); fresh {
+				d.clears = 0
+				return false, Flow{}, nil
+			}
+		}
+		d.clears++
+		if d.clears < d.cfg.ClearAfter {
+			return false, Flow{}, err
+		}
+		d.diverted, d.clears, d.flows = false, 0, nil
+		return true, Flow{}, err
 	case Suspect:
 		d.suspects++
+		d.clears = 0
 		if d.diverted {
 			return false, Flow{}, nil
 		}
@@ -177,11 +234,12 @@ func (d *Detector) Step(now Counts, share float64, confirm func() ([]Flow, error
 			d.skip--
 			return false, Flow{}, nil
 		}
-		flows, err := confirm()
+		flows, err := list()
 		if err == nil {
 			f, ok := Diverted(flows, listen)
 			if ok {
 				d.diverted = true
+				d.flows, _ = newDiverted(flows, listen, nil)
 			} else {
 				d.skip = d.cfg.Recheck - 1
 			}

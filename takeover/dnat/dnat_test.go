@@ -12,7 +12,13 @@ var (
 	node    = netip.MustParseAddrPort("169.254.10.10:53")
 	listen  = []netip.AddrPort{pod, node}
 	kubeDNS = netip.MustParseAddrPort("10.244.1.7:53")
+	client  = netip.MustParseAddrPort("10.244.0.9:40000")
 )
+
+// flow is a flow from client to dst answered from replySrc.
+func flow(dst, replySrc netip.AddrPort) Flow {
+	return Flow{OrigSrc: client, OrigDst: dst, ReplySrc: replySrc}
+}
 
 func TestDiverted(t *testing.T) {
 	tests := []struct {
@@ -21,12 +27,12 @@ func TestDiverted(t *testing.T) {
 		want  bool
 	}{
 		{"none", nil, false},
-		{"answered by the listener", []Flow{{pod, pod}}, false},
-		{"answered from another port of the listener", []Flow{{pod, netip.AddrPortFrom(pod.Addr(), 5353)}}, false},
-		{"pod listener DNATed to kube-dns", []Flow{{pod, pod}, {pod, kubeDNS}}, true},
-		{"node listener DNATed to the VNet's DNS", []Flow{{node, netip.MustParseAddrPort("168.63.129.16:53")}}, true},
-		{"another service's DNAT", []Flow{{netip.MustParseAddrPort("10.0.0.10:53"), kubeDNS}}, false},
-		{"the listener's address on another port", []Flow{{netip.AddrPortFrom(pod.Addr(), 54), kubeDNS}}, false},
+		{"answered by the listener", []Flow{flow(pod, pod)}, false},
+		{"answered from another port of the listener", []Flow{flow(pod, netip.AddrPortFrom(pod.Addr(), 5353))}, false},
+		{"pod listener DNATed to kube-dns", []Flow{flow(pod, pod), flow(pod, kubeDNS)}, true},
+		{"node listener DNATed to the VNet's DNS", []Flow{flow(node, netip.MustParseAddrPort("168.63.129.16:53"))}, true},
+		{"another service's DNAT", []Flow{flow(netip.MustParseAddrPort("10.0.0.10:53"), kubeDNS)}, false},
+		{"the listener's address on another port", []Flow{flow(netip.AddrPortFrom(pod.Addr(), 54), kubeDNS)}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,8 +101,10 @@ func TestConfigValidate(t *testing.T) {
 // TestDetector runs sequences of intervals: each step adds seen and
 // received to the totals, and conntrack answers flows or err.
 func TestDetector(t *testing.T) {
-	diverted := []Flow{{pod, kubeDNS}}
-	plain := []Flow{{pod, pod}}
+	diverted := []Flow{flow(pod, kubeDNS)}
+	plain := []Flow{flow(pod, pod)}
+	// another is diverted plus a flow the DNAT made since.
+	another := append(slices.Clone(diverted), Flow{OrigSrc: netip.MustParseAddrPort("10.244.0.9:40001"), OrigDst: pod, ReplySrc: kubeDNS})
 	errNoModule := errors.New("nf_conntrack_netlink not loaded")
 	type step struct {
 		seen, received uint64
@@ -114,13 +122,35 @@ func TestDetector(t *testing.T) {
 			{seen: 50, received: 50, share: 1},
 			{seen: 50, received: 50, share: 1},
 		}},
-		{"nat: suspect, conntrack confirms", []step{
+		{"nat: suspect, conntrack confirms; gone after 3 clear intervals without a new DNATed flow", []step{
 			{seen: 50, received: 50, share: 1},
 			{seen: 50, received: 0, share: 1, flows: diverted, changed: true, state: true, confirmed: true},
-			{seen: 50, received: 0, share: 1, state: true},    // not asked again
-			{seen: 0, received: 0, share: 1, state: true},     // idle: stands
-			{seen: 50, received: 0, share: 0, state: true},    // mirror at adopt: stands
-			{seen: 50, received: 50, share: 1, changed: true}, // hand-back: gone
+			{seen: 50, received: 0, share: 1, state: true}, // not asked again
+			{seen: 0, received: 0, share: 1, state: true},  // idle: stands
+			{seen: 50, received: 0, share: 0, state: true}, // mirror at adopt: stands
+			// hand-back: the old flow lingers in conntrack, no new one
+			{seen: 50, received: 50, share: 1, flows: diverted, state: true, confirmed: true},
+			{seen: 50, received: 50, share: 1, flows: diverted, state: true, confirmed: true},
+			{seen: 50, received: 50, share: 1, flows: nil, changed: true, confirmed: true},
+		}},
+		{"diverted: a clear interval with a new DNATed flow starts the count again", []step{
+			{},
+			{seen: 50, received: 0, share: 1, flows: diverted, changed: true, state: true, confirmed: true},
+			{seen: 50, received: 48, share: 1, flows: diverted, state: true, confirmed: true},
+			{seen: 50, received: 48, share: 1, flows: diverted, state: true, confirmed: true},
+			{seen: 50, received: 48, share: 1, flows: another, state: true, confirmed: true}, // a few new flows still DNATed
+			{seen: 50, received: 48, share: 1, flows: another, state: true, confirmed: true},
+			{seen: 50, received: 20, share: 1, state: true}, // suspect: starts again too
+			{seen: 50, received: 48, share: 1, flows: another, state: true, confirmed: true},
+			{seen: 50, received: 48, share: 1, flows: another, state: true, confirmed: true},
+			{seen: 50, received: 48, share: 1, flows: another, changed: true, confirmed: true},
+		}},
+		{"diverted, no conntrack: 3 clear intervals in a row", []step{
+			{},
+			{seen: 50, received: 0, share: 1, flows: diverted, changed: true, state: true, confirmed: true},
+			{seen: 50, received: 50, share: 1, err: errNoModule, state: true, confirmed: true},
+			{seen: 50, received: 50, share: 1, err: errNoModule, state: true, confirmed: true},
+			{seen: 50, received: 50, share: 1, err: errNoModule, changed: true, confirmed: true},
 		}},
 		{"dropped, not DNATed: conntrack says no, and is asked again 10 intervals later", append(append([]step{
 			{},
