@@ -78,6 +78,19 @@ type Config struct {
 	Rate  float64 // per second
 	Burst int
 
+	// Upstream hedges must prove needed to keep coming. A miss LocalDNS
+	// answers past the upstream deadline is usually only slow (a busy
+	// node, a slow upstream), and asking for it again adds to the
+	// upstreams' load for a few milliseconds gained; a miss LocalDNS holds
+	// on a silent upstream server is answered a second or more after
+	// ours. So an upstream hedge is needed when LocalDNS has still not
+	// answered NeedAfter after it fired; each needed one earns two more,
+	// and otherwise upstream hedges are limited to UpstreamBurst at once,
+	// refilled at UpstreamRefill a second.
+	NeedAfter      time.Duration
+	UpstreamBurst  int
+	UpstreamRefill float64 // per second
+
 	// MinQueries hits past their cache deadline, all within SilentWindow
 	// of each other and with no LocalDNS reply seen since the earliest
 	// arrived, make a fast hold: Run's onSilent is called once.
@@ -116,11 +129,22 @@ func DefaultConfig() Config {
 		// asked twice; on a node whose internet answers 2% of misses in
 		// 200–400 ms that is about 1% more upstream queries.
 		UpstreamMult: 8, UpstreamMin: 150 * time.Millisecond, UpstreamMax: 200 * time.Millisecond,
-		Window:     10 * time.Second,
-		Linger:     2 * time.Second,
-		Rate:       2000,
-		Burst:      2000,
-		MinQueries: 8,
+		Window: 10 * time.Second,
+		Linger: 2 * time.Second,
+		Rate:   2000,
+		Burst:  2000,
+		// A slow miss of a busy LocalDNS comes within a few hundred ms of
+		// the hedge; one held on a silent server about 1.8 s after
+		// (CoreDNS's 2 s read timeout less our deadline). The burst covers
+		// the first half second of a silent server's misses before the
+		// first proofs come, at 80 misses a second (TestSilentUpstream:
+		// 50); the refill, a slow node's tail: 0.2 a second is 12 a
+		// minute, under 1% of a node's upstream queries at 25 misses a
+		// second.
+		NeedAfter:      300 * time.Millisecond,
+		UpstreamBurst:  40,
+		UpstreamRefill: 0.2,
+		MinQueries:     8,
 		// At fewer than MinQueries hits a second, the probes detect an
 		// outage; the fast hold is for busy nodes.
 		SilentWindow: time.Second,
@@ -170,6 +194,15 @@ func (c *Config) Validate() error {
 	if c.Burst < 1 || c.Burst > 1e7 {
 		errs = append(errs, fmt.Errorf("hedge: Burst must be 1 to 1e7, got %d", c.Burst))
 	}
+	if err := durRange("NeedAfter", c.NeedAfter, time.Millisecond, c.Linger); err != nil {
+		errs = append(errs, err)
+	}
+	if c.UpstreamBurst < 1 || c.UpstreamBurst > 1e7 {
+		errs = append(errs, fmt.Errorf("hedge: UpstreamBurst must be 1 to 1e7, got %d", c.UpstreamBurst))
+	}
+	if !(c.UpstreamRefill > 0 && c.UpstreamRefill <= 1e7) {
+		errs = append(errs, fmt.Errorf("hedge: UpstreamRefill must be above 0 and at most 1e7, got %v", c.UpstreamRefill))
+	}
 	if c.MinQueries < 1 || c.MinQueries > 1024 {
 		errs = append(errs, fmt.Errorf("hedge: MinQueries must be 1 to 1024, got %d", c.MinQueries))
 	}
@@ -186,14 +219,18 @@ type Hedger struct {
 	now  func() int64 // unix ns; tests replace it
 	seed maphash.Seed
 
-	mu    sync.Mutex
-	tab   table
-	hitW  latency.Window // latency of queries not known to be cache misses: sets the cache deadline
-	allW  latency.Window // every matched reply's latency: sets the upstream deadline
-	d1    int64          // cache deadline, ns
-	d2    int64          // upstream deadline, ns
-	tok   bucket
-	track struct {
+	mu   sync.Mutex
+	tab  table
+	hitW latency.Window // latency of queries not known to be cache misses: sets the cache deadline
+	allW latency.Window // every matched reply's latency: sets the upstream deadline
+	d1   int64          // cache deadline, ns
+	d2   int64          // upstream deadline, ns
+	tok  bucket
+	// need is the upstream hedges' budget (Config.NeedAfter); proofs are
+	// the upstream hedges sent, oldest first, whose need is judged at due.
+	need   bucket
+	proofs proofs
+	track  struct {
 		on bool
 		at int64 // when on last changed: queries are judged by the state at their arrival
 	}
@@ -245,6 +282,8 @@ func New(cfg Config, ans Answerer) (*Hedger, error) {
 	h.track.on = true
 	h.st.tracking.Store(true)
 	h.tok = bucket{rate: cfg.Rate, burst: float64(cfg.Burst), tokens: float64(cfg.Burst)}
+	h.need = bucket{rate: cfg.UpstreamRefill, burst: float64(cfg.UpstreamBurst), tokens: float64(cfg.UpstreamBurst)}
+	h.proofs.init(proofsMax)
 	h.updateDeadlines(h.now())
 	return h, nil
 }
@@ -494,6 +533,9 @@ func (b *bucket) refill(now int64) {
 		b.last = now
 	}
 }
+
+// give adds n tokens, up to the burst.
+func (b *bucket) give(n float64) { b.tokens = min(b.burst, b.tokens+n) }
 
 // take spends one token if there is one.
 func (b *bucket) take() bool {

@@ -3,6 +3,7 @@ package hedge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -773,4 +774,67 @@ func FuzzQueryReply(f *testing.F) {
 			t.Fatalf("%d entries left after Linger", n)
 		}
 	})
+}
+
+// TestUpstreamNeed: upstream hedges for misses LocalDNS answers soon after
+// ours (only slow) are limited to the budget; those it still holds
+// NeedAfter later earn two more each, so a silent upstream's misses keep
+// being hedged.
+func TestUpstreamNeed(t *testing.T) {
+	tests := []struct {
+		name string
+		// localdns is how long after our upstream answer LocalDNS answers
+		// each miss; negative: never.
+		localdns     time.Duration
+		wantHedges   int // of 100 misses, 10 a round
+		wantNeeded   uint64
+		wantUnproven uint64
+	}{
+		{"slow LocalDNS: the budget, then nothing", 50 * time.Millisecond, 40, 0, 60},
+		{"held by a silent server: every one", 1800 * time.Millisecond, 100, 100, 0},
+		{"never answered: every one", -1, 100, 100, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.UpstreamRefill = 1e-6 // none over the test's few seconds
+			ans := newFakeAnswerer()
+			x := newHarness(t, cfg, ans)
+			type pending struct {
+				q  []byte
+				at int64
+			}
+			var held []pending
+			answered := 0
+			id := uint16(0)
+			for range 10 {
+				for range 10 {
+					id++
+					x.h.Query(x.now, podA, query(id, fmt.Sprintf("miss%d.example.", id)))
+				}
+				x.advance(250 * time.Millisecond) // past the upstream deadline
+				for ; answered < len(ans.resolves); answered++ {
+					r := ans.resolves[answered]
+					r.send(answer(r.query, "10.0.0.2"))
+					if tt.localdns >= 0 {
+						held = append(held, pending{r.query, x.now + int64(tt.localdns)})
+					}
+				}
+				// LocalDNS's answers that are due, then the rest of the round.
+				for end := x.now + int64(200*time.Millisecond); x.now < end; x.advance(5 * time.Millisecond) {
+					for len(held) > 0 && held[0].at <= x.now {
+						x.h.Reply(x.now, podA, answer(held[0].q, "10.0.0.1"))
+						held = held[1:]
+					}
+				}
+			}
+			x.advance(3 * time.Second)
+			st := x.h.Stats()
+			if got := int(st.Hedges["upstream"]); got != tt.wantHedges || st.Needed != tt.wantNeeded || st.Skipped["unproven"] != tt.wantUnproven {
+				t.Errorf("upstream hedges %d, needed %d, skipped %v; want %d, %d, unproven %d",
+					got, st.Needed, st.Skipped, tt.wantHedges, tt.wantNeeded, tt.wantUnproven)
+			}
+			x.check()
+		})
+	}
 }

@@ -59,10 +59,11 @@ const (
 	sSendError        // Send failed
 	sAnswered         // the upstream answer came after LocalDNS's
 	sLate             // the upstream answer came after the entry was gone
+	sUnproven         // an upstream hedge over its budget: none proved needed lately (Config.NeedAfter)
 	numSkips
 )
 
-var skips = [numSkips]string{"rate", "no_answer", "send_error", "answered", "late"}
+var skips = [numSkips]string{"rate", "no_answer", "send_error", "answered", "late", "unproven"}
 
 // counters are written under the Hedger's lock or by Run; atomics let
 // Stats and Collect read them from anywhere.
@@ -73,6 +74,7 @@ type counters struct {
 	outcomes [numOutcomes]atomic.Uint64
 	skipped  [numSkips]atomic.Uint64
 	silent   atomic.Uint64
+	needed   atomic.Uint64
 	d1, d2   atomic.Int64
 	tracking atomic.Bool
 }
@@ -83,9 +85,12 @@ type Stats struct {
 	Replies  map[string]uint64 // by result: matched, own, unknown, malformed, repeat
 	Hedges   map[string]uint64 // sent, by source: cache, stale, upstream
 	Outcomes map[string]uint64 // of sent hedges, by what LocalDNS did: later, never, unknown
-	Skipped  map[string]uint64 // due hedges not sent, by reason: rate, no_answer, send_error, answered, late
+	Skipped  map[string]uint64 // due hedges not sent, by reason: rate, no_answer, send_error, answered, late, unproven
 	// Silent counts fast holds signalled.
 	Silent uint64
+	// Needed counts upstream hedges LocalDNS had not answered NeedAfter
+	// after they fired.
+	Needed uint64
 	// CacheDeadline and UpstreamDeadline are the current deadlines.
 	CacheDeadline, UpstreamDeadline time.Duration
 	// Entries is how many queries the table holds; Table its size.
@@ -125,6 +130,7 @@ func (h *Hedger) Stats() Stats {
 		Outcomes:         mk(outcomes[:], c.outcomes[:]),
 		Skipped:          mk(skips[:], c.skipped[:]),
 		Silent:           c.silent.Load(),
+		Needed:           c.needed.Load(),
 		CacheDeadline:    time.Duration(c.d1.Load()),
 		UpstreamDeadline: time.Duration(c.d2.Load()),
 		Entries:          entries,
@@ -144,7 +150,9 @@ var (
 	descOutcomes = prometheus.NewDesc("dnsstandby_hedge_outcomes_total",
 		"Hedges sent, by whether LocalDNS answered the query later, never (within the linger time) or unknown (retired early).", []string{"localdns"}, nil)
 	descSkipped = prometheus.NewDesc("dnsstandby_hedge_skipped_total",
-		"Hedges due but not sent, by reason (rate, no_answer, send_error, answered, late).", []string{"reason"}, nil)
+		"Hedges due but not sent, by reason (rate, no_answer, send_error, answered, late, unproven: an upstream hedge over its budget, none having proved needed lately).", []string{"reason"}, nil)
+	descNeeded = prometheus.NewDesc("dnsstandby_hedge_upstream_needed_total",
+		"Upstream hedges LocalDNS had still not answered NeedAfter (300 ms by default) after they fired: each earns two more; without them upstream hedges are limited to a small budget.", nil, nil)
 	descDeadline = prometheus.NewDesc("dnsstandby_hedge_deadline_seconds",
 		"Current hedge deadline, by stage (cache, upstream).", []string{"stage"}, nil)
 	descSilent = prometheus.NewDesc("dnsstandby_localdns_silent_total",
@@ -166,7 +174,7 @@ var (
 // Describe implements prometheus.Collector.
 func (h *Hedger) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueries, descReplies, descHedges, descOutcomes, descSkipped, descDeadline, descSilent, descEntries, descTracking,
-		descHedgesOld, descSkippedOld} {
+		descNeeded, descHedgesOld, descSkippedOld} {
 		ch <- d
 	}
 	h.hist.Describe(ch)
@@ -190,6 +198,7 @@ func (h *Hedger) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDeadline, prometheus.GaugeValue, time.Duration(c.d1.Load()).Seconds(), "cache")
 	ch <- prometheus.MustNewConstMetric(descDeadline, prometheus.GaugeValue, time.Duration(c.d2.Load()).Seconds(), "upstream")
 	ch <- prometheus.MustNewConstMetric(descSilent, prometheus.CounterValue, float64(c.silent.Load()))
+	ch <- prometheus.MustNewConstMetric(descNeeded, prometheus.CounterValue, float64(c.needed.Load()))
 	h.mu.Lock()
 	n := h.tab.n
 	h.mu.Unlock()

@@ -27,6 +27,8 @@ func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since ti
 func (h *Hedger) tick(now int64, onSilent func(int, time.Time)) {
 	h.mu.Lock()
 	h.tok.refill(now)
+	h.need.refill(now)
+	h.judgeNeed(now)
 	h.updateDeadlines(now)
 	h.expire(now)
 	h.mu.Unlock()
@@ -146,15 +148,24 @@ func (h *Hedger) fireUpstream(now int64) {
 		}
 		e := &h.tab.e[i]
 		h.tab.unlink(i)
-		if !h.tok.take() {
-			h.st.skipped[sRate].Add(1)
+		skip := -1
+		switch {
+		case h.need.tokens < 1:
+			skip = sUnproven
+		case !h.tok.take():
+			skip = sRate
+		}
+		if skip >= 0 {
+			h.st.skipped[skip].Add(1)
 			h.tab.remove(i)
 			h.mu.Unlock()
 			continue
 		}
+		h.need.take()
 		e.state, e.resolving, e.hedgedAt = stHedged, true, now
 		h.tab.push(qlLinger, i)
 		gen, client := e.gen, e.client
+		h.proofs.push(proof{i: i, gen: gen, due: now + int64(h.cfg.NeedAfter)})
 		qn := copy(h.qbuf[:], h.tab.query(i, int(e.qlen)))
 		h.mu.Unlock()
 		// One closure per upstream hedge: these are rate-capped misses,
@@ -189,6 +200,54 @@ func (h *Hedger) resolved(i int32, gen uint32, client netip.AddrPort, reply []by
 	h.st.hedges[hUpstream].Add(1)
 	if err := h.ans.Send(client, reply); err != nil {
 		h.sendFailed(i, gen)
+	}
+}
+
+// proofsMax bounds the upstream hedges awaiting their NeedAfter: more
+// than Rate × NeedAfter, so none is dropped below the rate cap.
+const proofsMax = 1024
+
+// proof is an upstream hedge fired (entry i of generation gen) whose need
+// is judged at due.
+type proof struct {
+	i   int32
+	gen uint32
+	due int64
+}
+
+// proofs is a FIFO of proof, oldest first (due grows with firing time),
+// allocated once.
+type proofs struct {
+	buf        []proof
+	head, size int
+}
+
+func (q *proofs) init(n int) { q.buf = make([]proof, n) }
+
+// push adds p; a full FIFO drops it (the hedge earns nothing).
+func (q *proofs) push(p proof) {
+	if q.size == len(q.buf) {
+		return
+	}
+	q.buf[(q.head+q.size)%len(q.buf)] = p
+	q.size++
+}
+
+// judgeNeed gives two upstream hedges for each one fired that LocalDNS has
+// still not answered NeedAfter later (its entry is still the same and not
+// answered: LocalDNS holds that miss). Called with h.mu held.
+func (h *Hedger) judgeNeed(now int64) {
+	for h.proofs.size > 0 {
+		p := h.proofs.buf[h.proofs.head]
+		if p.due > now {
+			return
+		}
+		h.proofs.head = (h.proofs.head + 1) % len(h.proofs.buf)
+		h.proofs.size--
+		if e := &h.tab.e[p.i]; e.gen == p.gen && !e.answered {
+			h.need.give(2)
+			h.st.needed.Add(1)
+		}
 	}
 }
 

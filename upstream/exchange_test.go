@@ -95,7 +95,7 @@ func TestDefaultConfig(t *testing.T) {
 		SpeculativeMin:    50 * time.Millisecond,
 		SpeculativeMax:    250 * time.Millisecond,
 		SpeculativeWindow: 10 * time.Second,
-		SpeculativeShare:  0.1,
+		SpeculativeShare:  0.01,
 		SpeculativeRate:   500,
 		SpeculativeBurst:  500,
 	}

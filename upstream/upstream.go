@@ -197,13 +197,14 @@ func DefaultConfig() Config {
 		SpeculativeMin:    50 * time.Millisecond,
 		SpeculativeMax:    250 * time.Millisecond,
 		SpeculativeWindow: 10 * time.Second,
-		// A slow server that still answers cannot add more than 10% to
-		// the load of the others, nor to its own; one that is silent
-		// costs nothing extra (its failover would have sent the same
-		// query after its timeout), so only the rate bounds those: 500
-		// a second is a small load for kube-dns, and covers a busy
+		// A slow server that still answers cannot add more than 1% to
+		// the load of the others, nor to its own (a busy node's slow
+		// kube-dns had 3.5% of its queries sent twice at 10%); one that
+		// is silent costs nothing extra (its failover would have sent the
+		// same query after its timeout), so only the rate bounds those:
+		// 500 a second is a small load for kube-dns, and covers a busy
 		// node's misses while a server is silent.
-		SpeculativeShare: 0.1,
+		SpeculativeShare: 0.01,
 		SpeculativeRate:  500,
 		SpeculativeBurst: 500,
 	}
