@@ -84,9 +84,10 @@ type Config struct {
 	// upstreams' load for a few milliseconds gained; a miss LocalDNS holds
 	// on a silent upstream server is answered a second or more after
 	// ours. So an upstream hedge is needed when LocalDNS has still not
-	// answered NeedAfter after it fired; each needed one earns two more,
-	// and otherwise upstream hedges are limited to UpstreamBurst at once,
-	// refilled at UpstreamRefill a second.
+	// answered NeedAfter after it fired; each needed one earns two more.
+	// Otherwise upstream hedges are limited to UpstreamBurst at once,
+	// refilled at UpstreamRefill a second, and one over the budget waits
+	// NeedAfter more: still unanswered then, it is needed (and sent).
 	NeedAfter      time.Duration
 	UpstreamBurst  int
 	UpstreamRefill float64 // per second
@@ -135,13 +136,13 @@ func DefaultConfig() Config {
 		Burst:  2000,
 		// A slow miss of a busy LocalDNS comes within a few hundred ms of
 		// the hedge; one held on a silent server about 1.8 s after
-		// (CoreDNS's 2 s read timeout less our deadline). The burst covers
-		// the first half second of a silent server's misses before the
-		// first proofs come, at 80 misses a second (TestSilentUpstream:
-		// 50); the refill, a slow node's tail: 0.2 a second is 12 a
-		// minute, under 1% of a node's upstream queries at 25 misses a
-		// second.
-		NeedAfter:      300 * time.Millisecond,
+		// (CoreDNS's 2 s read timeout less our deadline). 250 ms past the
+		// upstream deadline (at most 200 ms) keeps a delayed hedge's
+		// answer under 600 ms. The burst covers the first moments of a
+		// silent server's misses at full speed; the refill, a slow node's
+		// tail: 0.2 a second is 12 a minute, under 1% of a node's
+		// upstream queries at 25 misses a second.
+		NeedAfter:      250 * time.Millisecond,
 		UpstreamBurst:  40,
 		UpstreamRefill: 0.2,
 		MinQueries:     8,

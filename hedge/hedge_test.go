@@ -776,23 +776,30 @@ func FuzzQueryReply(f *testing.F) {
 	})
 }
 
-// TestUpstreamNeed: upstream hedges for misses LocalDNS answers soon after
-// ours (only slow) are limited to the budget; those it still holds
-// NeedAfter later earn two more each, so a silent upstream's misses keep
-// being hedged.
+// TestUpstreamNeed: upstream hedges for misses LocalDNS answers soon
+// after the upstream deadline (only slow) are limited to the budget, and
+// those over it wait NeedAfter more, which LocalDNS's answer ends; misses
+// it still holds then prove needed, earn two more each, and are hedged,
+// so a silent upstream's misses keep being hedged on time after the
+// first, even from an empty budget.
 func TestUpstreamNeed(t *testing.T) {
 	tests := []struct {
 		name string
-		// localdns is how long after our upstream answer LocalDNS answers
-		// each miss; negative: never.
-		localdns     time.Duration
-		wantHedges   int // of 100 misses, 10 a round
-		wantNeeded   uint64
-		wantUnproven uint64
+		// budget is the upstream hedges left at the start (the burst is
+		// the default).
+		budget int
+		// localdns is how long after its arrival LocalDNS answers each
+		// miss; negative: never.
+		localdns    time.Duration
+		wantHedges  uint64 // of 100 misses, 10 a round
+		wantDelayed uint64
+		wantNeeded  uint64
+		wantSlowest time.Duration // of the hedges' firing, after arrival
 	}{
-		{"slow LocalDNS: the budget, then nothing", 50 * time.Millisecond, 40, 0, 60},
-		{"held by a silent server: every one", 1800 * time.Millisecond, 100, 100, 0},
-		{"never answered: every one", -1, 100, 100, 0},
+		{"slow LocalDNS: the budget, then none", 40, 260 * time.Millisecond, 40, 60, 0, 200 * time.Millisecond},
+		{"held by a silent server: every one, on time", 40, 2 * time.Second, 100, 0, 100, 200 * time.Millisecond},
+		{"never answered: every one, on time", 40, -1, 100, 0, 100, 200 * time.Millisecond},
+		{"held, budget spent (by a slow spell): the first ones delayed, then on time", 0, 2 * time.Second, 100, 10, 100, 450 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -800,39 +807,47 @@ func TestUpstreamNeed(t *testing.T) {
 			cfg.UpstreamRefill = 1e-6 // none over the test's few seconds
 			ans := newFakeAnswerer()
 			x := newHarness(t, cfg, ans)
+			x.h.need.tokens = float64(tt.budget)
 			type pending struct {
 				q  []byte
 				at int64
 			}
 			var held []pending
-			answered := 0
+			arrived := map[uint16]int64{}
+			var slowest time.Duration
+			fired := 0
 			id := uint16(0)
 			for range 10 {
 				for range 10 {
 					id++
-					x.h.Query(x.now, podA, query(id, fmt.Sprintf("miss%d.example.", id)))
-				}
-				x.advance(250 * time.Millisecond) // past the upstream deadline
-				for ; answered < len(ans.resolves); answered++ {
-					r := ans.resolves[answered]
-					r.send(answer(r.query, "10.0.0.2"))
+					q := query(id, fmt.Sprintf("miss%d.example.", id))
+					x.h.Query(x.now, podA, q)
+					arrived[id] = x.now
 					if tt.localdns >= 0 {
-						held = append(held, pending{r.query, x.now + int64(tt.localdns)})
+						held = append(held, pending{q, x.now + int64(tt.localdns)})
 					}
 				}
-				// LocalDNS's answers that are due, then the rest of the round.
-				for end := x.now + int64(200*time.Millisecond); x.now < end; x.advance(5 * time.Millisecond) {
+				for end := x.now + int64(700*time.Millisecond); x.now < end; x.advance(5 * time.Millisecond) {
 					for len(held) > 0 && held[0].at <= x.now {
 						x.h.Reply(x.now, podA, answer(held[0].q, "10.0.0.1"))
 						held = held[1:]
+					}
+					for ; fired < len(ans.resolves); fired++ {
+						r := ans.resolves[fired]
+						qid := uint16(r.query[0])<<8 | uint16(r.query[1])
+						slowest = max(slowest, time.Duration(x.now-arrived[qid]))
+						r.send(answer(r.query, "10.0.0.2"))
 					}
 				}
 			}
 			x.advance(3 * time.Second)
 			st := x.h.Stats()
-			if got := int(st.Hedges["upstream"]); got != tt.wantHedges || st.Needed != tt.wantNeeded || st.Skipped["unproven"] != tt.wantUnproven {
-				t.Errorf("upstream hedges %d, needed %d, skipped %v; want %d, %d, unproven %d",
-					got, st.Needed, st.Skipped, tt.wantHedges, tt.wantNeeded, tt.wantUnproven)
+			if st.Hedges["upstream"] != tt.wantHedges || st.Delayed != tt.wantDelayed || st.Needed != tt.wantNeeded {
+				t.Errorf("upstream hedges %d, delayed %d, needed %d; want %d, %d, %d",
+					st.Hedges["upstream"], st.Delayed, st.Needed, tt.wantHedges, tt.wantDelayed, tt.wantNeeded)
+			}
+			if slowest > tt.wantSlowest {
+				t.Errorf("slowest hedge fired %v after its query, want at most %v", slowest, tt.wantSlowest)
 			}
 			x.check()
 		})

@@ -210,7 +210,7 @@ func (h *Hedger) check() error {
 			if e.prev != prev || int(e.queue) != q {
 				return fmt.Errorf("queue %d: slot %d links prev %d (want %d) queue %d", q, i, e.prev, prev, e.queue)
 			}
-			want := [numQueues]uint8{stCache, stUpstream, stHedged}[q]
+			want := [numQueues]uint8{stCache, stUpstream, stLate, stHedged}[q]
 			if e.state != want {
 				return fmt.Errorf("queue %d: slot %d in state %d", q, i, e.state)
 			}

@@ -59,11 +59,10 @@ const (
 	sSendError        // Send failed
 	sAnswered         // the upstream answer came after LocalDNS's
 	sLate             // the upstream answer came after the entry was gone
-	sUnproven         // an upstream hedge over its budget: none proved needed lately (Config.NeedAfter)
 	numSkips
 )
 
-var skips = [numSkips]string{"rate", "no_answer", "send_error", "answered", "late", "unproven"}
+var skips = [numSkips]string{"rate", "no_answer", "send_error", "answered", "late"}
 
 // counters are written under the Hedger's lock or by Run; atomics let
 // Stats and Collect read them from anywhere.
@@ -75,6 +74,7 @@ type counters struct {
 	skipped  [numSkips]atomic.Uint64
 	silent   atomic.Uint64
 	needed   atomic.Uint64
+	delayed  atomic.Uint64
 	d1, d2   atomic.Int64
 	tracking atomic.Bool
 }
@@ -85,12 +85,15 @@ type Stats struct {
 	Replies  map[string]uint64 // by result: matched, own, unknown, malformed, repeat
 	Hedges   map[string]uint64 // sent, by source: cache, stale, upstream
 	Outcomes map[string]uint64 // of sent hedges, by what LocalDNS did: later, never, unknown
-	Skipped  map[string]uint64 // due hedges not sent, by reason: rate, no_answer, send_error, answered, late, unproven
+	Skipped  map[string]uint64 // due hedges not sent, by reason: rate, no_answer, send_error, answered, late
 	// Silent counts fast holds signalled.
 	Silent uint64
-	// Needed counts upstream hedges LocalDNS had not answered NeedAfter
-	// after they fired.
+	// Needed counts the upstream hedges that proved needed: LocalDNS had
+	// not answered them NeedAfter after they fired, or after they were
+	// due (Delayed ones).
 	Needed uint64
+	// Delayed counts upstream hedges delayed NeedAfter for want of budget.
+	Delayed uint64
 	// CacheDeadline and UpstreamDeadline are the current deadlines.
 	CacheDeadline, UpstreamDeadline time.Duration
 	// Entries is how many queries the table holds; Table its size.
@@ -131,6 +134,7 @@ func (h *Hedger) Stats() Stats {
 		Skipped:          mk(skips[:], c.skipped[:]),
 		Silent:           c.silent.Load(),
 		Needed:           c.needed.Load(),
+		Delayed:          c.delayed.Load(),
 		CacheDeadline:    time.Duration(c.d1.Load()),
 		UpstreamDeadline: time.Duration(c.d2.Load()),
 		Entries:          entries,
@@ -150,9 +154,11 @@ var (
 	descOutcomes = prometheus.NewDesc("dnsstandby_hedge_outcomes_total",
 		"Hedges sent, by whether LocalDNS answered the query later, never (within the linger time) or unknown (retired early).", []string{"localdns"}, nil)
 	descSkipped = prometheus.NewDesc("dnsstandby_hedge_skipped_total",
-		"Hedges due but not sent, by reason (rate, no_answer, send_error, answered, late, unproven: an upstream hedge over its budget, none having proved needed lately).", []string{"reason"}, nil)
+		"Hedges due but not sent, by reason (rate, no_answer, send_error, answered, late).", []string{"reason"}, nil)
 	descNeeded = prometheus.NewDesc("dnsstandby_hedge_upstream_needed_total",
-		"Upstream hedges LocalDNS had still not answered NeedAfter (300 ms by default) after they fired: each earns two more; without them upstream hedges are limited to a small budget.", nil, nil)
+		"Upstream hedges that proved needed: LocalDNS had still not answered them NeedAfter (250 ms by default) after they fired or were due. Each earns two more; without them upstream hedges beyond a small budget wait NeedAfter more.", nil, nil)
+	descDelayed = prometheus.NewDesc("dnsstandby_hedge_upstream_delayed_total",
+		"Upstream hedges delayed NeedAfter past the upstream deadline for want of budget (none proved needed lately); LocalDNS's answer meanwhile ends them.", nil, nil)
 	descDeadline = prometheus.NewDesc("dnsstandby_hedge_deadline_seconds",
 		"Current hedge deadline, by stage (cache, upstream).", []string{"stage"}, nil)
 	descSilent = prometheus.NewDesc("dnsstandby_localdns_silent_total",
@@ -174,7 +180,7 @@ var (
 // Describe implements prometheus.Collector.
 func (h *Hedger) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueries, descReplies, descHedges, descOutcomes, descSkipped, descDeadline, descSilent, descEntries, descTracking,
-		descNeeded, descHedgesOld, descSkippedOld} {
+		descNeeded, descDelayed, descHedgesOld, descSkippedOld} {
 		ch <- d
 	}
 	h.hist.Describe(ch)
@@ -199,6 +205,7 @@ func (h *Hedger) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descDeadline, prometheus.GaugeValue, time.Duration(c.d2.Load()).Seconds(), "upstream")
 	ch <- prometheus.MustNewConstMetric(descSilent, prometheus.CounterValue, float64(c.silent.Load()))
 	ch <- prometheus.MustNewConstMetric(descNeeded, prometheus.CounterValue, float64(c.needed.Load()))
+	ch <- prometheus.MustNewConstMetric(descDelayed, prometheus.CounterValue, float64(c.delayed.Load()))
 	h.mu.Lock()
 	n := h.tab.n
 	h.mu.Unlock()

@@ -137,41 +137,66 @@ func (h *Hedger) sendFailed(i int32, gen uint32) {
 	h.mu.Unlock()
 }
 
-// fireUpstream hands the misses past the upstream deadline to Resolve.
+// fireUpstream hands the misses past the upstream deadline to Resolve,
+// while the upstream budget (Config.NeedAfter) lasts; those over it wait
+// NeedAfter more (qlLate), and LocalDNS's answer meanwhile ends them.
 func (h *Hedger) fireUpstream(now int64) {
 	for {
 		h.mu.Lock()
 		i := h.tab.q[qlUpstream].head
 		if i < 0 || h.tab.e[i].at+h.d2 > now {
 			h.mu.Unlock()
-			return
+			break
 		}
 		e := &h.tab.e[i]
 		h.tab.unlink(i)
-		skip := -1
-		switch {
-		case h.need.tokens < 1:
-			skip = sUnproven
-		case !h.tok.take():
-			skip = sRate
-		}
-		if skip >= 0 {
-			h.st.skipped[skip].Add(1)
-			h.tab.remove(i)
+		if !h.need.take() {
+			e.state = stLate
+			h.tab.push(qlLate, i)
+			h.st.delayed.Add(1)
 			h.mu.Unlock()
 			continue
 		}
-		h.need.take()
-		e.state, e.resolving, e.hedgedAt = stHedged, true, now
-		h.tab.push(qlLinger, i)
-		gen, client := e.gen, e.client
-		h.proofs.push(proof{i: i, gen: gen, due: now + int64(h.cfg.NeedAfter)})
-		qn := copy(h.qbuf[:], h.tab.query(i, int(e.qlen)))
-		h.mu.Unlock()
-		// One closure per upstream hedge: these are rate-capped misses,
-		// off the per-query path.
-		h.ans.Resolve(client, h.qbuf[:qn], func(reply []byte) { h.resolved(i, gen, client, reply) })
+		h.resolve(i, now, true) // unlocks
 	}
+	for {
+		h.mu.Lock()
+		i := h.tab.q[qlLate].head
+		if i < 0 || h.tab.e[i].at+h.d2+int64(h.cfg.NeedAfter) > now {
+			h.mu.Unlock()
+			return
+		}
+		h.tab.unlink(i)
+		// Still unanswered NeedAfter past the deadline: LocalDNS holds
+		// this miss, which proves the next ones needed.
+		h.need.give(2)
+		h.st.needed.Add(1)
+		h.resolve(i, now, false) // unlocks
+	}
+}
+
+// resolve hedges entry i (unlinked, h.mu held) from the upstreams, if the
+// rate cap lets it, and unlocks h.mu. With judge, the hedge's need is
+// judged NeedAfter later (judgeNeed).
+func (h *Hedger) resolve(i int32, now int64, judge bool) {
+	e := &h.tab.e[i]
+	if !h.tok.take() {
+		h.st.skipped[sRate].Add(1)
+		h.tab.remove(i)
+		h.mu.Unlock()
+		return
+	}
+	e.state, e.resolving, e.hedgedAt = stHedged, true, now
+	h.tab.push(qlLinger, i)
+	gen, client := e.gen, e.client
+	if judge {
+		h.proofs.push(proof{i: i, gen: gen, due: now + int64(h.cfg.NeedAfter)})
+	}
+	qn := copy(h.qbuf[:], h.tab.query(i, int(e.qlen)))
+	h.mu.Unlock()
+	// One closure per upstream hedge: these are rate-capped misses, off
+	// the per-query path.
+	h.ans.Resolve(client, h.qbuf[:qn], func(reply []byte) { h.resolved(i, gen, client, reply) })
 }
 
 // resolved sends an upstream answer, unless LocalDNS answered first or the

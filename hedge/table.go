@@ -13,6 +13,7 @@ const (
 	stCache          // waiting for the cache deadline (queue qlCache)
 	stFiring         // at the cache deadline, being looked up (no queue)
 	stUpstream       // cache had nothing: waiting for the upstream deadline (qlUpstream)
+	stLate           // past it, over the upstream budget: waiting Config.NeedAfter more (qlLate)
 	stHedged         // hedged or being resolved: waiting for the outcome (qlLinger)
 )
 
@@ -20,6 +21,7 @@ const (
 const (
 	qlCache = iota
 	qlUpstream
+	qlLate
 	qlLinger
 	numQueues
 )
