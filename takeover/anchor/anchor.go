@@ -8,7 +8,8 @@
 // other stays), so the anchor holds the same addresses on a second link,
 // named `dnsstandby` by default, and puts them back at once when anyone
 // removes them. It watches with netlink subscriptions, never by polling, and
-// never touches any other link.
+// never touches any other link. Its IPv4 local routes name the node's own
+// address as source (source.go), so that the node's lookups survive a DNAT.
 package anchor
 
 import (

@@ -22,9 +22,9 @@ import (
 // to a link-local address never comes back: without dnsstandby the
 // address is gone with LocalDNS's link and the node's own address is the
 // source. So the anchor's own local routes name the node's address toward
-// each address's upstream (Config.SourceToward). Where LocalDNS's link holds the
-// address too, the kernel uses the route added first; either way every
-// packet still reaches the same sockets.
+// each address's upstream (Config.SourceToward). Where LocalDNS's link
+// holds the address too, the kernel uses the route added first; either
+// way every packet still reaches the same sockets.
 
 // nodeSource is the source the node uses toward held's SourceToward, or
 // the zero Addr when it has none or it is unusable as a source for the
