@@ -87,26 +87,23 @@ func (c *Config) anchorConfig() anchor.Config {
 // upstream4 is the first IPv4 upstream server of listen's root zone, else
 // of its first route that has one; the zero Addr if none has.
 func (c *Config) upstream4(listen netip.AddrPort) netip.Addr {
-	first := func(r Route) netip.Addr {
+	var any netip.Addr
+	for _, r := range c.routesFor(listen) {
 		for _, s := range r.Upstream.Servers {
-			if a := s.Addr().Unmap(); a.Is4() {
+			a := s.Addr().Unmap()
+			if !a.Is4() {
+				continue
+			}
+			if r.Zone == "." {
 				return a
 			}
-		}
-		return netip.Addr{}
-	}
-	routes := c.routesFor(listen)
-	for _, r := range routes {
-		if a := first(r); a.IsValid() && r.Zone == "." {
-			return a
+			if !any.IsValid() {
+				any = a
+			}
+			break
 		}
 	}
-	for _, r := range routes {
-		if a := first(r); a.IsValid() {
-			return a
-		}
-	}
-	return netip.Addr{}
+	return any
 }
 
 // validateParts checks every part's Config as Run builds it, so that what

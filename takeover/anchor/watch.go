@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -359,7 +357,15 @@ func (a *Anchor) addrEvent(u netlink.AddrUpdate) bool {
 		if len(a.cfg.SourceToward) == 0 || !ip.Is4() {
 			return false
 		}
-		return u.NewAddr || slices.Contains(slices.Collect(maps.Values(a.currentSources())), ip)
+		if u.NewAddr {
+			return true
+		}
+		for _, src := range a.currentSources() {
+			if src == ip {
+				return true
+			}
+		}
+		return false
 	}
 	if u.NewAddr {
 		return false
