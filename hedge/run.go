@@ -150,7 +150,7 @@ func (h *Hedger) fireUpstream(now int64) {
 		}
 		e := &h.tab.e[i]
 		h.tab.unlink(i)
-		if !h.need.take() {
+		if h.need.tokens < 1 {
 			e.state = stLate
 			h.tab.push(qlLate, i)
 			h.st.delayed.Add(1)
@@ -176,8 +176,8 @@ func (h *Hedger) fireUpstream(now int64) {
 }
 
 // resolve hedges entry i (unlinked, h.mu held) from the upstreams, if the
-// rate cap lets it, and unlocks h.mu. With judge, the hedge's need is
-// judged NeedAfter later (judgeNeed).
+// rate cap lets it, and unlocks h.mu. With judge, the hedge spends one of
+// the upstream budget and its need is judged NeedAfter later (judgeNeed).
 func (h *Hedger) resolve(i int32, now int64, judge bool) {
 	e := &h.tab.e[i]
 	if !h.tok.take() {
@@ -190,6 +190,7 @@ func (h *Hedger) resolve(i int32, now int64, judge bool) {
 	h.tab.push(qlLinger, i)
 	gen, client := e.gen, e.client
 	if judge {
+		h.need.take()
 		h.proofs.push(proof{i: i, gen: gen, due: now + int64(h.cfg.NeedAfter)})
 	}
 	qn := copy(h.qbuf[:], h.tab.query(i, int(e.qlen)))
