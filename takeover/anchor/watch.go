@@ -215,14 +215,23 @@ func (a *Anchor) watch(sub *subscription) {
 // retrier schedules the next repair pass after one that did not finish,
 // and keeps the log to one line per distinct problem.
 type retrier struct {
-	a       *Anchor
-	timer   *time.Timer
-	backoff time.Duration // next wait after a failure; 0 means retryMin
-	lastErr string        // the failure logged last, so a repeat logs at debug level
+	a            *Anchor
+	timer        *time.Timer
+	failingSince time.Time // when passes started to fail, or zero
+	lastErr      string    // the failure logged last, so a repeat logs at debug level
 
-	pendingSince  time.Time     // when routes started to be awaited, or zero
-	pendingWait   time.Duration // next wait for them
+	pendingSince  time.Time // when routes started to be awaited, or zero
 	pendingLogged bool
+}
+
+// retryWait is the wait before the next pass of a problem that has lasted
+// for elapsed: as long again, within [floor, retryMax], so the checks
+// thin out exponentially over time. It depends on time only, not on how
+// many passes ran: a burst of events, each followed by a pass, must not
+// push the next check seconds away (a route that came in between would
+// then go unnoticed, the anchor reporting not ready, that long).
+func retryWait(elapsed, floor time.Duration) time.Duration {
+	return min(max(elapsed, floor), retryMax)
 }
 
 func (r *retrier) succeeded() {
@@ -235,17 +244,17 @@ func (r *retrier) succeeded() {
 
 func (r *retrier) failed(err error) {
 	r.a.repairErrors.Add(1)
-	if r.backoff == 0 {
-		r.backoff = retryMin
+	if r.failingSince.IsZero() {
+		r.failingSince = time.Now()
 	}
+	wait := retryWait(time.Since(r.failingSince), retryMin)
 	level := slog.LevelWarn
 	if err.Error() == r.lastErr {
 		level = slog.LevelDebug // retried every retryMax while it lasts
 	}
 	r.lastErr = err.Error()
-	r.a.cfg.Logger.Log(r.a.ctx, level, "anchor: repair failed; retrying", "link", r.a.cfg.Link, "retry_in", r.backoff.String(), slog.Any("err", err))
-	r.timer.Reset(r.backoff)
-	r.backoff = min(2*r.backoff, retryMax)
+	r.a.cfg.Logger.Log(r.a.ctx, level, "anchor: repair failed; retrying", "link", r.a.cfg.Link, "retry_in", wait.String(), slog.Any("err", err))
+	r.timer.Reset(wait)
 }
 
 // pending waits for the kernel to install local routes: nothing to repair,
@@ -253,14 +262,13 @@ func (r *retrier) failed(err error) {
 // within a millisecond).
 func (r *retrier) pending(err error) {
 	if r.pendingSince.IsZero() {
-		r.pendingSince, r.pendingWait = time.Now(), pendingMin
+		r.pendingSince = time.Now()
 	}
 	if !r.pendingLogged && time.Since(r.pendingSince) > pendingWarn {
 		r.pendingLogged = true
 		r.a.cfg.Logger.Warn("anchor: addresses not usable yet", "link", r.a.cfg.Link, "waiting", time.Since(r.pendingSince).String(), slog.Any("err", err))
 	}
-	r.timer.Reset(r.pendingWait)
-	r.pendingWait = min(2*r.pendingWait, retryMax)
+	r.timer.Reset(retryWait(time.Since(r.pendingSince), pendingMin))
 }
 
 // drain handles the events already queued without blocking, and returns
