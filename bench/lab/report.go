@@ -138,8 +138,8 @@ type LabRun struct {
 	FaultError string      `json:"fault_error,omitempty"` // what went wrong applying the fault (also in Note), "" when nothing did
 	Hedges     *Hedges     `json:"hedges,omitempty"`      // dnsstandby's hedged answers on the run's listener; nil where it does not report them
 
-	// Upstream is the node's upstream queries over the run; nil where
-	// they were not counted.
+	// Upstream is the node's upstream queries from the fault on; nil
+	// where they were not counted.
 	Upstream *UpstreamCounts `json:"upstream,omitempty"`
 	// Fallback is what AKS's LocalDNS fallback did on the run's node, nil
 	// where the node had none.

@@ -1,14 +1,13 @@
 package lab
 
-// UpstreamCounts are a node's queries to its upstreams over the run, read
-// at its end, the same for every client of the node: what kube-dns
-// received (from LocalDNS and dnsstandby together) and, where the node
-// runs dnsstandby, what dnsstandby sent and how many of those were
-// speculative attempts (a second try started before the first had
-// failed). They count from the node's start, warm-up included: once
-// LocalDNS's cache is warm, a short run leaves kube-dns next to nothing
-// to count (healthy: one query in its 20 s after the warm-up, the
-// cluster's TTL being 30 s).
+// UpstreamCounts are a node's queries to its upstreams from the fault on
+// (Since), the same for every client of the node: what kube-dns received
+// (from LocalDNS and dnsstandby together) and, where the node runs
+// dnsstandby, what dnsstandby sent and how many of those were speculative
+// attempts (a second try started before the first had failed). The
+// warm-up is left out: LocalDNS starts cold under the full load and drops
+// queries at first, which dnsstandby answers, so its upstream queries then
+// say nothing about a healthy node.
 type UpstreamCounts struct {
 	// KubeDNSQueries is what kube-dns's CoreDNS received (all its pods
 	// behind the ClusterIP), from its coredns_dns_requests_total; nil
@@ -21,4 +20,24 @@ type UpstreamCounts struct {
 	// StandbySpeculative is dnsstandby_upstream_speculative_total; nil
 	// where dnsstandby does not export it.
 	StandbySpeculative *int `json:"standby_speculative,omitempty"`
+}
+
+// Since is u less base (the counts at the fault): a field is nil where
+// either lacks it.
+func (u *UpstreamCounts) Since(base *UpstreamCounts) *UpstreamCounts {
+	if u == nil || base == nil {
+		return nil
+	}
+	diff := func(a, b *int) *int {
+		if a == nil || b == nil {
+			return nil
+		}
+		d := *a - *b
+		return &d
+	}
+	return &UpstreamCounts{
+		KubeDNSQueries:     diff(u.KubeDNSQueries, base.KubeDNSQueries),
+		StandbyRequests:    diff(u.StandbyRequests, base.StandbyRequests),
+		StandbySpeculative: diff(u.StandbySpeculative, base.StandbySpeculative),
+	}
 }

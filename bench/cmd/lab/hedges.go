@@ -21,17 +21,6 @@ const (
 // --metrics-addr).
 const standbyMetricsURL = "http://127.0.0.1:9355/metrics"
 
-// hedges reads dnsstandby's hedge counters from its /metrics inside the
-// node, by listener address (169.254.10.11:53). A daemon that exports
-// neither metric gives nil, no error: the report says n/a.
-func (t *topology) hedges(ctx context.Context) (map[string]*lab.Hedges, error) {
-	m, err := t.standbyMetrics(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return hedgeCounts(m), nil
-}
-
 // standbyMetrics reads dnsstandby's /metrics inside the node.
 func (t *topology) standbyMetrics(ctx context.Context) (testbed.Metrics, error) {
 	page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", standbyMetricsURL)

@@ -257,15 +257,22 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	}
 	sleep(ctx, scale(sc.baseline))
 
-	// The hedge counters at the fault, so that the checks count what was
-	// hedged from it on.
+	// The hedge and upstream counters at the fault, so that the checks
+	// count from it on.
 	atFault := make([]map[string]*lab.Hedges, len(tops))
+	upAtFault := make([]*lab.UpstreamCounts, len(tops))
 	for i, t := range tops {
+		var m testbed.Metrics
 		if isStandby(t.setup) {
-			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			atFault[i], _ = t.hedges(hctx) // missing: the runs count hedges over the whole run
+			mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			// Unread, the runs count hedges over the whole run and the
+			// upstream checks fail.
+			if got, err := t.standbyMetrics(mctx); err == nil {
+				m, atFault[i] = got, hedgeCounts(got)
+			}
 			cancel()
 		}
+		upAtFault[i] = t.upstreamCounts(m)
 	}
 	faultAt := time.Now()
 	var wg sync.WaitGroup
@@ -280,7 +287,7 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	// to its resolver timeout to finish.
 	perNode := make([][]lab.LabRun, len(tops))
 	for i, t := range tops {
-		wg.Go(func() { perNode[i] = nodes[i].results(sc, t, faultAt, atFault[i], errs[i]) })
+		wg.Go(func() { perNode[i] = nodes[i].results(sc, t, faultAt, atFault[i], upAtFault[i], errs[i]) })
 	}
 	wg.Wait()
 	for i, t := range tops {
@@ -422,7 +429,7 @@ func (n *liveNode) stop() {
 // results stops the node and makes a run of each client, on the client's
 // own clock, with the scenario's note, the fault's error and the notes that
 // apply.
-func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault map[string]*lab.Hedges, faultErr error) []lab.LabRun {
+func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault map[string]*lab.Hedges, upAtFault *lab.UpstreamCounts, faultErr error) []lab.LabRun {
 	n.stop()
 	var hedges map[string]*lab.Hedges
 	var metrics testbed.Metrics
@@ -437,7 +444,7 @@ func (n *liveNode) results(sc scenario, t *topology, faultAt time.Time, atFault 
 		}
 		cancel()
 	}
-	upstream := t.upstreamCounts(metrics)
+	upstream := t.upstreamCounts(metrics).Since(upAtFault)
 	var runs []lab.LabRun
 	for _, c := range n.clients {
 		res, pr := c.load.Stop(), c.probe.Stop()

@@ -149,7 +149,7 @@ const (
 //     within upstreamFreshP99Ms and nothing slower than upstreamSlowestMs,
 //     from the fault on; each check's finding says what LocalDNS alone
 //     (setupPR9439) showed in the same run;
-//   - healthy: over the run (lab.UpstreamCounts), dnsstandby's
+//   - healthy: from the fault on (lab.UpstreamCounts), dnsstandby's
 //     speculative attempts are at most speculativeMaxShare of the node's
 //     upstream queries, and kube-dns gets as many queries (within
 //     kubeDNSRateTolerance) from its node as from LocalDNS alone's.
@@ -226,7 +226,7 @@ func upstreamChecks(scenario string, setups, clients []string, runs []lab.LabRun
 // one client's run.
 const nodeWide = "node-wide"
 
-// speculativeCheck: dnsstandby's speculative attempts over the run are
+// speculativeCheck: dnsstandby's speculative attempts from the fault on are
 // at most speculativeMaxShare of the node's upstream queries, counted
 // where they arrive (kube-dns): LocalDNS's and dnsstandby's alike. A
 // healthy dnsstandby sends few upstream queries of its own, so a share of
@@ -234,7 +234,7 @@ const nodeWide = "node-wide"
 // fails, having shown nothing.
 func speculativeCheck(r lab.LabRun) lab.Check {
 	c := lab.Check{Scenario: r.Scenario, Setup: r.Setup, Client: nodeWide, Listener: "upstreams",
-		Require: fmt.Sprintf("dnsstandby's speculative attempts ≤ %.0f%% of the node's upstream queries (kube-dns's) over the run", 100*speculativeMaxShare)}
+		Require: fmt.Sprintf("dnsstandby's speculative attempts ≤ %.0f%% of the node's upstream queries (kube-dns's) from the fault on", 100*speculativeMaxShare)}
 	u := r.Upstream
 	switch {
 	case u == nil || u.KubeDNSQueries == nil || u.StandbyRequests == nil:
@@ -252,13 +252,13 @@ func speculativeCheck(r lab.LabRun) lab.Check {
 	return c
 }
 
-// kubeDNSRateCheck: kube-dns received as many queries over the run from
+// kubeDNSRateCheck: kube-dns received as many queries from the fault on from
 // dnsstandby's node (r) as from LocalDNS alone's (alone), within
 // kubeDNSRateTolerance: both nodes run the same load over the same time,
 // side by side.
 func kubeDNSRateCheck(r, alone lab.LabRun) lab.Check {
 	c := lab.Check{Scenario: r.Scenario, Setup: r.Setup, Client: nodeWide, Listener: clusterIP,
-		Require: fmt.Sprintf("kube-dns's queries within %.0f%% of %s's over the run", 100*kubeDNSRateTolerance, setupPR9439)}
+		Require: fmt.Sprintf("kube-dns's queries within %.0f%% of %s's from the fault on", 100*kubeDNSRateTolerance, setupPR9439)}
 	if r.Upstream == nil || r.Upstream.KubeDNSQueries == nil || alone.Upstream == nil || alone.Upstream.KubeDNSQueries == nil {
 		c.Found = "kube-dns's requests not read on both nodes"
 		return c
