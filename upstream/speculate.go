@@ -21,15 +21,16 @@ import (
 // the exchange's order, whatever the Policy, or, in a group of one
 // server, the same server again from a fresh socket: a new 5-tuple, on
 // which kube-proxy picks a kube-dns backend again. Only servers in
-// service get them: those marked down are asked only when every attempt
-// has failed, as before. Each attempt's failure counts for its server's
+// service get them (but a group's only server always): those marked down
+// are asked only when every attempt has failed, as before. Each attempt's failure counts for its server's
 // health as any attempt's does. The attempt left waiting keeps its own deadline and
 // counts for health as before, so a silent server is still marked down
 // after MaxFails timeouts and probed; only the caller stops waiting on it.
 //
 // Caps: a speculative attempt is extra load only when the attempt it
 // runs beside answers too. Those, counted as they prove extra, are held
-// to SpeculativeShare of the queries sent over SpeculativeWindow; every
+// to SpeculativeShare of the queries sent over SpeculativeWindow (or
+// speculativeExtraFloor, if more); every
 // speculative attempt takes a token from a bucket (SpeculativeRate a
 // second, SpeculativeBurst). A speculative attempt against a silent
 // server replaces the one its timeout would have started 2 s later, so
@@ -40,6 +41,16 @@ import (
 // against a ClusterIP with one dead backend in three, a third attempt
 // leaves one query in 27 to wait out the timeout.
 const maxSpeculative = 2
+
+// speculativeExtraFloor is how many proved-extra attempts the share cap
+// allows over its window whatever the share: dnsstandby's own groups ask
+// little while LocalDNS is healthy (its hedges only), and 1% of a few
+// hundred queries is a few, so one slow reply proved extra would stop
+// speculation for a whole window — just when a hold sends every miss
+// through the group and a dead kube-dns backend takes a third of them
+// (seen in the lab: 20 pod queries lost in a 4.6 s hold). A handful of
+// extra queries loads no server.
+const speculativeExtraFloor = 5
 
 // specReason is why a speculative attempt went where it did.
 type specReason uint8
@@ -191,7 +202,7 @@ func (g *Group) allow(now int64) bool {
 		p.base[1].sent, p.base[1].extra = sent, extra
 		p.epoch = ep
 	}
-	if float64(extra-p.base[0].extra) >= p.share*float64(sent-p.base[0].sent) {
+	if float64(extra-p.base[0].extra) >= p.share*float64(sent-p.base[0].sent)+speculativeExtraFloor {
 		p.skipped[skipShare].Add(1)
 		return false
 	}
@@ -376,11 +387,13 @@ func (g *Group) speculative(cur *cursor, specs int) (*server, specReason, bool) 
 		return nil, 0, false
 	}
 	if len(g.servers) == 1 {
-		// Not to a server marked down: it is silent on every socket, or
-		// overloaded, and more queries would not help it.
-		if g.servers[0].down.Load() {
-			return nil, 0, false
-		}
+		// Even while it is marked down: it is asked anyway, having no
+		// other, and two lost flows in a row mark a ClusterIP with one
+		// dead backend in three down whenever the group asks little
+		// (one in nine pairs), while a fresh socket reaches a live one
+		// two times in three. One silent on every socket loses the
+		// extra packets too; one overloaded answers both, which the
+		// share caps.
 		return g.servers[0], specFreshSocket, g.allow(time.Now().UnixNano())
 	}
 	if g.peek(cur) == nil || cur.pass != 0 {

@@ -267,10 +267,12 @@ func TestSpeculativeNoAllocs(t *testing.T) {
 	}
 }
 
-// TestNoFreshSocketWhenDown: a single server marked down (silent on
-// every socket, or overloaded) gets no speculative attempts, only the
-// exchange's own.
-func TestNoFreshSocketWhenDown(t *testing.T) {
+// TestFreshSocketWhenDown: a single server marked down still gets
+// speculative attempts from fresh sockets. The lab's dnsstandby, asking
+// kube-dns little, saw two lost flows in a row mark the ClusterIP down
+// while two of its three backends answered; a flow then drawn to the dead
+// one waited out the whole Timeout.
+func TestFreshSocketWhenDown(t *testing.T) {
 	s := newServer(t)
 	s.setBoth(silent)
 	g, _ := newGroup(t, speculating(func(c *Config) { c.Timeout, c.MaxFails = 300*time.Millisecond, 1 }), s.addr)
@@ -278,16 +280,18 @@ func TestNoFreshSocketWhenDown(t *testing.T) {
 		t.Fatal("a silent server answered")
 	}
 	testkit.Eventually(t, 3*time.Second, "marked down", func() bool { return !stats(g, 0).Healthy })
-	started := specCount(g, specFreshSocket, specLost)
-	if started == 0 {
-		t.Fatal("no fresh socket tried while in service")
+	started := specCount(g, specFreshSocket, specWon)
+	s.setUDP(dropFirst()) // the next flow draws the dead backend; the others a live one
+	start := time.Now()
+	mustAnswer(t, g, newReq("b.example.", dns.TypeA), "192.0.2.2")
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("answered after %v, want a fresh socket's answer well before the 300 ms Timeout", took)
 	}
-	sent := s.seen()
-	if _, err := exchange(t, g, newReq("b.example.", dns.TypeA)); err == nil {
-		t.Fatal("a silent server answered")
+	if got := specCount(g, specFreshSocket, specWon); got != started+1 {
+		t.Errorf("%d fresh sockets won while down, want 1", got-started)
 	}
-	if got := specCount(g, specFreshSocket, specLost); got != started || s.seen() != sent+1 {
-		t.Errorf("while down: %d fresh sockets (was %d), %d queries sent; want none and 1", got, started, s.seen()-sent)
+	if !stats(g, 0).Healthy {
+		t.Error("still marked down after answering a query")
 	}
 }
 
@@ -360,5 +364,39 @@ func TestSilentServerFloor(t *testing.T) {
 		if d := took(name); d > 120*time.Millisecond {
 			t.Errorf("%s answered in %v, want about the 50 ms floor", name, d)
 		}
+	}
+}
+
+// TestSparseGroupKeepsSpeculating: a group that has asked little (a
+// healthy node's dnsstandby sends only its hedges) and has one attempt
+// proved extra already — over 1% of what it sent — still starts a
+// speculative attempt for a flow lost to a dead backend: the share cap
+// allows speculativeExtraFloor extra attempts whatever the share.
+func TestSparseGroupKeepsSpeculating(t *testing.T) {
+	s := newServer(t)
+	var n atomic.Int64
+	// 70 ms: past the 50 ms deadline of a server that has not replied
+	// yet, and answered before a second speculative attempt is due.
+	slow, ok := slowly(70*time.Millisecond, "192.0.2.2"), replyUDP(answer("192.0.2.2"))
+	s.setUDP(func(ts *testServer, from netip.AddrPort, q *dns.Msg) {
+		switch n.Add(1) {
+		case 1, 2: // the first exchange and its speculative attempt: both answer, late
+			slow(ts, from, q)
+		case 3: // the second exchange's first flow: a dead backend
+		default:
+			ok(ts, from, q)
+		}
+	})
+	g, _ := newGroup(t, speculating(nil), s.addr)
+	mustAnswer(t, g, newReq("a.example.", dns.TypeA), "192.0.2.2")
+	testkit.Eventually(t, 3*time.Second, "the overtaken attempt to end", func() bool { return len(groupGoroutines()) == 1 })
+	if got := g.spec.extra.Load(); got != 1 || n.Load() != 2 {
+		t.Fatalf("%d attempts proved extra of %d sent, want 1 of 2", got, n.Load())
+	}
+	start := time.Now()
+	mustAnswer(t, g, newReq("b.example.", dns.TypeA), "192.0.2.2")
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("a lost flow answered after %v (skipped for the share: %d); want a speculative attempt well before the 1 s Timeout",
+			took, g.spec.skipped[skipShare].Load())
 	}
 }
