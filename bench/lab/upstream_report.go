@@ -20,6 +20,9 @@ type UpstreamCounts struct {
 	// StandbySpeculative is dnsstandby_upstream_speculative_total; nil
 	// where dnsstandby does not export it.
 	StandbySpeculative *int `json:"standby_speculative,omitempty"`
+	// StandbyToKubeDNS is the part of StandbyRequests sent to kube-dns's
+	// ClusterIP: dnsstandby's own share of KubeDNSQueries.
+	StandbyToKubeDNS *int `json:"standby_to_kubedns,omitempty"`
 }
 
 // Since is u less base (the counts at the fault): a field is nil where
@@ -39,5 +42,6 @@ func (u *UpstreamCounts) Since(base *UpstreamCounts) *UpstreamCounts {
 		KubeDNSQueries:     diff(u.KubeDNSQueries, base.KubeDNSQueries),
 		StandbyRequests:    diff(u.StandbyRequests, base.StandbyRequests),
 		StandbySpeculative: diff(u.StandbySpeculative, base.StandbySpeculative),
+		StandbyToKubeDNS:   diff(u.StandbyToKubeDNS, base.StandbyToKubeDNS),
 	}
 }

@@ -113,7 +113,11 @@ func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
 	} else {
 		n, err = t.up.Kube.Requests(ctx, clusterIP)
 	}
-	u := &lab.UpstreamCounts{StandbyRequests: metricCount(m, upstreamRequestsMetric), StandbySpeculative: metricCount(m, upstreamSpeculativeMetric)}
+	u := &lab.UpstreamCounts{
+		StandbyRequests:    metricCount(m, upstreamRequestsMetric, nil),
+		StandbySpeculative: metricCount(m, upstreamSpeculativeMetric, nil),
+		StandbyToKubeDNS:   metricCount(m, upstreamRequestsMetric, map[string]string{"server": clusterIP + ":53"}),
+	}
 	if err != nil {
 		// The runs stand without it; the checks that need it fail.
 		fmt.Fprintf(os.Stderr, "lab: %s: kube-dns requests: %v\n", t.setup, err)
@@ -124,13 +128,13 @@ func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
 	return u
 }
 
-// metricCount is the sum of a counter's series in m, nil where m has
-// none.
-func metricCount(m testbed.Metrics, name string) *int {
+// metricCount is the sum of a counter's series in m with the labels in
+// match, nil where m has no series of it at all.
+func metricCount(m testbed.Metrics, name string, match map[string]string) *int {
 	if m == nil || !m.Has(name) {
 		return nil
 	}
-	n := int(m.Sum(name, nil))
+	n := int(m.Sum(name, match))
 	return &n
 }
 
@@ -139,7 +143,7 @@ const (
 	upstreamFreshP99Ms   = 300  // names never asked before, p99, from the fault on
 	upstreamSlowestMs    = 600  // any answer, from the fault on
 	speculativeMaxShare  = 0.01 // dnsstandby's speculative attempts of the node's upstream queries, healthy
-	kubeDNSRateTolerance = 0.02 // kube-dns's queries with dnsstandby vs LocalDNS alone, healthy
+	kubeDNSMaxShare      = 0.02 // dnsstandby's own share of kube-dns's queries from its node, healthy
 )
 
 // upstreamChecks are the checks of the silent-upstream scenarios and what
@@ -151,8 +155,8 @@ const (
 //     (setupPR9439) showed in the same run;
 //   - healthy: from the fault on (lab.UpstreamCounts), dnsstandby's
 //     speculative attempts are at most speculativeMaxShare of the node's
-//     upstream queries, and kube-dns gets as many queries (within
-//     kubeDNSRateTolerance) from its node as from LocalDNS alone's.
+//     upstream queries, and dnsstandby's own queries to kube-dns are at
+//     most kubeDNSMaxShare of what kube-dns got from its node.
 func upstreamChecks(scenario string, setups, clients []string, runs []lab.LabRun) []lab.Check {
 	if !slices.Contains(setups, setupStandby) {
 		return nil
@@ -214,10 +218,7 @@ func upstreamChecks(scenario string, setups, clients []string, runs []lab.LabRun
 		if r == nil {
 			return nil
 		}
-		out = append(out, speculativeCheck(*r))
-		if alone := find(setupPR9439, clients[0]); alone != nil {
-			out = append(out, kubeDNSRateCheck(*r, *alone))
-		}
+		out = append(out, speculativeCheck(*r), kubeDNSLoadCheck(*r, find(setupPR9439, clients[0])))
 	}
 	return out
 }
@@ -252,20 +253,28 @@ func speculativeCheck(r lab.LabRun) lab.Check {
 	return c
 }
 
-// kubeDNSRateCheck: kube-dns received as many queries from the fault on from
-// dnsstandby's node (r) as from LocalDNS alone's (alone), within
-// kubeDNSRateTolerance: both nodes run the same load over the same time,
-// side by side.
-func kubeDNSRateCheck(r, alone lab.LabRun) lab.Check {
+// kubeDNSLoadCheck: what dnsstandby adds to kube-dns's load from the
+// fault on, its own queries to the ClusterIP, is at most kubeDNSMaxShare
+// of what kube-dns got from its node. Measured on the node itself: the
+// two nodes' LocalDNS caches warm up differently under the full load
+// (each loses queries at first, and not the same), which moved kube-dns's
+// counts between the nodes by -22.6% to +6.2% with dnsstandby sending
+// nothing. What LocalDNS alone's node sent (alone, nil where it did not
+// run) is given for comparison.
+func kubeDNSLoadCheck(r lab.LabRun, alone *lab.LabRun) lab.Check {
 	c := lab.Check{Scenario: r.Scenario, Setup: r.Setup, Client: nodeWide, Listener: clusterIP,
-		Require: fmt.Sprintf("kube-dns's queries within %.0f%% of %s's from the fault on", 100*kubeDNSRateTolerance, setupPR9439)}
-	if r.Upstream == nil || r.Upstream.KubeDNSQueries == nil || alone.Upstream == nil || alone.Upstream.KubeDNSQueries == nil {
-		c.Found = "kube-dns's requests not read on both nodes"
+		Require: fmt.Sprintf("dnsstandby's own queries ≤ %.0f%% of kube-dns's from the node, from the fault on", 100*kubeDNSMaxShare)}
+	u := r.Upstream
+	if u == nil || u.KubeDNSQueries == nil || u.StandbyToKubeDNS == nil {
+		c.Found = "kube-dns's requests or dnsstandby's " + upstreamRequestsMetric + " not read"
 		return c
 	}
-	got, want := *r.Upstream.KubeDNSQueries, *alone.Upstream.KubeDNSQueries
-	ratio := float64(got) / float64(max(want, 1))
-	c.Pass = want > 0 && ratio >= 1-kubeDNSRateTolerance && ratio <= 1+kubeDNSRateTolerance
-	c.Found = fmt.Sprintf("%d queries, %s's %d (%+.2f%%)", got, setupPR9439, want, 100*(ratio-1))
+	own, node := *u.StandbyToKubeDNS, *u.KubeDNSQueries
+	c.Pass = node > 0 && float64(own) <= kubeDNSMaxShare*float64(node)
+	c.Found = fmt.Sprintf("%d of %d queries (%.2f%%)", own, node, 100*float64(own)/float64(max(node, 1)))
+	if alone != nil && alone.Upstream != nil && alone.Upstream.KubeDNSQueries != nil {
+		want := *alone.Upstream.KubeDNSQueries
+		c.Found += fmt.Sprintf("; from %s's node: %d (%+.2f%%)", setupPR9439, want, 100*(float64(node)/float64(max(want, 1))-1))
+	}
 	return c
 }

@@ -43,8 +43,8 @@ func TestUpstreamChecks(t *testing.T) {
 	both := []string{clientPod, clientNode}
 	all := []string{setupShipped, setupPR9439, setupStandby}
 	intp := func(n int) *int { return &n }
-	withUpstream := func(r lab.LabRun, kube, req *int, spec *int) lab.LabRun {
-		r.Upstream = &lab.UpstreamCounts{KubeDNSQueries: kube, StandbyRequests: req, StandbySpeculative: spec}
+	withUpstream := func(r lab.LabRun, kube, req, spec, toKube *int) lab.LabRun {
+		r.Upstream = &lab.UpstreamCounts{KubeDNSQueries: kube, StandbyRequests: req, StandbySpeculative: spec, StandbyToKubeDNS: toKube}
 		return r
 	}
 	tests := []struct {
@@ -92,59 +92,78 @@ func TestUpstreamChecks(t *testing.T) {
 			runs: []lab.LabRun{upstreamRun(scenarioBlackhole, setupPR9439, clientNode, 1000, 950, 3012, 2004)},
 		},
 		{
-			name: "healthy: speculation within its share, kube-dns within 2%", scenario: "healthy", setups: all,
+			name: "healthy: speculation within its share, dnsstandby's own kube-dns queries within 2%", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
-				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10199), intp(1000), intp(101)),
+				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil, nil),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10199), intp(1000), intp(101), intp(203)),
 			},
 			want: []string{
 				"PASS healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
-				"PASS healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2% of localdns-pr9439's",
+				"PASS healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2% of kube-dns's from the node",
 			},
-			found: []string{"101 speculative of 10199 upstream queries (0.990%; dnsstandby's own: 1000)", "10199 queries, localdns-pr9439's 10000 (+1.99%)"},
+			found: []string{"101 speculative of 10199 upstream queries (0.990%; dnsstandby's own: 1000)", "203 of 10199 queries (1.99%); from localdns-pr9439's node: 10000 (+1.99%)"},
 		},
 		{
-			name: "healthy: too much speculation, kube-dns 3% lower", scenario: "healthy", setups: all,
+			// The other node's count is shown, not judged: it moves with
+			// how each LocalDNS warmed up.
+			name: "healthy: too much speculation, too many own kube-dns queries", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
-				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(9700), intp(1000), intp(98)),
+				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(9700), nil, nil, nil),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(9700), intp(1000), intp(98), intp(195)),
 			},
 			want: []string{
 				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
-				"FAIL healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2%",
+				"FAIL healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2%",
 			},
-			found: []string{"98 speculative of 9700 upstream queries (1.010%", "(-3.00%)"},
+			found: []string{"98 speculative of 9700 upstream queries (1.010%", "195 of 9700 queries (2.01%); from localdns-pr9439's node: 9700 (+0.00%)"},
 		},
 		{
 			// The code before speculative attempts: the series is missing,
 			// which fails rather than passes.
 			name: "healthy: a dnsstandby without the metric", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
-				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10000), intp(0), nil),
+				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil, nil),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10000), intp(0), nil, intp(0)),
 			},
 			want: []string{
 				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
-				"PASS healthy dnsstandby node-wide → 10.0.0.10: kube-dns's queries within 2%",
+				"PASS healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2%",
 			},
-			found: []string{"exports no dnsstandby_upstream_speculative_total", "10000 queries"},
+			found: []string{"exports no dnsstandby_upstream_speculative_total", "0 of 10000 queries"},
 		},
 		{
-			name: "healthy without LocalDNS alone: no comparison", scenario: "healthy", setups: []string{setupStandby},
+			name: "healthy without LocalDNS alone: nothing to compare with", scenario: "healthy", setups: []string{setupStandby},
 			runs: []lab.LabRun{
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(100), intp(0), intp(0)),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(100), intp(2), intp(0), intp(2)),
 			},
-			want:  []string{"PASS healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%"},
-			found: []string{"0 speculative of 100 upstream queries"},
+			want: []string{
+				"PASS healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
+				"PASS healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2%",
+			},
+			found: []string{"0 speculative of 100 upstream queries", "2 of 100 queries (2.00%)"},
 		},
 		{
 			// A node that asked kube-dns nothing has shown nothing.
 			name: "healthy: no upstream queries at all", scenario: "healthy", setups: []string{setupStandby},
 			runs: []lab.LabRun{
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(0), intp(0), intp(0)),
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(0), intp(0), intp(0), intp(0)),
 			},
-			want:  []string{"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%"},
-			found: []string{"kube-dns got no queries from the node"},
+			want: []string{
+				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
+				"FAIL healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2%",
+			},
+			found: []string{"kube-dns got no queries from the node", "0 of 0 queries"},
+		},
+		{
+			name: "healthy: dnsstandby's counters not read", scenario: "healthy", setups: []string{setupStandby},
+			runs: []lab.LabRun{
+				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(100), nil, nil, nil),
+			},
+			want: []string{
+				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
+				"FAIL healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2%",
+			},
+			found: []string{"dnsstandby_upstream_requests_total not read"},
 		},
 	}
 	for _, tc := range tests {
@@ -186,13 +205,19 @@ func TestMetricCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := metricCount(m, upstreamRequestsMetric); got == nil || *got != 40 {
+	if got := metricCount(m, upstreamRequestsMetric, nil); got == nil || *got != 40 {
 		t.Errorf("requests %v, want 40", got)
 	}
-	if got := metricCount(m, upstreamSpeculativeMetric); got != nil {
+	if got := metricCount(m, upstreamRequestsMetric, map[string]string{"proto": "tcp"}); got == nil || *got != 10 {
+		t.Errorf("tcp requests %v, want 10", got)
+	}
+	if got := metricCount(m, upstreamRequestsMetric, map[string]string{"server": "b"}); got == nil || *got != 0 {
+		t.Errorf("requests to a server with no series %v, want 0", got)
+	}
+	if got := metricCount(m, upstreamSpeculativeMetric, nil); got != nil {
 		t.Errorf("speculative %d, want nil: not exported", *got)
 	}
-	if got := metricCount(nil, upstreamRequestsMetric); got != nil {
+	if got := metricCount(nil, upstreamRequestsMetric, nil); got != nil {
 		t.Errorf("no page: %d, want nil", *got)
 	}
 }
