@@ -32,7 +32,7 @@ type answers struct {
 	listen netip.AddrPort
 	pipe   *pipeline.Pipeline
 	srv    *responder.Server
-	run    *pipeline.Worker // Cached: the hedger's Run goroutine only
+	run    *pipeline.Worker // Cached: the hedger's ticks only (one at a time)
 	tap    *pipeline.Worker // Fresh: the tap's goroutine only
 }
 
@@ -59,6 +59,10 @@ func (o observer) Query(p *tap.Packet) {
 	o.warm.query(p.Client, p.DNS)
 }
 func (o observer) Reply(p *tap.Packet) bool { return o.h.Reply(p.At, p.Client, p.DNS) }
+func (o observer) Drained(now int64)        { o.h.Drained(now) }
+
+// The hedger ticks on the tap's reads.
+var _ tap.Drainer = observer{}
 
 // warmer keeps a view's cache warm while AKS's nat fallback takes the
 // listen address's queries (takeover.FallbackNAT): neither LocalDNS nor

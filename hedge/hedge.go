@@ -22,7 +22,7 @@ import (
 	"math"
 	"net/netip"
 	"sync"
-
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,7 +101,8 @@ type Config struct {
 	// the stall of a CPU-throttled LocalDNS (a CFS period is 100 ms),
 	// which hedging covers without moving traffic.
 	SilentMin time.Duration
-	// Tick is how often Run fires deadlines.
+	// Tick is how often deadlines fire while queries wait: after the
+	// tap's reads (Drained), or from Run when the tap is quiet.
 	Tick time.Duration
 
 	// Logger receives events (fast hold); never one line per query. Nil
@@ -211,8 +212,9 @@ func (c *Config) Validate() error {
 }
 
 // Hedger matches one listen address's queries and replies and hedges the
-// unanswered ones. Query and Reply are called from the tap's goroutine,
-// Run from its own; SetTracking, Stats, Deadlines and Collect from any.
+// unanswered ones. Query, Reply and Drained are called from the tap's
+// goroutine, Run from its own; SetTracking, Stats, Deadlines and Collect
+// from any.
 type Hedger struct {
 	cfg  Config
 	ans  Answerer
@@ -241,9 +243,17 @@ type Hedger struct {
 	// to tell hits from misses (classify).
 	classifyAbove int64
 
-	// Run's goroutine only.
-	qbuf [wire.MaxQueryLen]byte
-	dst  [4096]byte
+	// tickMu makes ticks one at a time, on Run's goroutine or the tap's
+	// (Drained); it guards the following and qbuf, dst.
+	tickMu   sync.Mutex
+	running  bool                                  // Run runs: deadlines may fire
+	onSilent func(unanswered int, since time.Time) // Run's
+	qbuf     [wire.MaxQueryLen]byte
+	dst      [4096]byte
+	// lastTick is when the last tick ran (unix ns); fallback is Run's
+	// timer, armed while entries wait (Query, rearm).
+	lastTick atomic.Int64
+	fallback *time.Timer
 	// The tap's goroutine only.
 	tapQ [wire.MaxQueryLen]byte
 
@@ -275,6 +285,8 @@ func New(cfg Config, ans Answerer) (*Hedger, error) {
 			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 15), // 0.25 ms to 4 s
 		}),
 	}
+	h.fallback = time.NewTimer(time.Hour)
+	h.fallback.Stop()
 	h.classifyAbove = int64(float64(cfg.CacheMin) / cfg.CacheMult)
 	h.tab.init(cfg.Table)
 	h.hitW.Init(cfg.Window)
@@ -373,6 +385,10 @@ func (h *Hedger) Query(at int64, client netip.AddrPort, msg []byte) {
 	h.tab.insert(i)
 	h.tab.push(qlCache, i)
 	h.st.queries[qTracked].Add(1)
+	if h.tab.n == 1 {
+		// The first to wait: Run ticks unless the tap does first.
+		h.fallback.Reset(h.drainedGrace())
+	}
 }
 
 // Reply takes a reply sent to client at at. own reports that it is one of

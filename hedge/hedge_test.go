@@ -695,6 +695,113 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// runHedger starts h's Run, stopped when the test ends.
+func runHedger(t *testing.T, h *Hedger) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.Run(ctx, nil); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestTicksFollowTheTap: while the tap reads (Drained every 2 ms, as its
+// batch pause has it), deadlines fire in its ticks and the hedger's own
+// timer does not wake; once the tap goes quiet with a query still waiting,
+// the timer fires it; with nothing waiting, nothing wakes at all.
+func TestTicksFollowTheTap(t *testing.T) {
+	ans := newFakeAnswerer("hit.example.", "late.example.")
+	cfg := DefaultConfig()
+	cfg.CacheMin, cfg.CacheMax = 20*time.Millisecond, 20*time.Millisecond
+	h, err := New(cfg, ans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runHedger(t, h)
+	ticks := func(by int) uint64 { return h.st.ticks[by].Load() }
+
+	// A busy, healthy LocalDNS: every query answered 1 ms later.
+	end := time.Now().Add(300 * time.Millisecond)
+	for id := uint16(1); time.Now().Before(end); id++ {
+		q := query(id, "hit.example.")
+		now := time.Now().UnixNano()
+		h.Query(now, podA, q)
+		time.Sleep(time.Millisecond)
+		h.Reply(time.Now().UnixNano(), podA, answer(q, "10.0.0.1"))
+		time.Sleep(time.Millisecond)
+		h.Drained(time.Now().UnixNano())
+	}
+	// (A sleep stretched past 2 Ticks by a loaded machine lets the timer
+	// in now and then; on its own it would have woken about 60 times.)
+	if got, tap := ticks(tickTimer), ticks(tickTap); got > tap/10 {
+		t.Errorf("the hedger's timer woke %d times while the tap read every 2 ms (%d ticks)", got, tap)
+	}
+	if got := ticks(tickTap); got < 10 {
+		t.Errorf("%d ticks on the tap's reads in 300 ms, want dozens", got)
+	}
+	if n := ans.sentCount(); n != 0 {
+		t.Errorf("%d hedges for queries all answered in 1 ms", n)
+	}
+
+	// One left unanswered while the tap keeps reading: its tick fires it.
+	h.Query(time.Now().UnixNano(), podA, query(60001, "late.example."))
+	for end := time.Now().Add(2 * time.Second); ans.sentCount() == 0; {
+		if time.Now().After(end) {
+			t.Fatal("no hedge within 2 s of ticks on the tap's reads")
+		}
+		time.Sleep(2 * time.Millisecond)
+		h.Drained(time.Now().UnixNano())
+	}
+	if got, tap := ticks(tickTimer), ticks(tickTap); got > tap/10 {
+		t.Errorf("the timer woke %d times while the tap read (%d ticks)", got, tap)
+	}
+
+	// The tap goes quiet with a query waiting: the timer fires it.
+	h.Query(time.Now().UnixNano(), podB, query(60002, "late.example."))
+	testkit.Eventually(t, 2*time.Second, "the timer firing the hedge", func() bool { return ans.sentCount() == 2 })
+	if ticks(tickTimer) == 0 {
+		t.Error("hedge sent with no timer tick and no tap read")
+	}
+
+	// Nothing waits once the hedged entries linger out: nothing wakes.
+	testkit.Eventually(t, 5*time.Second, "the table to empty", func() bool { return h.Stats().Entries == 0 })
+	idle := ticks(tickTimer)
+	time.Sleep(100 * time.Millisecond)
+	if got := ticks(tickTimer) - idle; got > 1 {
+		t.Errorf("the timer woke %d times in 100 ms with nothing waiting", got)
+	}
+}
+
+// TestDrainedBeforeRun: the tap's reads fire nothing before Run starts
+// (the daemon starts Run once the fast hold has somewhere to go) or after
+// it returns (at shutdown the sockets drain).
+func TestDrainedBeforeRun(t *testing.T) {
+	ans := newFakeAnswerer("hit.example.")
+	cfg := DefaultConfig()
+	cfg.CacheMin = time.Millisecond
+	h, err := New(cfg, ans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Query(time.Now().UnixNano(), podA, query(1, "hit.example."))
+	time.Sleep(20 * time.Millisecond)
+	h.Drained(time.Now().UnixNano())
+	if n := ans.sentCount(); n != 0 {
+		t.Fatalf("%d hedges before Run", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { h.Run(ctx, nil); close(done) }()
+	testkit.Eventually(t, 2*time.Second, "Run's timer firing the waiting query", func() bool { return ans.sentCount() == 1 })
+	cancel()
+	<-done
+	h.Query(time.Now().UnixNano(), podB, query(2, "hit.example."))
+	time.Sleep(20 * time.Millisecond)
+	h.Drained(time.Now().UnixNano())
+	if n := ans.sentCount(); n != 1 {
+		t.Fatalf("%d hedges after Run returned, want the 1 from before", n)
+	}
+}
+
 func TestNoAllocs(t *testing.T) {
 	x := newHarness(t, DefaultConfig(), newFakeAnswerer())
 	q := query(1, "a.example.")

@@ -66,6 +66,15 @@ var skips = [numSkips]string{"rate", "no_answer", "send_error", "answered", "lat
 
 // counters are written under the Hedger's lock or by Run; atomics let
 // Stats and Collect read them from anywhere.
+// What ran a tick.
+const (
+	tickTap   = iota // Drained, on the tap's goroutine
+	tickTimer        // Run's fallback timer
+	numTickers
+)
+
+var tickers = [numTickers]string{"tap", "timer"}
+
 type counters struct {
 	queries  [numQueryResults]atomic.Uint64
 	replies  [numReplyResults]atomic.Uint64
@@ -73,6 +82,7 @@ type counters struct {
 	outcomes [numOutcomes]atomic.Uint64
 	skipped  [numSkips]atomic.Uint64
 	silent   atomic.Uint64
+	ticks    [numTickers]atomic.Uint64
 	needed   atomic.Uint64
 	delayed  atomic.Uint64
 	d1, d2   atomic.Int64
@@ -163,6 +173,8 @@ var (
 		"Current hedge deadline, by stage (cache, upstream).", []string{"stage"}, nil)
 	descSilent = prometheus.NewDesc("dnsstandby_localdns_silent_total",
 		"Fast holds signalled: LocalDNS answered none of the cache hits it was sent.", nil, nil)
+	descTicks = prometheus.NewDesc("dnsstandby_hedge_ticks_total",
+		"Rounds of deadline work, by what ran them: tap (after a read, on the tap's goroutine) or timer (the hedger's own wake-up, only while queries wait and the tap is quiet).", []string{"by"}, nil)
 	descEntries = prometheus.NewDesc("dnsstandby_hedge_entries",
 		"Queries the hedger's table holds.", nil, nil)
 	descTracking = prometheus.NewDesc("dnsstandby_hedge_tracking",
@@ -180,7 +192,7 @@ var (
 // Describe implements prometheus.Collector.
 func (h *Hedger) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQueries, descReplies, descHedges, descOutcomes, descSkipped, descDeadline, descSilent, descEntries, descTracking,
-		descNeeded, descDelayed, descHedgesOld, descSkippedOld} {
+		descNeeded, descDelayed, descTicks, descHedgesOld, descSkippedOld} {
 		ch <- d
 	}
 	h.hist.Describe(ch)
@@ -199,6 +211,7 @@ func (h *Hedger) Collect(ch chan<- prometheus.Metric) {
 	counters(descHedges, sources[:], c.hedges[:])
 	counters(descOutcomes, outcomes[:], c.outcomes[:])
 	counters(descSkipped, skips[:], c.skipped[:])
+	counters(descTicks, tickers[:], c.ticks[:])
 	counters(descHedgesOld, sources[:], c.hedges[:])
 	counters(descSkippedOld, skips[:], c.skipped[:])
 	ch <- prometheus.MustNewConstMetric(descDeadline, prometheus.GaugeValue, time.Duration(c.d1.Load()).Seconds(), "cache")

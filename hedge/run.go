@@ -6,25 +6,87 @@ import (
 	"time"
 )
 
-// Run fires deadlines every Config.Tick until ctx is done. It is the
-// Hedger's one goroutine; the daemon starts one per Hedger, once the
-// fast hold has somewhere to go: onSilent is called from it, must not
-// block, and may be nil (silences are then only counted).
+// Deadlines fire in ticks, at most one per Config.Tick, and only while
+// entries wait. A tick runs where a goroutine is awake anyway: the tap's,
+// after each read (Drained), which also means every packet read by then
+// has been matched. Run's own goroutine wakes only when the tap has not
+// ticked for drainedGrace while entries wait — a lone query on a quiet
+// node, a tap gone quiet — and then every Tick until the table is empty.
+// A healthy LocalDNS under load thus costs no wake-up of its own: the
+// fallback timer is pushed out at each read and never fires, and an idle
+// listener's hedger sleeps.
+
+// drainedGrace is how long after the tap's last tick Run's timer fires
+// while entries wait: two Ticks, so that a tap reading every batch pause
+// (5 ms) always comes first.
+func (h *Hedger) drainedGrace() time.Duration { return 2 * h.cfg.Tick }
+
+// Run fires deadlines until ctx is done, when the tap has not (see
+// Drained). It is the Hedger's one goroutine; the daemon starts one per
+// Hedger, once the fast hold has somewhere to go: no deadline fires
+// before Run starts or after it returns. onSilent is called from a tick,
+// on Run's goroutine or the tap's; it must not block, and may be nil
+// (silences are then only counted).
 func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since time.Time)) {
-	t := time.NewTicker(h.cfg.Tick)
-	defer t.Stop()
+	h.tickMu.Lock()
+	h.onSilent, h.running = onSilent, true
+	h.tickMu.Unlock()
+	h.mu.Lock()
+	if h.tab.n > 0 {
+		h.fallback.Reset(h.cfg.Tick)
+	}
+	h.mu.Unlock()
+	defer func() {
+		h.tickMu.Lock()
+		h.running = false
+		h.tickMu.Unlock()
+		h.fallback.Stop()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			h.tick(h.now(), onSilent)
+		case <-h.fallback.C:
+			h.st.ticks[tickTimer].Add(1)
+			h.tickMu.Lock()
+			h.tick(h.now(), h.onSilent)
+			h.tickMu.Unlock()
+			h.rearm(h.cfg.Tick)
 		}
 	}
 }
 
-// tick does one round of Run's work at now.
+// Drained is the tap's word that it has read every packet queued until
+// now (unix ns): the tick is done here, on the tap's goroutine, if one is
+// due and Run runs.
+func (h *Hedger) Drained(now int64) {
+	if now-h.lastTick.Load() < int64(h.cfg.Tick) || !h.tickMu.TryLock() {
+		return // not due, or Run's fallback ticks right now
+	}
+	if h.running {
+		h.st.ticks[tickTap].Add(1)
+		h.tick(now, h.onSilent)
+	}
+	h.tickMu.Unlock()
+	h.rearm(h.drainedGrace())
+}
+
+// rearm sets Run's fallback timer to fire after d while entries wait,
+// and stops it when none do.
+func (h *Hedger) rearm(d time.Duration) {
+	h.mu.Lock()
+	if h.tab.n > 0 {
+		h.fallback.Reset(d)
+	} else {
+		h.fallback.Stop()
+	}
+	h.mu.Unlock()
+}
+
+// tick does one round of deadline work at now; h.tickMu is held (tests
+// call it alone).
 func (h *Hedger) tick(now int64, onSilent func(int, time.Time)) {
+	h.lastTick.Store(now)
 	h.mu.Lock()
 	h.tok.refill(now)
 	h.need.refill(now)

@@ -137,6 +137,14 @@ type Observer interface {
 	Reply(p *Packet) (own bool)
 }
 
+// Drainer is an Observer that also wants the tap's word, after each read,
+// that it has been shown every packet read until now (unix ns): periodic
+// work done then runs on the tap's goroutine, which is awake anyway,
+// instead of waking one of its own, and sees every packet up to now.
+type Drainer interface {
+	Drained(now int64)
+}
+
 // Sink takes one DNS response, usually (*cache.Cache).Insert. It is called
 // from the tap's goroutine, one packet at a time; resp is only valid
 // during the call. A *cache.RejectError is counted by its reason.
@@ -144,12 +152,13 @@ type Sink func(resp []byte) error
 
 // Tap is a running packet tap.
 type Tap struct {
-	sink Sink         // always non-nil
-	obs  Observer     // nil: none
-	log  *slog.Logger // always non-nil
-	spec filterSpec   // what the kernel filter passes; checked again per packet
-	b    *batch       // the reader's slots
-	w    *waiter      // the reader's waits for packets
+	sink  Sink         // always non-nil
+	obs   Observer     // nil: none
+	drain Drainer      // obs, if it is one; else nil
+	log   *slog.Logger // always non-nil
+	spec  filterSpec   // what the kernel filter passes; checked again per packet
+	b     *batch       // the reader's slots
+	w     *waiter      // the reader's waits for packets
 	// pauseT times the batch pause. The pause is a Go timer, not a
 	// system call: a goroutine sleeping in ppoll holds its thread in the
 	// kernel, and every pause then cost the runtime a P handed off and
@@ -236,6 +245,7 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 
 		localOnly: refused == nil,
 	}
+	t.drain, _ = cfg.Observer.(Drainer)
 	t.enabled.Store(true)
 	t.stop = context.AfterFunc(ctx, t.interrupt)
 	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
@@ -348,6 +358,9 @@ func (t *Tap) run() {
 			for i := range n {
 				pkt, a := t.b.packet(i, now)
 				t.handle(pkt, a)
+			}
+			if t.drain != nil {
+				t.drain.Drained(now)
 			}
 		}
 		switch {
