@@ -58,7 +58,8 @@ func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since ti
 
 // Drained is the tap's word that it has read every packet queued until
 // now (unix ns): the tick is done here, on the tap's goroutine, if one is
-// due and Run runs.
+// due and Run runs. (A tap behind on its queue does not call it: replies
+// still unread would be taken for missing.)
 func (h *Hedger) Drained(now int64) {
 	if now-h.lastTick.Load() < int64(h.cfg.Tick) || !h.tickMu.TryLock() {
 		return // not due, or Run's fallback ticks right now

@@ -137,10 +137,11 @@ type Observer interface {
 	Reply(p *Packet) (own bool)
 }
 
-// Drainer is an Observer that also wants the tap's word, after each read,
-// that it has been shown every packet read until now (unix ns): periodic
-// work done then runs on the tap's goroutine, which is awake anyway,
-// instead of waking one of its own, and sees every packet up to now.
+// Drainer is an Observer that also wants the tap's word, after each read
+// that emptied the socket's queue, that it has been shown every packet
+// queued until now (unix ns): periodic work done then runs on the tap's
+// goroutine, which is awake anyway, instead of waking one of its own, and
+// sees every packet up to now.
 type Drainer interface {
 	Drained(now int64)
 }
@@ -359,7 +360,11 @@ func (t *Tap) run() {
 				pkt, a := t.b.packet(i, now)
 				t.handle(pkt, a)
 			}
-			if t.drain != nil {
+			if t.drain != nil && n < len(t.b.hdrs) {
+				// The queue is empty: everything sent or received until
+				// now has been shown (a full batch leaves more queued,
+				// and judging then would take replies still unread for
+				// missing).
 				t.drain.Drained(now)
 			}
 		}
