@@ -22,10 +22,11 @@ import (
 // server, the same server again from a fresh socket: a new 5-tuple, on
 // which kube-proxy picks a kube-dns backend again. Only servers in
 // service get them (but a group's only server always): those marked down
-// are asked only when every attempt has failed, as before. Each attempt's failure counts for its server's
-// health as any attempt's does. The attempt left waiting keeps its own deadline and
-// counts for health as before, so a silent server is still marked down
-// after MaxFails timeouts and probed; only the caller stops waiting on it.
+// are asked only when every attempt has failed, as before. Each attempt's
+// failure counts for its server's health as any attempt's does. The
+// attempt left waiting keeps its own deadline and counts for health as
+// before, so a silent server is still marked down after MaxFails timeouts
+// and probed; only the caller stops waiting on it.
 //
 // Caps: a speculative attempt is extra load only when the attempt it
 // runs beside answers too. Those, counted as they prove extra, are held

@@ -141,7 +141,8 @@ type Config struct {
 	SpeculativeWindow              time.Duration
 	// SpeculativeShare caps the speculative attempts that proved extra
 	// (another attempt of the same exchange answered too) at this share
-	// of the queries sent over SpeculativeWindow; SpeculativeRate and
+	// of the queries sent over SpeculativeWindow, 5 at the least (a group
+	// that asks little would otherwise stop at one); SpeculativeRate and
 	// SpeculativeBurst cap all of them with a token bucket (per second).
 	SpeculativeShare float64
 	SpeculativeRate  float64

@@ -140,10 +140,10 @@ func metricCount(m testbed.Metrics, name string, match map[string]string) *int {
 
 // Bounds of issue 25's checks.
 const (
-	upstreamFreshP99Ms   = 300  // names never asked before, p99, from the fault on
-	upstreamSlowestMs    = 600  // any answer, from the fault on
-	speculativeMaxShare  = 0.01 // dnsstandby's speculative attempts of the node's upstream queries, healthy
-	kubeDNSMaxShare      = 0.02 // dnsstandby's own share of kube-dns's queries from its node, healthy
+	upstreamFreshP99Ms  = 300  // names never asked before, p99, from the fault on
+	upstreamSlowestMs   = 600  // any answer, from the fault on
+	speculativeMaxShare = 0.01 // dnsstandby's speculative attempts of the node's upstream queries, healthy
+	kubeDNSMaxShare     = 0.02 // dnsstandby's own share of kube-dns's queries from its node, healthy
 )
 
 // upstreamChecks are the checks of the silent-upstream scenarios and what
