@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -251,7 +252,23 @@ type FreshCounts struct {
 	AnsweredBy AnsweredBy `json:"answered_by"`
 	P99Ms      float64    `json:"p99_ms"` // over the answered ones, from the first send
 	MaxMs      float64    `json:"max_ms"` // the slowest answered one
+	// Slowest are the freshSlowest slowest of them, unanswered ones
+	// first: when each was sent and who answered, to tell a stall of
+	// the whole machine (the timeline's sent count drops then too) from
+	// one server's tail.
+	Slowest []SlowQuery `json:"slowest,omitempty"`
 }
+
+// SlowQuery is one query of FreshCounts.Slowest.
+type SlowQuery struct {
+	SentMs    float64 `json:"sent_ms"` // on the load's clock, from its start
+	LatencyMs float64 `json:"latency_ms,omitempty"`
+	By        string  `json:"by,omitempty"` // NSID of the answer, "" if unanswered
+	Outcome   string  `json:"outcome"`
+}
+
+// freshSlowest is how many of the slowest fresh queries a run keeps.
+const freshSlowest = 10
 
 // FirstTryShare is the share of the queries sent from the fault on that
 // were answered on their first try; 0 when none was sent.
@@ -272,6 +289,7 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 	}
 	first := len(load.Records) // records are in send order
 	var latencies, freshLatencies []time.Duration
+	var freshRecords []LoadRecord
 	for i, r := range load.Records {
 		if r.Sent < at {
 			continue
@@ -298,8 +316,12 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 			a.Unanswered++
 			if fresh != nil {
 				fresh.Unanswered++
+				freshRecords = append(freshRecords, r)
 			}
 			continue
+		}
+		if fresh != nil {
+			freshRecords = append(freshRecords, r)
 		}
 		latencies = append(latencies, r.Latency)
 		a.AnsweredBy.add(r.By)
@@ -317,6 +339,9 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		slices.Sort(freshLatencies)
 		f.P99Ms = reportMs(reportPercentile(freshLatencies, 0.99))
 		f.MaxMs = reportMs(freshLatencies[len(freshLatencies)-1])
+	}
+	if f := a.Fresh; f != nil {
+		f.Slowest = slowestFresh(freshRecords)
 	}
 	if a.Sent > 0 {
 		_, gap := MaxGap(LoadResult{Records: load.Records[first:], Duration: load.Duration})
@@ -619,4 +644,27 @@ func (t *Timeline) UnmarshalJSON(b []byte) error {
 		AfterRetry: v.AfterRetry, Lost: v.Lost, BadReply: v.BadReply, GlibcOK: v.GlibcOK, GlibcFail: v.GlibcFail,
 	}
 	return nil
+}
+
+// slowestFresh is the freshSlowest slowest of records: the unanswered
+// ones first, in send order, then the answered by latency.
+func slowestFresh(records []LoadRecord) []SlowQuery {
+	slices.SortStableFunc(records, func(a, b LoadRecord) int {
+		if ua, ub := a.Outcome == LoadUnanswered, b.Outcome == LoadUnanswered; ua != ub {
+			if ua {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.Latency, a.Latency)
+	})
+	var out []SlowQuery
+	for _, r := range records[:min(len(records), freshSlowest)] {
+		q := SlowQuery{SentMs: reportMs(r.Sent), By: r.By, Outcome: r.Outcome.String()}
+		if r.Outcome != LoadUnanswered {
+			q.LatencyMs = reportMs(r.Latency)
+		}
+		out = append(out, q)
+	}
+	return out
 }

@@ -191,7 +191,15 @@ func TestCountAfterFaultFresh(t *testing.T) {
 	// From the second query on, the fresh ones: F, R, U, R, each answer
 	// dnsstandby's (odd queries).
 	// Their p99 and slowest are theirs: the retried ones' 1001 ms.
-	want := &FreshCounts{Sent: 4, FirstTry: 1, AfterRetry: 2, Unanswered: 1, AnsweredBy: AnsweredBy{Standby: 3}, P99Ms: 1001, MaxMs: 1001}
+	// The slowest: the unanswered one first, then by latency, ties in
+	// send order.
+	want := &FreshCounts{Sent: 4, FirstTry: 1, AfterRetry: 2, Unanswered: 1, AnsweredBy: AnsweredBy{Standby: 3}, P99Ms: 1001, MaxMs: 1001,
+		Slowest: []SlowQuery{
+			{SentMs: 2.5, Outcome: "unanswered"},
+			{SentMs: 1.5, LatencyMs: 1001, By: LoadNSIDStandby, Outcome: "after-retry"},
+			{SentMs: 3.5, LatencyMs: 1001, By: LoadNSIDStandby, Outcome: "after-retry"},
+			{SentMs: 0.5, LatencyMs: 1, By: LoadNSIDStandby, Outcome: "first-try"},
+		}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

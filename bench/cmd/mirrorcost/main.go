@@ -34,6 +34,7 @@ type options struct {
 	coredns     string        // CoreDNS binary (upstream and LocalDNS)
 	dnsstandby  string        // dnsstandby binary
 	mirrors     string        // comma-separated feeds, in run order
+	rounds      int           // how many times the feeds are measured, in turn
 	qps         int           // dnsperf -Q of the measurement
 	outstanding int           // dnsperf -q of the measurement
 	duration    time.Duration // dnsperf -l of the measurement
@@ -57,6 +58,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.serverCPU, "server-cpu", 0, "CPU LocalDNS and dnsstandby are pinned to")
 	flag.IntVar(&o.clientCPU, "client-cpu", 1, "CPU dnsperf, the upstream and this program are pinned to")
 	flag.Float64Var(&o.target, "target", 0.15, "the most dnsstandby's CPU may be, as a fraction of LocalDNS's")
+	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over, in turn (tap, none, tap, none, ...), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
 	flag.StringVar(&o.perfDir, "perf", "", "record dnsstandby and LocalDNS with perf during each measurement into DIR/FEED.perf.data (perturbs the numbers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -65,8 +67,8 @@ func parseFlags() (*options, error) {
 	if err := benchcmd.CheckSplit(o.duration, o.serverCPU, o.clientCPU); err != nil {
 		return nil, err
 	}
-	if o.names < 1 || o.qps < 1 || o.outstanding < 1 {
-		return nil, errors.New("-names, -qps and -outstanding must be at least 1")
+	if o.names < 1 || o.qps < 1 || o.outstanding < 1 || o.rounds < 1 {
+		return nil, errors.New("-names, -qps, -outstanding and -rounds must be at least 1")
 	}
 	return o, nil
 }
@@ -110,13 +112,16 @@ func run(ctx context.Context, o *options) (err error) {
 	}()
 
 	var results []result
-	for _, f := range feeds {
-		fmt.Printf("measuring --mirror %s ...\n", f)
-		r, err := n.measureFeed(ctx, f)
-		if err != nil {
-			return fmt.Errorf("--mirror %s: %w", f, err)
+	for round := 1; round <= o.rounds; round++ {
+		for _, f := range feeds {
+			fmt.Printf("measuring --mirror %s (round %d of %d) ...\n", f, round, o.rounds)
+			r, err := n.measureFeed(ctx, f)
+			if err != nil {
+				return fmt.Errorf("--mirror %s, round %d: %w", f, round, err)
+			}
+			r.Round = round
+			results = append(results, r)
 		}
-		results = append(results, r)
 	}
 	if err := benchcmd.WriteJSON(o.out, results); err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 // result is one mirror feed measured: an object of mirror.json.
 type result struct {
 	Mirror          string            `json:"mirror"`                    // tap, dnstap or none
+	Round           int               `json:"round"`                     // which pass over the feeds (-rounds), from 1
 	QPS             float64           `json:"qps"`                       // answers per second (dnsperf's "Queries per second")
 	LocalDNSCPUUs   float64           `json:"localdns_cpu_us_per_query"` // LocalDNS utime+stime over the window ÷ answers
 	StandbyCPUUs    float64           `json:"standby_cpu_us_per_query"`  // dnsstandby's, ÷ the same answers
@@ -143,27 +144,110 @@ func printTable(w io.Writer, results []result, target float64) {
 			fmt.Fprintln(w)
 		}
 	}
-	var base *result
-	for i := range results {
-		if results[i].Mirror == "none" {
-			base = &results[i]
-		}
-	}
-	if base == nil || base.LocalDNSCPUUs <= 0 {
+	byRound := costs(results)
+	if len(byRound) == 0 {
 		return
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Against the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query):\n",
-		base.StandbyCPUUs, base.LocalDNSCPUUs)
-	for _, r := range results {
-		if r.Mirror == "none" {
+	rounds := slices.Sorted(maps.Keys(byRound))
+	for _, round := range rounds {
+		rc := byRound[round]
+		fmt.Fprintln(w)
+		label := "Against"
+		if len(rounds) > 1 {
+			label = fmt.Sprintf("Round %d: against", round)
+		}
+		fmt.Fprintf(w, "%s the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query):\n",
+			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs)
+		for _, c := range rc.feeds {
+			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU\n",
+				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn)
+		}
+	}
+	if len(rounds) < 2 {
+		return
+	}
+	fmt.Fprintf(w, "\nMedians over %d rounds (each against its own round's baseline):\n", len(rounds))
+	for _, mirror := range feedOrder(results) {
+		var feed, ld, all []float64
+		for _, round := range rounds {
+			for _, c := range byRound[round].feeds {
+				if c.mirror == mirror {
+					feed, ld, all = append(feed, c.feedUs), append(ld, c.localDNSUs), append(all, 100*c.allIn)
+				}
+			}
+		}
+		if len(all) == 0 {
 			continue
 		}
-		feedCost := r.StandbyCPUUs - base.StandbyCPUUs
-		ldExtra := r.LocalDNSCPUUs - base.LocalDNSCPUUs
-		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU\n",
-			r.Mirror, feedCost, 100*feedCost/base.LocalDNSCPUUs, ldExtra, 100*(r.StandbyCPUUs+ldExtra)/base.LocalDNSCPUUs)
+		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU (rounds: %s)\n",
+			mirror, median(feed), median(ld), median(all), percents(all))
 	}
+}
+
+// feedCost is what one feed cost in one round, against that round's
+// baseline (--mirror none).
+type feedCost struct {
+	mirror     string
+	feedUs     float64 // dnsstandby's CPU per query over its baseline
+	localDNSUs float64 // LocalDNS's CPU per query over its baseline
+	allIn      float64 // dnsstandby's whole CPU and LocalDNS's extra, as a share of LocalDNS's baseline
+}
+
+// roundCosts are a round's baseline and its feeds' costs.
+type roundCosts struct {
+	base  result
+	feeds []feedCost
+}
+
+// costs are the feeds' costs by round, for the rounds with a baseline.
+func costs(results []result) map[int]roundCosts {
+	out := map[int]roundCosts{}
+	for _, r := range results {
+		if r.Mirror == "none" && r.LocalDNSCPUUs > 0 {
+			out[r.Round] = roundCosts{base: r}
+		}
+	}
+	for _, r := range results {
+		rc, ok := out[r.Round]
+		if !ok || r.Mirror == "none" {
+			continue
+		}
+		ld := r.LocalDNSCPUUs - rc.base.LocalDNSCPUUs
+		rc.feeds = append(rc.feeds, feedCost{mirror: r.Mirror, feedUs: r.StandbyCPUUs - rc.base.StandbyCPUUs, localDNSUs: ld,
+			allIn: (r.StandbyCPUUs + ld) / rc.base.LocalDNSCPUUs})
+		out[r.Round] = rc
+	}
+	return out
+}
+
+// feedOrder is the feeds of results in the order first measured.
+func feedOrder(results []result) []string {
+	var out []string
+	for _, r := range results {
+		if r.Mirror != "none" && !slices.Contains(out, r.Mirror) {
+			out = append(out, r.Mirror)
+		}
+	}
+	return out
+}
+
+// median of vs (not empty); the mean of the middle two for an even count.
+func median(vs []float64) float64 {
+	s := slices.Sorted(slices.Values(vs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// percents spells vs as "6.4%, 9.4%".
+func percents(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%.1f%%", v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // reasons spells rejected records as "have_fresh 399000, duplicate 3",

@@ -65,6 +65,47 @@ func TestPrintTable(t *testing.T) {
 	}
 }
 
+// TestPrintTableRounds: with more than one round, each feed is judged
+// against its own round's baseline, and the medians are given.
+func TestPrintTableRounds(t *testing.T) {
+	filled := warmup{Filled: true}
+	results := []result{
+		{Mirror: "tap", Round: 1, LocalDNSCPUUs: 61, StandbyCPUUs: 4, Warmup: filled},
+		{Mirror: "none", Round: 1, LocalDNSCPUUs: 60, StandbyCPUUs: 1, Warmup: filled},
+		{Mirror: "tap", Round: 2, LocalDNSCPUUs: 70, StandbyCPUUs: 5, Warmup: filled},
+		{Mirror: "none", Round: 2, LocalDNSCPUUs: 75, StandbyCPUUs: 1, Warmup: filled},
+		{Mirror: "tap", Round: 3, LocalDNSCPUUs: 62, StandbyCPUUs: 4, Warmup: filled},
+		{Mirror: "none", Round: 3, LocalDNSCPUUs: 60, StandbyCPUUs: 1, Warmup: filled},
+	}
+	var b bytes.Buffer
+	printTable(&b, results, 0.15)
+	out := b.String()
+	for _, want := range []string{
+		"Round 1: against the baseline (--mirror none: dnsstandby idle at 1.00 µs/query, LocalDNS 60.00 µs/query):",
+		// (4 + 1) / 60, (5 − 5) / 75, (4 + 2) / 60.
+		"- tap: the feed adds 3.00 µs/query to dnsstandby (5.0% of LocalDNS's baseline) and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU",
+		"Round 2: against the baseline",
+		"all in, 0.0% of LocalDNS's baseline CPU",
+		"Medians over 3 rounds (each against its own round's baseline):",
+		"- tap: the feed adds 3.00 µs/query to dnsstandby and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU (rounds: 8.3%, 0.0%, 10.0%)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
 func TestParseMirrors(t *testing.T) {
 	if f, err := parseMirrors("tap, tap-nohedge,dnstap,none"); err != nil || strings.Join(f, ",") != "tap,tap-nohedge,dnstap,none" {
 		t.Errorf("%v %v", f, err)
