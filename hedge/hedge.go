@@ -238,6 +238,7 @@ type Hedger struct {
 		at int64 // when on last changed: queries are judged by the state at their arrival
 	}
 	silent silence
+	armed  bool // fallback is set
 
 	// classifyAbove is CacheMin/CacheMult: slower replies are looked up
 	// to tell hits from misses (classify).
@@ -251,7 +252,8 @@ type Hedger struct {
 	qbuf     [wire.MaxQueryLen]byte
 	dst      [4096]byte
 	// lastTick is when the last tick ran (unix ns); fallback is Run's
-	// timer, armed while entries wait (Query, rearm).
+	// timer, armed (h.armed, under h.mu) from the first query that waits
+	// until it fires on an empty table.
 	lastTick atomic.Int64
 	fallback *time.Timer
 	// The tap's goroutine only.
@@ -385,9 +387,12 @@ func (h *Hedger) Query(at int64, client netip.AddrPort, msg []byte) {
 	h.tab.insert(i)
 	h.tab.push(qlCache, i)
 	h.st.queries[qTracked].Add(1)
-	if h.tab.n == 1 {
-		// The first to wait: Run ticks unless the tap does first.
+	if !h.armed {
+		// Run ticks unless the tap does first. Armed once, not each time
+		// the table goes from empty to one (per query on a healthy node):
+		// a timer moved earlier can cost the runtime a wake-up.
 		h.fallback.Reset(h.drainedGrace())
+		h.armed = true
 	}
 }
 

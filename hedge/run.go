@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-// Deadlines fire in ticks, at most one per Config.Tick, and only while
-// entries wait. A tick runs where a goroutine is awake anyway: the tap's,
-// after each read (Drained), which also means every packet read by then
-// has been matched. Run's own goroutine wakes only when the tap has not
-// ticked for drainedGrace while entries wait — a lone query on a quiet
-// node, a tap gone quiet — and then every Tick until the table is empty.
-// A healthy LocalDNS under load thus costs no wake-up of its own: the
-// fallback timer is pushed out at each read and never fires, and an idle
-// listener's hedger sleeps.
+// Deadlines fire in ticks, at most one per Config.Tick. A tick runs where
+// a goroutine is awake anyway: the tap's, after each read that emptied
+// its queue (Drained), which also means every packet read by then has
+// been matched. Run's own timer is armed by the first query that waits
+// and pushed out at each of those reads, so it fires only when the tap
+// has not read for drainedGrace — a lone query on a quiet node, a tap
+// gone quiet — and then every Tick until it finds the table empty. A
+// healthy LocalDNS under load thus costs no wake-up of its own, and an
+// idle listener's hedger sleeps.
 
 // drainedGrace is how long after the tap's last tick Run's timer fires
 // while entries wait: two Ticks, so that a tap reading every batch pause
@@ -34,13 +34,17 @@ func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since ti
 	h.mu.Lock()
 	if h.tab.n > 0 {
 		h.fallback.Reset(h.cfg.Tick)
+		h.armed = true
 	}
 	h.mu.Unlock()
 	defer func() {
 		h.tickMu.Lock()
 		h.running = false
 		h.tickMu.Unlock()
+		h.mu.Lock()
 		h.fallback.Stop()
+		h.armed = false
+		h.mu.Unlock()
 	}()
 	for {
 		select {
@@ -51,7 +55,11 @@ func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since ti
 			h.tickMu.Lock()
 			h.tick(h.now(), h.onSilent)
 			h.tickMu.Unlock()
-			h.rearm(h.cfg.Tick)
+			h.mu.Lock()
+			if h.armed = h.tab.n > 0; h.armed {
+				h.fallback.Reset(h.cfg.Tick)
+			}
+			h.mu.Unlock()
 		}
 	}
 }
@@ -69,17 +77,11 @@ func (h *Hedger) Drained(now int64) {
 		h.tick(now, h.onSilent)
 	}
 	h.tickMu.Unlock()
-	h.rearm(h.drainedGrace())
-}
-
-// rearm sets Run's fallback timer to fire after d while entries wait,
-// and stops it when none do.
-func (h *Hedger) rearm(d time.Duration) {
+	// Push Run's timer out (later: no wake-up), whether or not entries
+	// wait now; it fires only once the tap has gone quiet.
 	h.mu.Lock()
-	if h.tab.n > 0 {
-		h.fallback.Reset(d)
-	} else {
-		h.fallback.Stop()
+	if h.armed {
+		h.fallback.Reset(h.drainedGrace())
 	}
 	h.mu.Unlock()
 }
