@@ -26,7 +26,7 @@ func socketless(t testing.TB, sink Sink, addrs ...netip.Addr) *Tap {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := &Tap{sink: sink, log: slog.New(slog.DiscardHandler), spec: spec, seed: maphash.MakeSeed(), fd: -1, wakeFD: -1}
+	tp := &Tap{sink: sink, log: slog.New(slog.DiscardHandler), spec: spec, seed: maphash.MakeSeed(), fd: -1}
 	tp.enabled.Store(true)
 	return tp
 }

@@ -3,7 +3,10 @@ package tap
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -28,11 +31,11 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // sent by this host (see localProgram), loaded with load; if the kernel
 // refuses it, prog itself as classic BPF, and refused says why.
 //
-// The descriptor is deliberately not handed to Go's poller (os.NewFile,
+// The descriptor is not handed to Go's poller for good (os.NewFile,
 // net.FilePacketConn): the poller registers it edge-triggered with epoll,
-// and every packet that arrives then wakes the runtime's netpoll thread,
-// even while the reader is not waiting. The reader waits with ppoll on its
-// own thread instead (see waiter).
+// and every packet that arrives would then wake the runtime's netpoll
+// thread, even while the reader is not waiting. Only a duplicate is, for
+// each wait (see waiter).
 func openSocket(prog []bpf.Instruction, rcvbuf int, load localLoader) (fd int, refused, err error) {
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
@@ -133,31 +136,85 @@ func kernelStats(fd int) (packets, drops uint32, err error) {
 	return st.Packets, st.Drops, nil
 }
 
-// waiter blocks the reader's thread until the socket has packets or Close
-// writes to the eventfd: only when the queue was empty after a pause.
-// Waiting in ppoll rather than in Go's poller costs one system call per
-// wait and no wake-up per packet; the goroutine keeps its thread while it
-// waits (a goroutine in a system call does not hold a P, so nothing else
-// is held up).
+// waiter blocks the reader until the socket has packets or the tap is
+// asked to stop, in Go's netpoller, with the socket registered only for
+// the wait: a duplicate of its descriptor is, and is closed after.
+// Registered for good, the socket would wake the runtime's netpoll thread
+// for every packet that arrives (edge-triggered), also while the reader
+// sleeps out its batch pause. Waiting in a blocking ppoll instead costs no
+// such wake-up, but a goroutine blocked in a system call has the runtime's
+// monitor thread (sysmon) take its P back and then check every 20 µs for
+// a while: at 10 queries a second that was half of a near-idle
+// dnsstandby's CPU (bench/README.md, "Where the watching cost goes").
 type waiter struct {
-	fds [2]unix.PollFd // [0] the packet socket, [1] the wake eventfd
+	fd   int
+	mu   sync.Mutex
+	cur  *os.File // the registered duplicate while waiting, else nil
+	quit bool     // stop was called: no wait starts, the current one ends
 }
 
-func newWaiter(sock, wake int) *waiter {
-	w := &waiter{}
-	w.fds[0] = unix.PollFd{Fd: int32(sock), Events: unix.POLLIN}
-	w.fds[1] = unix.PollFd{Fd: int32(wake), Events: unix.POLLIN}
-	return w
-}
+func newWaiter(sock int) *waiter { return &waiter{fd: sock} }
 
-// forPackets waits until the socket is readable or the tap is woken, and
-// reports whether it was woken (to stop).
-func (w *waiter) forPackets() (woken bool, err error) {
-	w.fds[0].Revents, w.fds[1].Revents = 0, 0
-	if _, err := unix.Ppoll(w.fds[:], nil, nil); err != nil && err != unix.EINTR {
-		return false, err
+// forPackets waits until the socket is readable or stop is called, and
+// reports whether it was stopped.
+func (w *waiter) forPackets() (stopped bool, err error) {
+	w.mu.Lock()
+	if w.quit {
+		w.mu.Unlock()
+		return true, nil
 	}
-	return w.fds[1].Revents != 0, nil
+	dup, err := unix.FcntlInt(uintptr(w.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		w.mu.Unlock()
+		return false, fmt.Errorf("duplicate the socket to wait on it: %w", err)
+	}
+	// Non-blocking (the flag belongs to the open socket, which the
+	// duplicate shares), so os.NewFile registers it with the poller.
+	f := os.NewFile(uintptr(dup), "packet tap")
+	w.cur = f
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.cur = nil
+		w.mu.Unlock()
+		f.Close()
+	}()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, fmt.Errorf("wait on the socket: %w", err)
+	}
+	var pollErr error
+	err = rc.Read(func(fd uintptr) bool {
+		// Readable already? Packets may have come before the duplicate
+		// was registered; past this, the poller reports new ones.
+		p := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(p[:], 0)
+		switch {
+		case err == unix.EINTR:
+			return false
+		case err != nil:
+			pollErr = err
+			return true
+		}
+		return n > 0
+	})
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("wait on the socket: %w", err)
+	}
+	return false, pollErr
+}
+
+// stop ends the current wait, if any, and every later one at once.
+func (w *waiter) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.quit = true
+	if w.cur != nil {
+		_ = w.cur.SetReadDeadline(time.Unix(1, 0)) // in the past: the wait ends now
+	}
 }
 
 // mmsghdr is struct mmsghdr from recvmmsg(2).

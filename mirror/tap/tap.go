@@ -185,9 +185,8 @@ type Tap struct {
 	// (the eBPF filter), not frames a bridge forwards (the classic one).
 	localOnly bool
 
-	mu     sync.Mutex // guards following; the reader closes both when it ends
-	fd     int        // the packet socket, or -1
-	wakeFD int        // an eventfd written to wake the reader, or -1
+	mu sync.Mutex // guards fd; the reader closes it when it ends
+	fd int        // the packet socket, or -1
 }
 
 // Start opens the tap in the calling goroutine's network namespace (the
@@ -221,13 +220,8 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	if err != nil {
 		return nil, fmt.Errorf("tap: build filter: %w", err)
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return nil, fmt.Errorf("tap: eventfd: %w", err)
-	}
 	fd, refused, err := openSocket(prog, cfg.RcvBuf, load)
 	if err != nil {
-		unix.Close(wake)
 		return nil, fmt.Errorf("tap: %w", err)
 	}
 	t := &Tap{
@@ -236,13 +230,12 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 		log:    log.With("component", "tap"),
 		spec:   spec,
 		b:      newBatch(cfg.Batch, slotSize),
-		w:      newWaiter(fd, wake),
+		w:      newWaiter(fd),
 		pauseT: time.NewTimer(time.Hour),
 		seed:   maphash.MakeSeed(),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 		fd:     fd,
-		wakeFD: wake,
 
 		localOnly: refused == nil,
 	}
@@ -300,12 +293,7 @@ func (t *Tap) Done() <-chan struct{} { return t.done }
 func (t *Tap) interrupt() {
 	t.quitOnce.Do(func() {
 		close(t.quit)
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if t.wakeFD >= 0 {
-			one := [8]byte{1} // an eventfd takes a host-endian uint64; 1 is nonzero either way
-			_, _ = unix.Write(t.wakeFD, one[:])
-		}
+		t.w.stop()
 	})
 }
 
@@ -383,8 +371,8 @@ func (t *Tap) run() {
 				return
 			}
 		default:
-			woken, err := t.w.forPackets()
-			if woken {
+			stopped, err := t.w.forPackets()
+			if stopped {
 				return
 			}
 			if err != nil {
@@ -401,14 +389,13 @@ func (t *Tap) run() {
 }
 
 // closeSockets reads the kernel's counters a last time and closes the
-// socket and the eventfd.
+// socket.
 func (t *Tap) closeSockets() {
 	t.pollKernelStats()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	unix.Close(t.fd)
-	unix.Close(t.wakeFD)
-	t.fd, t.wakeFD = -1, -1
+	t.fd = -1
 	t.log.Info("packet tap stopped")
 }
 

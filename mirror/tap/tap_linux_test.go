@@ -392,7 +392,7 @@ func TestTapClose(t *testing.T) {
 		tp, err = Start(context.Background(), cfg, func([]byte) error { return nil })
 		return err
 	}))
-	testkit.Eventually(t, 5*time.Second, "the reader to wait in ppoll", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the reader to wait for packets", func() bool {
 		buf := make([]byte, 1<<20)
 		return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("(*waiter).forPackets"))
 	})
