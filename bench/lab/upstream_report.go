@@ -23,6 +23,10 @@ type UpstreamCounts struct {
 	// StandbyToKubeDNS is the part of StandbyRequests sent to kube-dns's
 	// ClusterIP: dnsstandby's own share of KubeDNSQueries.
 	StandbyToKubeDNS *int `json:"standby_to_kubedns,omitempty"`
+	// LocalDNSToKubeDNS is what LocalDNS forwarded to kube-dns's ClusterIP
+	// and had answered (its proxy's duration histogram's count); nil where
+	// it was not read.
+	LocalDNSToKubeDNS *int `json:"localdns_to_kubedns,omitempty"`
 }
 
 // Since is u less base (the counts at the fault): a field is nil where
@@ -43,5 +47,6 @@ func (u *UpstreamCounts) Since(base *UpstreamCounts) *UpstreamCounts {
 		StandbyRequests:    diff(u.StandbyRequests, base.StandbyRequests),
 		StandbySpeculative: diff(u.StandbySpeculative, base.StandbySpeculative),
 		StandbyToKubeDNS:   diff(u.StandbyToKubeDNS, base.StandbyToKubeDNS),
+		LocalDNSToKubeDNS:  diff(u.LocalDNSToKubeDNS, base.LocalDNSToKubeDNS),
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -100,9 +101,17 @@ const (
 	upstreamSpeculativeMetric = "dnsstandby_upstream_speculative_total"
 )
 
-// upstreamCounts are the node's upstream counts at the end of the run:
-// kube-dns's request counter and, from m (dnsstandby's metrics then, nil
-// where the node runs none), dnsstandby's upstream counters.
+// LocalDNS's metrics inside the node, and its answered forwards: CoreDNS
+// 1.11 on counts them in its proxy's duration histogram.
+const (
+	localDNSMetricsURL    = "http://127.0.0.1:9253/metrics"
+	localDNSForwardMetric = "coredns_proxy_request_duration_seconds_count"
+)
+
+// upstreamCounts are the node's upstream counts now: kube-dns's request
+// counter, LocalDNS's answered forwards to it and, from m (dnsstandby's
+// metrics, nil where the node runs none or they were not read),
+// dnsstandby's upstream counters.
 func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -118,6 +127,11 @@ func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
 		StandbySpeculative: metricCount(m, upstreamSpeculativeMetric, nil),
 		StandbyToKubeDNS:   metricCount(m, upstreamRequestsMetric, map[string]string{"server": clusterIP + ":53"}),
 	}
+	if page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", localDNSMetricsURL); err == nil {
+		if lm, err := testbed.ParseMetrics(strings.NewReader(page)); err == nil {
+			u.LocalDNSToKubeDNS = metricCount(lm, localDNSForwardMetric, map[string]string{"proxy_name": "forward", "to": clusterIP + ":53"})
+		}
+	} // else unread (LocalDNS down): nil, and the finding says so
 	if err != nil {
 		// The runs stand without it; the checks that need it fail.
 		fmt.Fprintf(os.Stderr, "lab: %s: kube-dns requests: %v\n", t.setup, err)
@@ -272,9 +286,19 @@ func kubeDNSLoadCheck(r lab.LabRun, alone *lab.LabRun) lab.Check {
 	own, node := *u.StandbyToKubeDNS, *u.KubeDNSQueries
 	c.Pass = node > 0 && float64(own) <= kubeDNSMaxShare*float64(node)
 	c.Found = fmt.Sprintf("%d of %d queries (%.2f%%)", own, node, 100*float64(own)/float64(max(node, 1)))
+	c.Found += "; LocalDNS's forwards to it " + countText(u.LocalDNSToKubeDNS)
 	if alone != nil && alone.Upstream != nil && alone.Upstream.KubeDNSQueries != nil {
 		want := *alone.Upstream.KubeDNSQueries
-		c.Found += fmt.Sprintf("; from %s's node: %d (%+.2f%%)", setupPR9439, want, 100*(float64(node)/float64(max(want, 1))-1))
+		c.Found += fmt.Sprintf("; from %s's node: %d (%+.2f%%), its LocalDNS's forwards %s", setupPR9439, want,
+			100*(float64(node)/float64(max(want, 1))-1), countText(alone.Upstream.LocalDNSToKubeDNS))
 	}
 	return c
+}
+
+// countText is n for a finding, "not read" where it is nil.
+func countText(n *int) string {
+	if n == nil {
+		return "not read"
+	}
+	return strconv.Itoa(*n)
 }

@@ -47,6 +47,10 @@ func TestUpstreamChecks(t *testing.T) {
 		r.Upstream = &lab.UpstreamCounts{KubeDNSQueries: kube, StandbyRequests: req, StandbySpeculative: spec, StandbyToKubeDNS: toKube}
 		return r
 	}
+	withLocalDNS := func(r lab.LabRun, forwards int) lab.LabRun {
+		r.Upstream.LocalDNSToKubeDNS = intp(forwards)
+		return r
+	}
 	tests := []struct {
 		name     string
 		scenario string
@@ -94,14 +98,14 @@ func TestUpstreamChecks(t *testing.T) {
 		{
 			name: "healthy: speculation within its share, dnsstandby's own kube-dns queries within 2%", scenario: "healthy", setups: all,
 			runs: []lab.LabRun{
-				withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil, nil),
-				withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10199), intp(1000), intp(101), intp(203)),
+				withLocalDNS(withUpstream(upstreamRun("healthy", setupPR9439, clientPod, 1000, 1000, 5, 0), intp(10000), nil, nil, nil), 10000),
+				withLocalDNS(withUpstream(upstreamRun("healthy", setupStandby, clientPod, 1000, 1000, 5, 0), intp(10199), intp(1000), intp(101), intp(203)), 9996),
 			},
 			want: []string{
 				"PASS healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
 				"PASS healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2% of kube-dns's from the node",
 			},
-			found: []string{"101 speculative of 10199 upstream queries (0.990%; dnsstandby's own: 1000)", "203 of 10199 queries (1.99%); from localdns-pr9439's node: 10000 (+1.99%)"},
+			found: []string{"101 speculative of 10199 upstream queries (0.990%; dnsstandby's own: 1000)", "203 of 10199 queries (1.99%); LocalDNS's forwards to it 9996; from localdns-pr9439's node: 10000 (+1.99%), its LocalDNS's forwards 10000"},
 		},
 		{
 			// The other node's count is shown, not judged: it moves with
@@ -115,7 +119,7 @@ func TestUpstreamChecks(t *testing.T) {
 				"FAIL healthy dnsstandby node-wide → upstreams: dnsstandby's speculative attempts ≤ 1%",
 				"FAIL healthy dnsstandby node-wide → 10.0.0.10: dnsstandby's own queries ≤ 2%",
 			},
-			found: []string{"98 speculative of 9700 upstream queries (1.010%", "195 of 9700 queries (2.01%); from localdns-pr9439's node: 9700 (+0.00%)"},
+			found: []string{"98 speculative of 9700 upstream queries (1.010%", "195 of 9700 queries (2.01%); LocalDNS's forwards to it not read; from localdns-pr9439's node: 9700 (+0.00%), its LocalDNS's forwards not read"},
 		},
 		{
 			// The code before speculative attempts: the series is missing,
