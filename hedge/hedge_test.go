@@ -682,11 +682,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.Run(ctx, nil); close(done) }()
-	stop := func() { cancel(); <-done }
-	t.Cleanup(stop)
+	stop := runHedger(t, h)
 	h.Query(time.Now().UnixNano(), podA, query(1, "hit.example."))
 	testkit.Eventually(t, 5*time.Second, "Run sending the hedge", func() bool { return ans.sentCount() > 0 })
 	stop()
@@ -695,13 +691,16 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// runHedger starts h's Run, stopped when the test ends.
-func runHedger(t *testing.T, h *Hedger) {
+// runHedger starts h's Run and returns what stops it and waits for it
+// to return; it is stopped when the test ends too.
+func runHedger(t *testing.T, h *Hedger) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { h.Run(ctx, nil); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
 }
 
 // TestTicksFollowTheTap: while the tap reads (Drained every 2 ms, as its
@@ -788,12 +787,9 @@ func TestDrainedBeforeRun(t *testing.T) {
 	if n := ans.sentCount(); n != 0 {
 		t.Fatalf("%d hedges before Run", n)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { h.Run(ctx, nil); close(done) }()
+	stop := runHedger(t, h)
 	testkit.Eventually(t, 2*time.Second, "Run's timer firing the waiting query", func() bool { return ans.sentCount() == 1 })
-	cancel()
-	<-done
+	stop()
 	h.Query(time.Now().UnixNano(), podB, query(2, "hit.example."))
 	time.Sleep(20 * time.Millisecond)
 	h.Drained(time.Now().UnixNano())
