@@ -710,7 +710,13 @@ func runHedger(t *testing.T, h *Hedger) (stop func()) {
 func TestTicksFollowTheTap(t *testing.T) {
 	ans := newFakeAnswerer("hit.example.", "late.example.")
 	cfg := DefaultConfig()
-	cfg.CacheMin, cfg.CacheMax = 20*time.Millisecond, 20*time.Millisecond
+	// 100 ms: a reply "1 ms later" stays in time under the same load.
+	cfg.CacheMin, cfg.CacheMax = 100*time.Millisecond, 100*time.Millisecond
+	// A Tick of 25 ms gives the tap 50 ms (drainedGrace) to come back
+	// before the timer may: the loop's 2 ms sleeps stretched to 25 ms on
+	// a loaded machine running other -race tests, which a 5 ms Tick (10 ms
+	// of grace) took for a quiet tap.
+	cfg.Tick = 25 * time.Millisecond
 	h, err := New(cfg, ans)
 	if err != nil {
 		t.Fatal(err)
@@ -719,7 +725,7 @@ func TestTicksFollowTheTap(t *testing.T) {
 	ticks := func(by int) uint64 { return h.st.ticks[by].Load() }
 
 	// A busy, healthy LocalDNS: every query answered 1 ms later.
-	end := time.Now().Add(300 * time.Millisecond)
+	end := time.Now().Add(600 * time.Millisecond)
 	for id := uint16(1); time.Now().Before(end); id++ {
 		q := query(id, "hit.example.")
 		now := time.Now().UnixNano()
@@ -735,7 +741,7 @@ func TestTicksFollowTheTap(t *testing.T) {
 		t.Errorf("the hedger's timer woke %d times while the tap read every 2 ms (%d ticks)", got, tap)
 	}
 	if got := ticks(tickTap); got < 10 {
-		t.Errorf("%d ticks on the tap's reads in 300 ms, want dozens", got)
+		t.Errorf("%d ticks on the tap's reads in 600 ms, want about 24", got)
 	}
 	if n := ans.sentCount(); n != 0 {
 		t.Errorf("%d hedges for queries all answered in 1 ms", n)
