@@ -28,8 +28,9 @@ func TestLabSmoke(t *testing.T) {
 	for _, r := range runs {
 		s := r.Summary
 		if s.Sent < 500 || s.AnsweredFirstTry != s.Sent || s.GlibcOK == 0 || s.GlibcFail != 0 {
-			t.Errorf("%s %s: sent %d, first try %d, glibc ok %d fail %d: a healthy node answers everything at once",
-				r.Setup, r.ListenerName(), s.Sent, s.AnsweredFirstTry, s.GlibcOK, s.GlibcFail)
+			t.Errorf("%s %s: sent %d, first try %d (after a retry %d, unanswered %d, bad rcodes %v, longest gap %.0f ms from %.0f ms, sender up to %.0f ms behind), glibc ok %d fail %d: a healthy node answers everything at once",
+				r.Setup, r.ListenerName(), s.Sent, s.AnsweredFirstTry, s.AnsweredAfterRetry, s.Unanswered, s.BadRcodes,
+				s.MaxGapMs, s.MaxGapFromMs, s.MaxLagMs, s.GlibcOK, s.GlibcFail)
 		}
 		if r.AfterFault == nil || r.AfterFault.Sent == 0 || r.AfterFault.Unanswered != 0 {
 			t.Errorf("%s %s: after the (empty) fault %+v", r.Setup, r.ListenerName(), r.AfterFault)
