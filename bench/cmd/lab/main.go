@@ -160,7 +160,7 @@ func run(ctx context.Context, o *options) error {
 		if sc.fresh {
 			m = mixes.withFresh()
 		}
-		got, err := runScenario(ctx, sc, setups, o, zones, m)
+		got, err := runSetups(ctx, sc, setups, o, zones, m)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
@@ -227,6 +227,23 @@ func printRun(r lab.LabRun) {
 	fmt.Printf("  %-18s %-20s sent %6d  first try %6d  after retry %5d  unanswered %5d  max gap %6.0f ms  p99 %6.1f ms  glibc ok %3d fail %3d max %5.0f ms  hedges %s dup %d mismatched %d  sender lag %4.0f ms%s\n",
 		r.Setup, r.ListenerName(), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry, r.Unanswered, r.MaxGapMs, r.P99Ms, r.GlibcOK, r.GlibcFail, r.GlibcMaxMs,
 		hedges, r.Duplicates, r.Mismatched, r.MaxLagMs, after)
+}
+
+// runSetups runs sc on the setups' nodes together, or, for a scenario
+// that runs each alone, on one node after the other.
+func runSetups(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mixes nameMixes) ([]lab.LabRun, error) {
+	if !sc.alone {
+		return runScenario(ctx, sc, setups, o, zones, mixes)
+	}
+	var runs []lab.LabRun
+	for _, s := range setups {
+		got, err := runScenario(ctx, sc, []string{s}, o, zones, mixes)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, got...)
+	}
+	return runs, nil
 }
 
 // runScenario builds a node per setup, runs its clients' loads and the
@@ -337,8 +354,9 @@ func (t *topology) fallbackCounts() (*lab.FallbackCounts, error) {
 }
 
 // saveJournal writes the journal of a node that runs dnsstandby (all its
-// units: localdns, dnsstandby, systemd) to dir/journal-SCENARIO-SETUP.log,
-// before the node is torn down.
+// units: localdns, dnsstandby, systemd) to dir/journal-SCENARIO-SETUP.log
+// and dnsstandby's metrics page to dir/metrics-SCENARIO-SETUP.txt, before
+// the node is torn down.
 func saveJournal(dir, scenario string, t *topology) error {
 	if !isStandby(t.setup) || dir == "" {
 		return nil
@@ -352,6 +370,16 @@ func saveJournal(dir, scenario string, t *topology) error {
 	path := filepath.Join(dir, "journal-"+scenario+"-"+t.setup+".log")
 	if err := os.WriteFile(path, []byte(journal), 0o644); err != nil {
 		return fmt.Errorf("journal: %w", err)
+	}
+	// Its counters at the end, for what the journal's events leave out
+	// (hedges delayed or skipped, speculative attempts skipped by cap).
+	page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", standbyMetricsURL)
+	if err != nil {
+		return fmt.Errorf("dnsstandby metrics: %w", err)
+	}
+	path = filepath.Join(dir, "metrics-"+scenario+"-"+t.setup+".txt")
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+		return fmt.Errorf("dnsstandby metrics: %w", err)
 	}
 	return nil
 }
