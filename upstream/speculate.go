@@ -38,10 +38,15 @@ import (
 // only the rate bounds those. An attempt not started for a cap is counted
 // as skipped.
 
-// maxSpeculative is how many speculative attempts one exchange may start:
-// against a ClusterIP with one dead backend in three, a third attempt
-// leaves one query in 27 to wait out the timeout.
-const maxSpeculative = 2
+// maxSpeculative is how many speculative attempts one exchange may start.
+// Against a ClusterIP with a dead backend, each attempt from a fresh
+// socket draws it again with kube-proxy's odds: with one of two dead (two
+// replicas, kube-dns's usual count) five attempts leave one exchange in
+// 32 to wait out the timeout, one of three dead one in 243; with two
+// attempts the lab saw 3 of about 40 hedged exchanges fail that way. All
+// of them are started within a few speculative deadlines; the caps bound
+// what they add.
+const maxSpeculative = 4
 
 // speculativeExtraFloor is how many proved-extra attempts the share cap
 // allows over its window whatever the share: dnsstandby's own groups ask

@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -325,6 +326,38 @@ func TestDeadBackendKeepsServerUp(t *testing.T) {
 	testkit.Eventually(t, 3*time.Second, "both lost attempts timed out", func() bool { return stats(g, 0).Errors["timeout"] == 2 })
 	if !stats(g, 0).Healthy {
 		t.Errorf("marked down by the timeouts of attempts lost while it answered others: %+v", stats(g, 0))
+	}
+}
+
+// TestFreshSocketsPerExchange: the only server's first flows all draw a
+// dead backend; the exchange keeps starting fresh sockets, one at each
+// speculative deadline, up to maxSpeculative, and is answered by the first
+// that draws a live one. Past that it waits out the Timeout.
+func TestFreshSocketsPerExchange(t *testing.T) {
+	for _, tt := range []struct {
+		dead     int64 // flows lost before one is answered
+		answered bool  // before the 1 s Timeout
+	}{
+		{dead: 1, answered: true},
+		{dead: maxSpeculative, answered: true},
+		{dead: maxSpeculative + 1, answered: false},
+	} {
+		t.Run(fmt.Sprintf("%d dead", tt.dead), func(t *testing.T) {
+			s := newServer(t)
+			s.setUDP(dropN(tt.dead))
+			g, _ := newGroup(t, speculating(func(c *Config) { c.Timeout, c.MaxFails = time.Second, 0 }), s.addr)
+			start := time.Now()
+			_, err := exchange(t, g, newReq("a.example.", dns.TypeA))
+			took := time.Since(start)
+			fast := err == nil && took < 800*time.Millisecond
+			if fast != tt.answered {
+				t.Errorf("answered %v in %v (err %v), want answered before the Timeout: %v", err == nil, took, err, tt.answered)
+			}
+			want := min(tt.dead, maxSpeculative)
+			if got := int64(specCount(g, specFreshSocket, specWon) + specCount(g, specFreshSocket, specLost)); got != want {
+				t.Errorf("%d fresh sockets started, want %d", got, want)
+			}
+		})
 	}
 }
 
