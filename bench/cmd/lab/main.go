@@ -37,6 +37,7 @@ type options struct {
 	nodeQPS   int     // the node's own load, through 169.254.10.10; 0: none
 	scale     float64 // multiplies baseline and observation times
 	hedges    bool    // apply the hedge checks (hedgeRules)
+	alone     bool    // every scenario runs each setup's node alone, one after the other
 	fallback  string  // auto, on, off: give dnsstandby --fallback-upstream (standbyOptions)
 	bins      binaries
 }
@@ -53,6 +54,7 @@ func parseFlags() *options {
 	flag.IntVar(&o.qps, "qps", 1000, "queries per second the pods of each node send to 169.254.10.11")
 	flag.IntVar(&o.nodeQPS, "node-qps", 250, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
+	flag.BoolVar(&o.alone, "alone", false, "run each setup's node alone, one after the other, in every scenario (upstream-blackhole and kube-dns-backend-dead always do): on a machine too small for the nodes side by side, which shows as senders seconds behind")
 	flag.BoolVar(&o.hedges, "hedge-checks", true, "check the dnsstandby setup against the hedged-answer rules in hang, lossy, brownout and healthy (a dnsstandby that does not hedge fails the first three)")
 	flag.StringVar(&o.fallback, "standby-fallback", "auto", "give dnsstandby --fallback-upstream "+clusterIP+":53: on, off, or auto (when the dnsstandby binary has the option)")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
@@ -230,9 +232,9 @@ func printRun(r lab.LabRun) {
 }
 
 // runSetups runs sc on the setups' nodes together, or, for a scenario
-// that runs each alone, on one node after the other.
+// that runs each alone (or with -alone), on one node after the other.
 func runSetups(ctx context.Context, sc scenario, setups []string, o *options, zones *nstest.Zones, mixes nameMixes) ([]lab.LabRun, error) {
-	if !sc.alone {
+	if !sc.alone && !o.alone {
 		return runScenario(ctx, sc, setups, o, zones, mixes)
 	}
 	var runs []lab.LabRun
