@@ -361,17 +361,14 @@ func (w *Worker) Answer(dst, msg []byte, udp bool) (int, Action) {
 
 // Cached answers msg from the cache alone, fresh or stale: a hedge for a
 // query LocalDNS was sent and has left unanswered, so a stale answer beats
-// none whatever the route's stale mode. It refreshes nothing: LocalDNS was
-// sent the same query and is fetching the name itself, and its reply
-// refreshes the mirror; a refresh here would double the queries an
-// upstream gets just when it is slow (in the lab, kube-dns's 30 s TTLs
-// expiring together on a starved node drew 3,924 stale hedges in a
-// minute). n is 0
-// when the cache cannot answer (a miss, a route without a cache, a query
-// the hot path refuses). It counts the cache's hit or miss but not a
-// request: the query was LocalDNS's, and the hedge is counted by its
-// sender. Like Answer, it does not allocate; dst must hold at least 512
-// bytes.
+// none whatever the route's stale mode. It refreshes nothing: LocalDNS,
+// sent the same query, is fetching the name, and its reply refreshes the
+// mirror; a refresh here would double an upstream's queries just when it
+// is slow. n is 0 when the cache cannot answer (a miss, a route without a
+// cache, a query the hot path refuses). It counts the cache's hit or miss
+// but not a request: the query was LocalDNS's, and the hedge is counted by
+// its sender. Like Answer, it does not allocate; dst must hold at least
+// 512 bytes.
 func (w *Worker) Cached(dst, msg []byte) (n int, stale bool) {
 	n, act, src, _ := w.answer(dst, msg, true)
 	switch {

@@ -43,8 +43,8 @@ import (
 // socket draws it again with kube-proxy's odds: with one of two dead (two
 // replicas, kube-dns's usual count) five attempts leave one exchange in
 // 32 to wait out the timeout, one of three dead one in 243; with two
-// attempts the lab saw 3 of about 40 hedged exchanges fail that way. All
-// of them are started within a few speculative deadlines; the caps bound
+// attempts, the lab's pods' group saw 3 of about 40 exchanges fail that
+// way. All are started within a few speculative deadlines; the caps bound
 // what they add.
 const maxSpeculative = 4
 
