@@ -23,15 +23,26 @@ const standbyMetricsURL = "http://127.0.0.1:9355/metrics"
 
 // standbyMetrics reads dnsstandby's /metrics inside the node.
 func (t *topology) standbyMetrics(ctx context.Context) (testbed.Metrics, error) {
-	page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", standbyMetricsURL)
-	if err != nil {
-		return nil, fmt.Errorf("dnsstandby metrics: %w", err)
-	}
-	m, err := testbed.ParseMetrics(strings.NewReader(page))
+	m, err := t.metrics(ctx, standbyMetricsURL)
 	if err != nil {
 		return nil, fmt.Errorf("dnsstandby metrics: %w", err)
 	}
 	return m, nil
+}
+
+// metricsPage is the page at url (a /metrics inside the node), read with
+// the node's curl.
+func (t *topology) metricsPage(ctx context.Context, url string) (string, error) {
+	return t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", url)
+}
+
+// metrics is the page at url, parsed.
+func (t *topology) metrics(ctx context.Context, url string) (testbed.Metrics, error) {
+	page, err := t.metricsPage(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return testbed.ParseMetrics(strings.NewReader(page))
 }
 
 // The steering program's read test, per group (169.254.10.11:53/udp):

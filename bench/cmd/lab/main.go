@@ -375,7 +375,7 @@ func saveJournal(dir, scenario string, t *topology) error {
 	}
 	// Its counters at the end, for what the journal's events leave out
 	// (hedges delayed or skipped, speculative attempts skipped by cap).
-	page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", standbyMetricsURL)
+	page, err := t.metricsPage(ctx, standbyMetricsURL)
 	if err != nil {
 		return fmt.Errorf("dnsstandby metrics: %w", err)
 	}

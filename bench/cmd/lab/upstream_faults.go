@@ -127,10 +127,8 @@ func (t *topology) upstreamCounts(m testbed.Metrics) *lab.UpstreamCounts {
 		StandbySpeculative: metricCount(m, upstreamSpeculativeMetric, nil),
 		StandbyToKubeDNS:   metricCount(m, upstreamRequestsMetric, map[string]string{"server": clusterIP + ":53"}),
 	}
-	if page, err := t.node.Run(ctx, "curl", "-sSf", "--max-time", "5", localDNSMetricsURL); err == nil {
-		if lm, err := testbed.ParseMetrics(strings.NewReader(page)); err == nil {
-			u.LocalDNSToKubeDNS = metricCount(lm, localDNSForwardMetric, map[string]string{"proxy_name": "forward", "to": clusterIP + ":53"})
-		}
+	if lm, err := t.metrics(ctx, localDNSMetricsURL); err == nil {
+		u.LocalDNSToKubeDNS = metricCount(lm, localDNSForwardMetric, map[string]string{"proxy_name": "forward", "to": clusterIP + ":53"})
 	} // else unread (LocalDNS down): nil, and the finding says so
 	if err != nil {
 		// The runs stand without it; the checks that need it fail.
