@@ -42,56 +42,63 @@ func TestNewResult(t *testing.T) {
 	}
 }
 
+// TestPrintTable: the table and the costs against the baseline; with more
+// than one round, each feed is judged against its own round's baseline,
+// and the medians are given.
 func TestPrintTable(t *testing.T) {
-	results := []result{
-		{Mirror: "tap", LocalDNSCPUUs: 25, StandbyCPUUs: 2.5, Ratio: 0.1, Met: true, Warmup: warmup{Filled: true}},
-		{Mirror: "dnstap", LocalDNSCPUUs: 30, StandbyCPUUs: 6, Ratio: 0.2, Warmup: warmup{Filled: true},
-			QPS: 17000, TargetQPS: 20000, RateShort: true, LocalDNSCPUPct: 91, StandbyCPUPct: 8},
-		{Mirror: "none", LocalDNSCPUUs: 24, StandbyCPUUs: 0.5, Ratio: 0.5 / 24, Warmup: warmup{Filled: true}},
-	}
-	var b bytes.Buffer
-	printTable(&b, results, 0.15)
-	out := b.String()
-	for _, want := range []string{
-		"| tap | 0 | 25.00 | 2.50 | 10.0% | ≤ 15%: met |",
-		"| dnstap | 17000 | 30.00 | 6.00 | 20.0% | ≤ 15%: **MISSED** |",
-		"dnstap: only 17000 of 20000 qps answered; the servers' shared CPU was 99% busy (LocalDNS 91%, dnsstandby 8%): that core was the limit",
-		"| none | 0 | 24.00 | 0.50 | 2.1% | baseline (no feed) |",
-		"- tap: the feed adds 2.00 µs/query to dnsstandby (8.3% of LocalDNS's baseline) and +1.00 µs/query to LocalDNS; all in, 14.6% of LocalDNS's baseline CPU",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q:\n%s", want, out)
-		}
-	}
-}
-
-// TestPrintTableRounds: with more than one round, each feed is judged
-// against its own round's baseline, and the medians are given.
-func TestPrintTableRounds(t *testing.T) {
 	filled := warmup{Filled: true}
-	results := []result{
-		{Mirror: "tap", Round: 1, LocalDNSCPUUs: 61, StandbyCPUUs: 4, Warmup: filled},
-		{Mirror: "none", Round: 1, LocalDNSCPUUs: 60, StandbyCPUUs: 1, Warmup: filled},
-		{Mirror: "tap", Round: 2, LocalDNSCPUUs: 70, StandbyCPUUs: 5, Warmup: filled},
-		{Mirror: "none", Round: 2, LocalDNSCPUUs: 75, StandbyCPUUs: 1, Warmup: filled},
-		{Mirror: "tap", Round: 3, LocalDNSCPUUs: 62, StandbyCPUUs: 4, Warmup: filled},
-		{Mirror: "none", Round: 3, LocalDNSCPUUs: 60, StandbyCPUUs: 1, Warmup: filled},
-	}
-	var b bytes.Buffer
-	printTable(&b, results, 0.15)
-	out := b.String()
-	for _, want := range []string{
-		"Round 1: against the baseline (--mirror none: dnsstandby idle at 1.00 µs/query, LocalDNS 60.00 µs/query):",
-		// (4 + 1) / 60, (5 − 5) / 75, (4 + 2) / 60.
-		"- tap: the feed adds 3.00 µs/query to dnsstandby (5.0% of LocalDNS's baseline) and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU",
-		"Round 2: against the baseline",
-		"all in, 0.0% of LocalDNS's baseline CPU",
-		"Medians over 3 rounds (each against its own round's baseline):",
-		"- tap: the feed adds 3.00 µs/query to dnsstandby and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU (rounds: 8.3%, 0.0%, 10.0%)",
+	for _, tc := range []struct {
+		name    string
+		results []result
+		want    []string
+	}{
+		{
+			name: "one round",
+			results: []result{
+				{Mirror: "tap", LocalDNSCPUUs: 25, StandbyCPUUs: 2.5, Ratio: 0.1, Met: true, Warmup: filled},
+				{Mirror: "dnstap", LocalDNSCPUUs: 30, StandbyCPUUs: 6, Ratio: 0.2, Warmup: filled,
+					QPS: 17000, TargetQPS: 20000, RateShort: true, LocalDNSCPUPct: 91, StandbyCPUPct: 8},
+				{Mirror: "none", LocalDNSCPUUs: 24, StandbyCPUUs: 0.5, Ratio: 0.5 / 24, Warmup: filled},
+			},
+			want: []string{
+				"| tap | 0 | 25.00 | 2.50 | 10.0% | ≤ 15%: met |",
+				"| dnstap | 17000 | 30.00 | 6.00 | 20.0% | ≤ 15%: **MISSED** |",
+				"dnstap: only 17000 of 20000 qps answered; the servers' shared CPU was 99% busy (LocalDNS 91%, dnsstandby 8%): that core was the limit",
+				"| none | 0 | 24.00 | 0.50 | 2.1% | baseline (no feed) |",
+				"- tap: the feed adds 2.00 µs/query to dnsstandby (8.3% of LocalDNS's baseline) and +1.00 µs/query to LocalDNS; all in, 14.6% of LocalDNS's baseline CPU",
+			},
+		},
+		{
+			name: "three rounds",
+			results: []result{
+				{Mirror: "tap", Round: 1, LocalDNSCPUUs: 61, StandbyCPUUs: 4, Warmup: filled},
+				{Mirror: "none", Round: 1, LocalDNSCPUUs: 60, StandbyCPUUs: 1, Warmup: filled},
+				{Mirror: "tap", Round: 2, LocalDNSCPUUs: 70, StandbyCPUUs: 5, Warmup: filled},
+				{Mirror: "none", Round: 2, LocalDNSCPUUs: 75, StandbyCPUUs: 1, Warmup: filled},
+				{Mirror: "tap", Round: 3, LocalDNSCPUUs: 62, StandbyCPUUs: 4, Warmup: filled},
+				{Mirror: "none", Round: 3, LocalDNSCPUUs: 60, StandbyCPUUs: 1, Warmup: filled},
+			},
+			want: []string{
+				"Round 1: against the baseline (--mirror none: dnsstandby idle at 1.00 µs/query, LocalDNS 60.00 µs/query):",
+				// (4 + 1) / 60, (5 − 5) / 75, (4 + 2) / 60.
+				"- tap: the feed adds 3.00 µs/query to dnsstandby (5.0% of LocalDNS's baseline) and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU",
+				"Round 2: against the baseline",
+				"all in, 0.0% of LocalDNS's baseline CPU",
+				"Medians over 3 rounds (each against its own round's baseline):",
+				"- tap: the feed adds 3.00 µs/query to dnsstandby and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU (rounds: 8.3%, 0.0%, 10.0%)",
+			},
+		},
 	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q:\n%s", want, out)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printTable(&b, tc.results, 0.15)
+			out := b.String()
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("table lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 
