@@ -108,6 +108,7 @@ type CoreDNSConfig struct {
 	Files    map[string]string // more files to write into Dir (zone files), by relative name
 	Probe    string            // "ADDR:PORT" that must answer a DNS query (any rcode) before start returns
 	Args     []string          // more command-line arguments
+	Cgroup   string            // a cgroup2 directory to start CoreDNS in, as systemd starts a unit in its own; "": the caller's
 }
 
 // CoreDNS is a running CoreDNS.
@@ -191,7 +192,7 @@ func launchCoreDNS(ns *Namespace, cfg CoreDNSConfig, dir string) (*CoreDNS, erro
 		}
 	}
 	args := append([]string{"-conf", filepath.Join(dir, "Corefile")}, cfg.Args...)
-	p, err := ns.StartIn(dir, cfg.Binary, args...)
+	p, err := ns.startIn(dir, cfg.Cgroup, cfg.Binary, args...)
 	if err != nil {
 		return nil, fmt.Errorf("start coredns: %w", err)
 	}

@@ -103,6 +103,14 @@ func (n *Namespace) Start(name string, args ...string) (*Process, error) {
 // StartIn is Start with the working directory set to dir ("" for the
 // caller's).
 func (n *Namespace) StartIn(dir, name string, args ...string) (*Process, error) {
+	return n.startIn(dir, "", name, args...)
+}
+
+// startIn is StartIn with the process started in the cgroup2 directory
+// cgroup ("" for the caller's): there from its first instruction on, so
+// that every socket it opens belongs to that cgroup (a socket keeps the
+// cgroup it was made in).
+func (n *Namespace) startIn(dir, cgroup, name string, args ...string) (*Process, error) {
 	if err := lookTool(name); err != nil {
 		return nil, fmt.Errorf("%s: %w", n.name, err)
 	}
@@ -110,6 +118,14 @@ func (n *Namespace) StartIn(dir, name string, args ...string) (*Process, error) 
 	p.cmd = n.Command(context.Background(), name, args...)
 	p.cmd.Dir = dir
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if cgroup != "" {
+		cg, err := os.Open(cgroup)
+		if err != nil {
+			return nil, fmt.Errorf("%s: start %s: open cgroup: %w", n.name, name, err)
+		}
+		defer cg.Close()
+		p.cmd.SysProcAttr.UseCgroupFD, p.cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -61,6 +61,46 @@ const forwardedLabel = "forwarded"
 // passes as it is. It supports the instructions the tap's
 // filter uses and fails on any other.
 func localProgram(prog []bpf.Instruction) (asm.Instructions, error) {
+	insns, err := translate(prog, func(val uint32) asm.Instructions {
+		var ins asm.Instructions
+		// A query's exit (snapQuery) passes received packets: every
+		// query is received, on a pod's veth or on lo.
+		if val != 0 && val != snapQuery {
+			ins = append(ins,
+				asm.LoadMem(regA, regCtx, skbIngressIfindex, asm.Word).WithSource(asm.Comment("A = ingress ifindex: 0 if this host sent it")),
+				asm.JNE.Imm32(regA, 0, forwardedLabel).WithSource(asm.Comment("received first: forwarded, not ours")),
+			)
+		}
+		return append(ins, asm.Mov.Imm32(regA, int32(val)), asm.Return())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(insns,
+		asm.Mov.Imm32(regA, 0).WithSymbol(forwardedLabel).WithSource(asm.Comment("drop")),
+		asm.Return(),
+	), nil
+}
+
+// queryRingProgram translates prog (built for queries) into the ring
+// mode's query filter: a query it would pass is copied into the ring and
+// dropped, and so is everything else; the socket never queues a packet.
+func queryRingProgram(prog []bpf.Instruction) (asm.Instructions, error) {
+	insns, err := translate(prog, func(val uint32) asm.Instructions {
+		if val == snapQuery {
+			return asm.Instructions{asm.Ja.Label(recordLabel)}
+		}
+		return asm.Instructions{asm.Mov.Imm32(regA, 0), asm.Return()}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(insns, recordBlock(recordLabel, recordQuery, 0)...), nil
+}
+
+// translate translates the classic filter prog instruction by
+// instruction, each RET k as exit(k) says.
+func translate(prog []bpf.Instruction, exit func(val uint32) asm.Instructions) (asm.Instructions, error) {
 	label := func(i int) string { return fmt.Sprintf("c%d", i) }
 	out := asm.Instructions{
 		asm.Mov.Reg(regCtx, asm.R1).WithSource(asm.Comment("r6 = ctx, for LD_ABS/LD_IND")),
@@ -121,15 +161,7 @@ func localProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 		case bpf.Jump:
 			ins = append(ins, asm.Ja.Label(label(i+1+int(in.Skip))))
 		case bpf.RetConstant:
-			// A query's exit (snapQuery) passes received packets: every
-			// query is received, on a pod's veth or on lo.
-			if in.Val != 0 && in.Val != snapQuery {
-				ins = append(ins,
-					asm.LoadMem(regA, regCtx, skbIngressIfindex, asm.Word).WithSource(asm.Comment("A = ingress ifindex: 0 if this host sent it")),
-					asm.JNE.Imm32(regA, 0, forwardedLabel).WithSource(asm.Comment("received first: forwarded, not ours")),
-				)
-			}
-			ins = append(ins, asm.Mov.Imm32(regA, int32(in.Val)), asm.Return())
+			ins = append(ins, exit(in.Val)...)
 		default:
 			return nil, fmt.Errorf("instruction %d: %T not translated", i, in)
 		}
@@ -139,10 +171,6 @@ func localProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 		}
 		out = append(out, ins...)
 	}
-	out = append(out,
-		asm.Mov.Imm32(regA, 0).WithSymbol(forwardedLabel).WithSource(asm.Comment("drop")),
-		asm.Return(),
-	)
 	return out, nil
 }
 

@@ -75,7 +75,8 @@ type Stats struct {
 	ReadErrors uint64
 	// KernelPackets and KernelDrops are PACKET_STATISTICS: packets the
 	// filter passed, and of those the ones dropped for a full receive
-	// buffer (never read, so not in Seen).
+	// buffer (never read, so not in Seen). In ring mode, the same for
+	// the ring's records: those written, and those lost for a full ring.
 	KernelPackets, KernelDrops uint64
 	// Enabled is whether the tap inserts what it reads (SetEnabled); a
 	// paused tap's reads are rejected as "disabled".
@@ -85,6 +86,10 @@ type Stats struct {
 	// passes frames a Linux bridge forwards from one pod to another, so a
 	// pod can forge what the tap inserts.
 	LocalOnly bool
+	// Ring is whether the tap is in ring mode: LocalDNS's replies read at
+	// its cgroup's egress and the queries through the ring, with no
+	// packet socket on the transmit path (SetLocalDNS).
+	Ring bool
 }
 
 // RejectedTotal sums Rejected: every record read and not inserted.
@@ -119,6 +124,14 @@ func (t *Tap) pollKernelStats() {
 	}
 	t.stats.kernelPackets.Add(uint64(packets))
 	t.stats.kernelDrops.Add(uint64(drops))
+	if t.ring != nil {
+		// What the ring's programs passed counts as the filter's: a
+		// record lost for a full ring, as a packet dropped for a full
+		// buffer.
+		recorded, lost := t.ring.countsSince()
+		t.stats.kernelPackets.Add(recorded + lost)
+		t.stats.kernelDrops.Add(lost)
+	}
 }
 
 // Stats returns the tap's counters, the kernel's read just now.
@@ -137,6 +150,7 @@ func (t *Tap) Stats() Stats {
 		KernelDrops:     c.kernelDrops.Load(),
 		Enabled:         t.enabled.Load(),
 		LocalOnly:       t.localOnly,
+		Ring:            t.ringOn.Load(),
 	}
 	c.eachReject(func(name string, v uint64) { s.Rejected[name] += v })
 	for r := reason(1); r < numReasons; r++ {
@@ -194,11 +208,14 @@ var (
 	// this node sent, 0 with the classic filter (forgeable on a bridge).
 	descLocalOnly = prometheus.NewDesc("dnsstandby_mirror_tap_local_only",
 		"1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.", nil, nil)
+	// descRing is 1 in ring mode, 0 while the packet socket reads.
+	descRing = prometheus.NewDesc("dnsstandby_mirror_tap_ring",
+		"1 while the packet tap reads LocalDNS's replies at its cgroup's egress and the queries through a BPF ring buffer; 0 while its packet socket reads both.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly} {
+	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing} {
 		ch <- d
 	}
 }
@@ -241,4 +258,5 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descEnabled, s.Enabled)
 	gauge(descLocalOnly, s.LocalOnly)
+	gauge(descRing, s.Ring)
 }

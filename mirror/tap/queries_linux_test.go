@@ -66,7 +66,10 @@ func (o *nsObserver) get(name string) (queries, replies []seenPacket) {
 // and a client on the node itself (over lo, where the kernel shows each
 // packet twice). A second tap without Queries, beside it, shows the
 // replies only and counts as before. Replies the observer claims as its
-// own hedges are neither inserted nor counted as accepted.
+// own hedges are neither inserted nor counted as accepted. In ring mode
+// (CoreDNS in a cgroup of its own, named to both taps with SetLocalDNS)
+// the same holds with every packet seen exactly once, and the packet
+// sockets read nothing.
 func TestTapQueries(t *testing.T) {
 	pod4, pod6 := netip.MustParseAddr("10.211.0.2"), netip.MustParseAddr("fd00:211::2")
 	server4 := netip.MustParseAddrPort(bedAddr4 + ":53")
@@ -83,16 +86,22 @@ func TestTapQueries(t *testing.T) {
 	// A node process's query to a local address leaves from that address.
 	local := flow{"lo", func(b *bed) *nstest.Namespace { return b.node }, server4, server4.Addr(), dns.TypeA}
 	tests := []struct {
-		name    string
-		bridged bool
-		flows   []flow
+		name          string
+		bridged, ring bool
+		flows         []flow
 	}{
-		{"veth", false, []flow{podV4, podV6, local}},
-		{"bridge", true, []flow{podV4, podV6}},
+		{"veth", false, false, []flow{podV4, podV6, local}},
+		{"bridge", true, false, []flow{podV4, podV6}},
+		{"veth-ring", false, true, []flow{podV4, podV6, local}},
+		{"bridge-ring", true, true, []flow{podV4, podV6}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBed(t, tt.bridged)
+			newB := newBed
+			if tt.ring {
+				newB = newRingBed
+			}
+			b := newB(t, tt.bridged)
 			obs, obsOff := newNSObserver(), newNSObserver()
 			recOn, recOff := newRecorder(t), newRecorder(t)
 			cfg := bedConfig(t)
@@ -100,6 +109,13 @@ func TestTapQueries(t *testing.T) {
 			on := startTap(t, b.node, cfg, recOn.sink)
 			cfg.Queries, cfg.Observer = false, obsOff
 			off := startTap(t, b.node, cfg, recOff.sink)
+			if tt.ring {
+				toRing(t, b, on, off)
+			}
+			if tt.ring {
+				// From here on the packet sockets must pass nothing.
+				_ = packetSocketStats(t, on, off)
+			}
 
 			const n, hedges = 30, 5
 			var total uint64
@@ -116,6 +132,12 @@ func TestTapQueries(t *testing.T) {
 					checkExchange(t, obs, name, f.from, f.server, before, after, true)
 					checkExchange(t, obsOff, name, f.from, f.server, before, after, false)
 				}
+			}
+			var socketsPassed string
+			if tt.ring {
+				// Read before drained: its Stats read the sockets' counters,
+				// which reset on each read.
+				socketsPassed = packetSocketStats(t, on, off)
 			}
 			stOn, stOff := drained(t, on), drained(t, off)
 			// Seen once more: the observer's view is settled now.
@@ -134,7 +156,14 @@ func TestTapQueries(t *testing.T) {
 			dupQueries := stOn.QueriesRejected["duplicate"]
 			wantSeenOn := 2*total + dupQueries
 			wantSeenOff := total
-			if tt.bridged {
+			if tt.ring && dupQueries != 0 {
+				t.Errorf("ring mode: %d duplicate queries, want every query seen once", dupQueries)
+			}
+			if tt.ring {
+				if got := socketsPassed; got != "[0 0][0 0]" {
+					t.Errorf("ring mode: the packet sockets passed %s packets (passed, dropped), want none", got)
+				}
+			} else if tt.bridged {
 				// Each reply leaves twice, on the bridge and its port.
 				wantSeenOn += total
 				wantSeenOff += total

@@ -74,9 +74,17 @@ type Config struct {
 	// Observer, when not nil, sees every query (with Queries) and every
 	// reply the tap takes, with its kernel receive time and endpoints.
 	Observer Observer
+	// RingSize is the ring mode's BPF ring buffer in bytes: a power of
+	// two, at least a page. 0 keeps the tap in packet mode for good.
+	// Ring mode starts when SetLocalDNS names LocalDNS's processes and
+	// the egress program attaches to their cgroups (see ring.go).
+	RingSize int
 	// Logger receives start, stop, pause and read errors; nil discards.
 	Logger *slog.Logger
 }
+
+// maxRingSize bounds Config.RingSize: the ring is locked kernel memory.
+const maxRingSize = 1 << 30
 
 // maxBatch is the most packets one recvmmsg returns (UIO_MAXIOV): a larger
 // Batch would only hold slots that are never filled.
@@ -95,6 +103,9 @@ func DefaultConfig() Config {
 		// measured, it holds 10,000 replies, half a second at 20k
 		// replies/s with the reader stopped.
 		RcvBuf: 4 << 20,
+		// Records are 256 bytes for a small query or reply: 16,000 of
+		// them, most of a second at 20k queries and replies a second.
+		RingSize: 4 << 20,
 	}
 }
 
@@ -110,6 +121,9 @@ func (c *Config) validate() (filterSpec, error) {
 	}
 	if c.RcvBuf < 0 {
 		return filterSpec{}, fmt.Errorf("tap: RcvBuf must not be negative, got %d", c.RcvBuf)
+	}
+	if c.RingSize != 0 && (c.RingSize < 4096 || c.RingSize > maxRingSize || c.RingSize&(c.RingSize-1) != 0) {
+		return filterSpec{}, fmt.Errorf("tap: RingSize must be 0 or a power of two from 4096 to %d, got %d", maxRingSize, c.RingSize)
 	}
 	spec, err := newFilterSpec(c.Addrs, c.Port, c.ExcludeMark, c.Queries)
 	if err != nil {
@@ -185,8 +199,17 @@ type Tap struct {
 	// (the eBPF filter), not frames a bridge forwards (the classic one).
 	localOnly bool
 
-	mu sync.Mutex // guards fd; the reader closes it when it ends
+	mu sync.Mutex // guards fd and the ring's lost counters; the reader closes them when it ends
 	fd int        // the packet socket, or -1
+
+	// Ring mode (ring.go): ring is nil where the kernel refused it.
+	ring       *ring
+	epfd       int         // an epoll set of fd and the ring, which the reader waits on; -1 without a ring
+	ringOn     atomic.Bool // in ring mode: replies at LocalDNS's egress, queries through the ring
+	modeMu     sync.Mutex  // serialises SetLocalDNS and the ring's closing
+	ringClosed bool        // the reader closed the ring; guarded by modeMu
+	procRoot   string      // /proc; tests give another
+	modeErr    string      // the last SetLocalDNS error logged, so a repeated one is not
 }
 
 // Start opens the tap in the calling goroutine's network namespace (the
@@ -240,11 +263,18 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 		localOnly: refused == nil,
 	}
 	t.drain, _ = cfg.Observer.(Drainer)
+	t.epfd, t.procRoot = -1, "/proc"
+	if cfg.RingSize > 0 {
+		if err := t.openRing(cfg.RingSize, load); err != nil {
+			t.log.Warn("packet tap: ring mode unavailable, the packet socket reads everything: "+
+				"while it is open the kernel clones every packet the node sends for it", slog.Any("err", err))
+		}
+	}
 	t.enabled.Store(true)
 	t.stop = context.AfterFunc(ctx, t.interrupt)
 	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
 		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "queries", cfg.Queries, "observer", cfg.Observer != nil,
-		"filter_instructions", len(prog), "local_only", t.localOnly)
+		"filter_instructions", len(prog), "local_only", t.localOnly, "ring", t.ring != nil)
 	if !t.localOnly {
 		t.log.Warn("packet tap: the kernel refused the filter that passes only replies this node sent; "+
 			"with the classic filter, a pod behind a Linux bridge can forge replies into the cache (see mirror/tap/README.md, or use the dnstap feed)",
@@ -328,6 +358,9 @@ func (t *Tap) run() {
 	defer t.closeSockets()
 	defer t.pauseT.Stop()
 	for {
+		// Everything queued before now is read below, unless a full
+		// batch leaves more.
+		now := time.Now().UnixNano()
 		n, err := t.b.recv(t.fd)
 		if err != nil {
 			t.stats.readErrors.Add(1)
@@ -341,31 +374,32 @@ func (t *Tap) run() {
 		}
 		if n > 0 {
 			t.stats.reads.Add(1)
-			// The fallback for a packet without a kernel timestamp: one
-			// clock read per batch.
-			now := time.Now().UnixNano()
 			for i := range n {
+				// now: the fallback for a packet without a kernel
+				// timestamp.
 				pkt, a := t.b.packet(i, now)
 				t.handle(pkt, a)
 			}
-			if t.drain != nil && n < len(t.b.hdrs) {
-				// The queue is empty: everything sent or received until
-				// now has been shown (a full batch leaves more queued,
-				// and judging then would take replies still unread for
-				// missing).
-				t.drain.Drained(now)
-			}
+		}
+		// The ring is read to its end each time.
+		r := t.drainRing()
+		full := n == len(t.b.hdrs)
+		if t.drain != nil && n+r > 0 && !full {
+			// The queues are empty: everything sent or received until
+			// now has been shown (a full batch leaves more queued, and
+			// judging then would take replies still unread for missing).
+			t.drain.Drained(now)
 		}
 		switch {
-		case n == len(t.b.hdrs):
+		case full:
 			// More may be queued; stop here only if asked to.
 			select {
 			case <-t.quit:
 				return
 			default:
 			}
-		case n > 0:
-			// The queue is empty: rather than wake for the next packet
+		case n+r > 0:
+			// The queues are empty: rather than wake for the next packet
 			// alone, let some gather.
 			if t.pause() {
 				return
@@ -392,10 +426,17 @@ func (t *Tap) run() {
 // socket.
 func (t *Tap) closeSockets() {
 	t.pollKernelStats()
+	t.modeMu.Lock()
+	defer t.modeMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	unix.Close(t.fd)
 	t.fd = -1
+	if t.ring != nil {
+		unix.Close(t.epfd)
+		t.ring.close()
+		t.ringClosed = true
+	}
 	t.log.Info("packet tap stopped")
 }
 

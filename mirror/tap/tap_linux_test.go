@@ -62,7 +62,11 @@ type bed struct {
 	coredns   *nstest.CoreDNS
 }
 
-func newBed(t *testing.T, bridged bool) *bed {
+func newBed(t *testing.T, bridged bool) *bed { t.Helper(); return newBedIn(t, bridged, "") }
+
+// newBedIn is newBed with CoreDNS started in the cgroup2 directory cgroup
+// ("" for the test's own).
+func newBedIn(t *testing.T, bridged bool, cgroup string) *bed {
 	t.Helper()
 	nstest.RequireRoot(t)
 	bin := nstest.CoreDNSBinary(t)
@@ -81,7 +85,7 @@ func newBed(t *testing.T, bridged bool) *bed {
 	must(t, b.pod.AddRoute(nstest.Route{Dst: "169.254.10.0/24", Via: gw4}))
 	must(t, b.pod.AddRoute(nstest.Route{Dst: "fd00:10::/64", Via: gw6}))
 	b.coredns = nstest.StartCoreDNS(t, b.node, nstest.CoreDNSConfig{
-		Binary: bin, Corefile: bedCorefile, Probe: bedAddr4 + ":53",
+		Binary: bin, Corefile: bedCorefile, Probe: bedAddr4 + ":53", Cgroup: cgroup,
 	})
 	return b
 }

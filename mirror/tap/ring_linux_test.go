@@ -1,0 +1,95 @@
+package tap
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
+	"github.com/dnsstandby/dnsstandby/internal/nstest"
+)
+
+// newRingBed is newBed with CoreDNS in a cgroup of its own, as systemd
+// starts LocalDNS in localdns.service's.
+func newRingBed(t *testing.T, bridged bool) *bed {
+	t.Helper()
+	nstest.RequireRoot(t)
+	dir, err := cgroupv2.Make(fmt.Sprintf("dnsstandby-tap-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
+	if err != nil {
+		t.Skipf("no cgroup2 hierarchy to start LocalDNS in: %v", err)
+	}
+	// Registered first, so it runs last: after CoreDNS has stopped.
+	t.Cleanup(func() {
+		if err := cgroupv2.Remove(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	return newBedIn(t, bridged, dir)
+}
+
+// toRing names the bed's CoreDNS to the taps as LocalDNS and checks that
+// they went to ring mode.
+func toRing(t *testing.T, b *bed, taps ...*Tap) {
+	t.Helper()
+	for _, tp := range taps {
+		tp.SetLocalDNS([]int{b.coredns.Pid()})
+		if !tp.Stats().Ring {
+			t.Fatal("the tap stayed in packet mode after SetLocalDNS")
+		}
+	}
+}
+
+// packetSocketStats is what the taps' packet sockets passed since the
+// taps' counters last read them, in a string to compare with "[0 0]...".
+func packetSocketStats(t *testing.T, taps ...*Tap) string {
+	t.Helper()
+	var s string
+	for _, tp := range taps {
+		tp.mu.Lock()
+		p, d, err := kernelStats(tp.fd)
+		tp.mu.Unlock()
+		must(t, err)
+		s += fmt.Sprintf("[%d %d]", p, d)
+	}
+	return s
+}
+
+// TestRingPrograms loads the ring mode's programs into the kernel, as the
+// tap builds them for each kind of address list: the verifier must take
+// every one.
+func TestRingPrograms(t *testing.T) {
+	nstest.RequireRoot(t)
+	a4, b4 := netip.MustParseAddr("169.254.10.10"), netip.MustParseAddr("169.254.10.11")
+	a6 := netip.MustParseAddr("fd00:10::11")
+	tests := []struct {
+		name  string
+		addrs []netip.Addr
+		mark  uint32
+	}{
+		{"one IPv4", []netip.Addr{b4}, 0},
+		{"two IPv4 and a mark", []netip.Addr{a4, b4}, 0x1234},
+		{"one IPv6", []netip.Addr{a6}, 0},
+		{"both", []netip.Addr{a4, a6}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, err := newFilterSpec(tt.addrs, 53, tt.mark, true)
+			must(t, err)
+			r, err := newRing(spec, 1<<16, loadLocal)
+			must(t, err)
+			r.close()
+		})
+	}
+	// The record block alone, the part both programs share, is small
+	// enough to read: four classes.
+	if n := len(recordBlock("r", recordReply, 1)); n > 140 {
+		t.Errorf("record block is %d instructions", n)
+	}
+	_ = asm.Instructions{}
+	_ = ebpf.CGroupSKB
+}
