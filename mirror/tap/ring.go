@@ -73,8 +73,8 @@ const skbLen = 0
 
 // Stack slots of the record block and the egress program.
 const (
-	stackCountKey = -4 // u32 key of a counter
-	stackHeader  = -64 // the IP and UDP headers the egress program checks (48 bytes)
+	stackCountKey = -4  // u32 key of a counter
+	stackHeader   = -64 // the IP and UDP headers the egress program checks (48 bytes)
 )
 
 // Registers the record block uses. r6 holds the context throughout; r7

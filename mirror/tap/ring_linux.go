@@ -24,15 +24,15 @@ import (
 // tap is in packet mode), and the egress program with its attachments to
 // LocalDNS's cgroups.
 type ring struct {
-	buf    *ebpf.Map // the ring
-	counts *ebpf.Map // per CPU: records by kind, then those lost by kind
-	egress    *ebpf.Program
-	rd        *ringbuf.Reader
-	rec       ringbuf.Record // reused by every read
-	qfds      []int          // query sockets
-	qprotos   []uint16       // the EtherType each binds to in ring mode
-	links     map[string]link.Link
-	seen      [numCounts]uint64 // counts already added to the tap's counters
+	buf     *ebpf.Map // the ring
+	counts  *ebpf.Map // per CPU: records by kind, then those lost by kind
+	egress  *ebpf.Program
+	rd      *ringbuf.Reader
+	rec     ringbuf.Record // reused by every read
+	qfds    []int          // query sockets
+	qprotos []uint16       // the EtherType each binds to in ring mode
+	links   map[string]link.Link
+	seen    [numCounts]uint64 // counts already added to the tap's counters
 	// offset turns the programs' CLOCK_MONOTONIC times into unix
 	// nanoseconds; set before each drain.
 	offset int64
