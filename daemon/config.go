@@ -51,6 +51,11 @@ type Config struct {
 	Takeover  takeover.Config  // Sockets, Healthy, CountReads, Answered, OnMirrorSafe and Anchor are set by Run
 	Anchor    Anchor
 	Mirror    Mirror
+	// TapRing lets the packet tap read LocalDNS's replies at its cgroup's
+	// egress and the queries through a BPF ring buffer (the tap's ring
+	// mode), so that no packet socket sees what the node sends; false
+	// keeps the tap's packet socket reading both.
+	TapRing bool
 	// Hedging answers, from dnsstandby's own socket, the UDP queries
 	// LocalDNS leaves unanswered past a deadline, and holds a LocalDNS
 	// that answers none (package hedge). It needs Mirror tap: only the
@@ -279,6 +284,7 @@ func DefaultConfig() Config {
 		Takeover:         takeover.DefaultConfig(),
 		Anchor:           Anchor{Link: "dnsstandby", Kind: "dummy"},
 		Mirror:           Mirror{Kind: MirrorTap},
+		TapRing:          true,
 		Hedging:          true,
 		Hedge:            hedge.DefaultConfig(),
 		StateDir:         "/var/lib/dnsstandby",

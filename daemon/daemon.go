@@ -599,7 +599,7 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 	switch m.Kind {
 	case MirrorTap:
 		for _, v := range d.views {
-			tc := tapConfig(v.listen)
+			tc := d.cfg.tapConfig(v.listen)
 			tc.Logger = d.base.With("listener", v.listen.String())
 			var obs observer
 			if d.cfg.hedging() {
@@ -651,6 +651,16 @@ func (d *Daemon) setMirrorSafe(safe bool) {
 	}
 }
 
+// setLocalDNS names LocalDNS's processes to every tap, which then reads
+// their replies at their cgroup (ring mode).
+func (d *Daemon) setLocalDNS(pids []int) {
+	for _, v := range d.views {
+		if v.tap != nil {
+			v.tap.SetLocalDNS(pids)
+		}
+	}
+}
+
 // startTakeover starts the controller once the read loops run: the
 // steering program may send traffic to our sockets the moment it is
 // attached.
@@ -669,6 +679,7 @@ func (d *Daemon) startTakeover(life context.Context, stack *closers, reg *promet
 	tc.Answered = d.answered
 	if d.cfg.Mirror.Kind == MirrorTap {
 		tc.OnMirrorSafe = d.setMirrorSafe
+		tc.OnLocalDNS = d.setLocalDNS
 	}
 	if d.cfg.hedging() {
 		tc.QueryCounts = d.queryCounts

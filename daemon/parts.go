@@ -45,9 +45,12 @@ func hostsConfig(r *Route) localanswer.HostsConfig {
 }
 
 // tapConfig is the mirror tap of the listen address ap.
-func tapConfig(ap netip.AddrPort) tap.Config {
+func (c *Config) tapConfig(ap netip.AddrPort) tap.Config {
 	tc := tap.DefaultConfig()
 	tc.Addrs, tc.Port = []netip.Addr{ap.Addr()}, ap.Port()
+	if !c.TapRing {
+		tc.RingSize = 0
+	}
 	return tc
 }
 
@@ -158,7 +161,7 @@ func (c *Config) validateParts() error {
 	switch c.Mirror.Kind {
 	case MirrorTap:
 		for _, ap := range c.Listen {
-			tc := tapConfig(ap)
+			tc := c.tapConfig(ap)
 			if err := tc.Validate(); err != nil {
 				return fmt.Errorf("daemon: Mirror: listener %s: %w", ap, err)
 			}

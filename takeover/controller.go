@@ -74,6 +74,11 @@ type Config struct {
 	// on the wire from the listen address are LocalDNS's, never our own.
 	// Called at start and whenever that changes, from one goroutine.
 	OnMirrorSafe func(bool)
+	// OnLocalDNS, if set, is told the processes holding LocalDNS's
+	// sockets (peer.State.PIDs) at start and whenever they change, before
+	// OnMirrorSafe: the packet tap reads LocalDNS's replies at their
+	// cgroup. Called from one goroutine.
+	OnLocalDNS func(pids []int)
 	// FallbackUnit is the systemd unit of AKS's LocalDNS fallback
 	// (peer.WatcherConfig.FallbackUnit): a CoreDNS in it on the listen
 	// address is reported, never taken for LocalDNS. "": none is told
@@ -163,6 +168,9 @@ type Controller struct {
 	// true. Owned by the goroutine that runs the machine (Start, then
 	// run).
 	safe int8
+	// toldPIDs is the last OnLocalDNS value told; nil none yet. Owned as
+	// safe is.
+	toldPIDs []int
 
 	ops       chan operatorCmd
 	silent    chan Silence    // LocalDNS seen answering nothing; buffered, never blocks the sender
@@ -328,6 +336,7 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 	c.readTest = c.machine.PeerAnswers()
 	c.setReadTest(c.readTest)
 	c.events = NewEventLog(mode, reason, now, cfg.Answered)
+	c.tellLocalDNS(c.peer)
 	c.adopt(c.peer)
 	if err := c.apply(mode); err != nil {
 		return c, err
@@ -457,6 +466,7 @@ func (c *Controller) run(ctx context.Context) {
 			c.mu.Lock()
 			c.peer = st
 			c.mu.Unlock()
+			c.tellLocalDNS(st)
 			c.adopt(st)
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.PeerBound(now, st.Bound) })
 			c.tellMirrorSafe()
@@ -608,6 +618,15 @@ func (c *Controller) mirrorSafe() bool {
 		}
 	}
 	return true
+}
+
+// tellLocalDNS calls OnLocalDNS when LocalDNS's processes changed.
+func (c *Controller) tellLocalDNS(st peer.State) {
+	if c.cfg.OnLocalDNS == nil || (c.toldPIDs != nil && slices.Equal(c.toldPIDs, st.PIDs)) {
+		return
+	}
+	c.toldPIDs = append([]int{}, st.PIDs...)
+	c.cfg.OnLocalDNS(st.PIDs)
 }
 
 // tellMirrorSafe calls OnMirrorSafe when the answer changed.

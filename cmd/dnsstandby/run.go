@@ -346,6 +346,7 @@ func runFlags(cfg *daemon.Config) (*flag.FlagSet, *runOptions) {
 	fs.StringVar(&t.FallbackUnit, "localdns-fallback-unit", t.FallbackUnit, "systemd `UNIT` of AKS's LocalDNS fallback: a CoreDNS in it on a listen address is reported, never taken for LocalDNS (empty: every socket not ours is LocalDNS's)")
 
 	fs.Var(parsed[daemon.Mirror]{&cfg.Mirror, parseMirror, daemon.Mirror.String}, "mirror", "how LocalDNS's answers fill the cache (`MODE`): tap (a packet tap on the listen addresses' replies), dnstap:PATH (a socket LocalDNS streams to: `dnstap PATH full` in its Corefile), none")
+	fs.BoolVar(&cfg.TapRing, "tap-ring", cfg.TapRing, "with --mirror tap, read LocalDNS's replies at its cgroup's egress and the queries through a BPF ring buffer once LocalDNS is found, so that no packet socket sees what the node sends (false: the tap's packet socket reads both, and the kernel clones every packet the node sends for it)")
 	h := &cfg.Hedge
 	fs.BoolVar(&cfg.Hedging, "hedge", cfg.Hedging, "answer, from dnsstandby's own socket, the UDP queries LocalDNS leaves unanswered past a deadline, and hold a LocalDNS that answers none (needs --mirror tap; tracks queries only at steering level adopt)")
 	fs.Var(positive(&h.CacheMin), "hedge-cache-min", "least wait for LocalDNS's answer before a hedge from the cache (the wait is 4 × LocalDNS's p99, within these bounds)")

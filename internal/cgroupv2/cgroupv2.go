@@ -41,11 +41,17 @@ func Of(procRoot, root string, pid int) (string, error) {
 	return "", fmt.Errorf("pid %d is in no cgroup2 (unified) cgroup", pid)
 }
 
-// Mount returns where the cgroup2 hierarchy is mounted (its root
-// as this cgroup namespace sees it): /sys/fs/cgroup on a unified host,
+// Mount returns where the cgroup2 hierarchy is mounted (its root as this
+// cgroup namespace sees it): /sys/fs/cgroup on a unified host,
 // /sys/fs/cgroup/unified on a hybrid one.
-func Mount(procRoot string) (string, error) {
-	f, err := os.Open(filepath.Join(procRoot, "self", "mountinfo"))
+func Mount(procRoot string) (string, error) { return mountIn(filepath.Join(procRoot, "self")) }
+
+// errNoMount: a mount table without a cgroup2 hierarchy.
+var errNoMount = errors.New("no cgroup2 hierarchy is mounted")
+
+// mountIn finds the cgroup2 mount point in proc's mountinfo.
+func mountIn(proc string) (string, error) {
+	f, err := os.Open(filepath.Join(proc, "mountinfo"))
 	if err != nil {
 		return "", fmt.Errorf("find the cgroup2 mount: %w", err)
 	}
@@ -65,7 +71,7 @@ func Mount(procRoot string) (string, error) {
 	if err := sc.Err(); err != nil {
 		return "", fmt.Errorf("find the cgroup2 mount: %w", err)
 	}
-	return "", errors.New("no cgroup2 hierarchy is mounted")
+	return "", errNoMount
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).

@@ -19,6 +19,7 @@ import (
 	"github.com/dnsstandby/dnsstandby/bench/internal/dnsperf"
 	"github.com/dnsstandby/dnsstandby/bench/internal/procstat"
 	"github.com/dnsstandby/dnsstandby/bench/internal/testbed"
+	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -109,22 +110,26 @@ const nsidCheckName = "kubernetes.default.svc.cluster.local."
 // until dnsstandby mirrors with LocalDNS's sockets adopted, warms up,
 // measures, and stops both.
 func (n *node) measureFeed(ctx context.Context, feed string) (res result, err error) {
-	mirrorArg, dnstapPath, hedge := feed, "", "true"
+	mirrorArg, dnstapPath, hedge, ring := feed, "", "true", "true"
 	switch feed {
 	case "dnstap":
 		dnstapPath = filepath.Join(n.Scratch, "dnstap.sock")
 		mirrorArg = "dnstap:" + dnstapPath
 	case tapNoHedge:
 		mirrorArg, hedge = "tap", "false"
+	case tapPacket:
+		mirrorArg, ring = "tap", "false"
 	}
 	args := []string{"run", "--listen", listenAddr, "--upstream", testbed.UpstreamAddr,
 		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "", "--lock-file", "",
-		"--steering", "adopt", "--mirror", mirrorArg, "--hedge=" + hedge}
+		"--steering", "adopt", "--mirror", mirrorArg, "--hedge=" + hedge, "--tap-ring=" + ring}
 
 	// dnsstandby first, for every feed: CoreDNS 1.13.1 connects to its
 	// dnstap socket only at start-up (mirror/dnstap/README.md), and the
 	// other feeds start the same way so that the runs differ only in the feed.
-	sb, err := n.NS.Start(n.o.dnsstandby, args...)
+	// `ip netns exec` gives it a fresh /sys, without the cgroup2 mount a
+	// node has at /sys/fs/cgroup, where the tap finds LocalDNS's cgroup.
+	sb, err := n.NS.Start("/bin/sh", append([]string{"-c", `mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$0" "$@"`, n.o.dnsstandby}, args...)...)
 	if err != nil {
 		return res, fmt.Errorf("start dnsstandby: %w", err)
 	}
@@ -149,10 +154,18 @@ func (n *node) measureFeed(ctx context.Context, feed string) (res result, err er
 
 	// The probe may be answered by dnsstandby, which holds the traffic
 	// until LocalDNS passed its hold-down; waitMirror waits for that.
+	// LocalDNS runs in a cgroup of its own, as in localdns.service on a
+	// node: the tap in ring mode reads its replies there.
+	cg, err := cgroupv2.Make(fmt.Sprintf("dnsstandby-mirrorcost-localdns-%d", os.Getpid()))
+	if err != nil {
+		return res, withOutput(fmt.Errorf("LocalDNS: %w", err))
+	}
+	defer func() { err = errors.Join(err, cgroupv2.Remove(cg)) }()
 	ld, err = nstest.LaunchCoreDNS(n.NS, nstest.CoreDNSConfig{
 		Binary:   n.o.coredns,
 		Corefile: localDNSCorefile(dnstapPath),
 		Probe:    listenAddr,
+		Cgroup:   cg,
 	})
 	if err != nil {
 		return res, withOutput(fmt.Errorf("LocalDNS: %w", err))
@@ -259,8 +272,10 @@ func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, 
 			return false, fmt.Sprintf("steering level %v", s.By("dnsstandby_steer_level", "level", nil))
 		case s.Sum("dnsstandby_peer_sockets_adopted", nil) < 1:
 			return false, "no LocalDNS socket adopted"
-		case (feed == "tap" || feed == tapNoHedge) && s.Sum("dnsstandby_mirror_tap_enabled", nil) != 1:
+		case isTap(feed) && s.Sum("dnsstandby_mirror_tap_enabled", nil) != 1:
 			return false, "tap not enabled"
+		case isTap(feed) && (s.Sum("dnsstandby_mirror_tap_ring", nil) == 1) != (feed != tapPacket):
+			return false, fmt.Sprintf("tap ring mode %v", s.Sum("dnsstandby_mirror_tap_ring", nil))
 		case feed == "tap" && s.Sum("dnsstandby_hedge_tracking", nil) != 1:
 			return false, "hedger not tracking"
 		case feed == "dnstap" && s.Sum("dnsstandby_mirror_dnstap_connections", nil) < 1:

@@ -50,7 +50,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.out, "out", "bench/out/mirror.json", "where to write the results (JSON array, one object per mirror feed)")
 	flag.StringVar(&o.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
 	flag.StringVar(&o.dnsstandby, "dnsstandby", "bench/out/bin/dnsstandby", "dnsstandby binary")
-	flag.StringVar(&o.mirrors, "mirrors", "tap,dnstap,none", "mirror feeds to measure, in this order: tap (with hedging, the default: the tap also reads every query), "+tapNoHedge+" (--hedge=false), dnstap, none")
+	flag.StringVar(&o.mirrors, "mirrors", "tap,dnstap,none", "mirror feeds to measure, in this order: tap (with hedging, the default: the tap also reads every query; in ring mode), "+tapNoHedge+" (--hedge=false), "+tapPacket+" (--tap-ring=false: the packet socket reads every query and reply), dnstap, none")
 	flag.IntVar(&o.qps, "qps", 20_000, "queries per second sent to LocalDNS while measuring (dnsperf -Q)")
 	flag.IntVar(&o.outstanding, "outstanding", 100, "dnsperf -q (outstanding queries) while measuring")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measurement (whole seconds)")
@@ -136,15 +136,22 @@ func run(ctx context.Context, o *options) (err error) {
 // also read the queries LocalDNS receives.
 const tapNoHedge = "tap-nohedge"
 
+// tapPacket is the tap with hedging and without ring mode: its packet
+// socket reads every query and reply, as before ring mode.
+const tapPacket = "tap-packet"
+
+// isTap reports whether feed is one of the tap's.
+func isTap(feed string) bool { return feed == "tap" || feed == tapNoHedge || feed == tapPacket }
+
 // parseMirrors reads -mirrors.
 func parseMirrors(list string) ([]string, error) {
 	var feeds []string
 	for f := range strings.SplitSeq(list, ",") {
 		f = strings.TrimSpace(f)
 		switch f {
-		case "tap", tapNoHedge, "dnstap", "none":
+		case "tap", tapNoHedge, tapPacket, "dnstap", "none":
 		default:
-			return nil, fmt.Errorf("-mirrors: unknown feed %q (tap, %s, dnstap, none)", f, tapNoHedge)
+			return nil, fmt.Errorf("-mirrors: unknown feed %q (tap, %s, %s, dnstap, none)", f, tapNoHedge, tapPacket)
 		}
 		for _, g := range feeds {
 			if g == f {
