@@ -10,24 +10,33 @@ import (
 	"time"
 )
 
-// Resolution is how often a Coarse clock ticks. 10 ms keeps the ticker to
-// 100 wake-ups a second on an idle node.
+// Resolution is how often a Coarse clock ticks while it is read.
 const Resolution = 10 * time.Millisecond
 
-// Coarse is a wall clock updated every Resolution by the goroutine Run.
-// It errs late: Now returns the last tick plus Resolution, so while Run
-// keeps up, ages measured with it are never shorter than the truth and a
-// TTL aged by it never exceeds the original minus the real age. A tick the
-// scheduler delays makes it early by the delay (milliseconds on a busy
-// node; served TTLs round ages up to whole seconds).
+// Coarse is a wall clock updated every Resolution by the goroutine Run
+// while it is read. It errs late: Now returns the last tick plus
+// Resolution, so while Run keeps up, ages measured with it are never
+// shorter than the truth and a TTL aged by it never exceeds the original
+// minus the real age. A tick the scheduler delays makes it early by the
+// delay (milliseconds on a busy node; served TTLs round ages up to whole
+// seconds).
+//
+// A tick that finds the clock unread since the one before stops the
+// ticker: on an idle node, or one whose LocalDNS answers everything (the
+// clock is read only to answer and to mirror), it costs no wake-up at all.
+// The next Now reads the system clock itself and starts the ticker again.
 type Coarse struct {
-	now atomic.Int64 // unix nanoseconds of the last tick
+	now    atomic.Int64  // unix nanoseconds of the last tick
+	read   atomic.Bool   // Now was called since the last tick
+	asleep atomic.Bool   // Run's ticker is stopped until Now wakes it
+	wake   chan struct{} // Now's call to a sleeping Run; buffered
+	ticks  atomic.Int64  // ticks so far (tests)
 }
 
 // NewCoarse returns a clock set to the current time. Call Run to keep it
 // current.
 func NewCoarse() *Coarse {
-	c := new(Coarse)
+	c := &Coarse{wake: make(chan struct{}, 1)}
 	c.now.Store(time.Now().UnixNano())
 	return c
 }
@@ -36,17 +45,49 @@ func NewCoarse() *Coarse {
 func (c *Coarse) Run(ctx context.Context) {
 	t := time.NewTicker(Resolution)
 	defer t.Stop()
+	// Once Run has returned, the clock stands still.
+	defer c.asleep.Store(false)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			c.now.Store(now.UnixNano())
+			c.ticks.Add(1)
 		}
+		if c.read.Swap(false) {
+			continue
+		}
+		t.Stop()
+		c.asleep.Store(true)
+		// A Now between the Swap and the Store saw the clock awake (and
+		// fresh: it just ticked); it must not be left to sleep.
+		if !c.read.Load() || !c.asleep.CompareAndSwap(true, false) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.wake:
+			}
+		}
+		t.Reset(Resolution)
 	}
 }
 
 // Now returns the coarse time.
 func (c *Coarse) Now() time.Time {
+	if !c.read.Load() {
+		c.read.Store(true)
+	}
+	if c.asleep.Load() {
+		// Fresh before the ticker is told: a reader that sees it awake
+		// sees this time or a later tick.
+		c.now.Store(time.Now().UnixNano())
+		if c.asleep.CompareAndSwap(true, false) {
+			select {
+			case c.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 	return time.Unix(0, c.now.Load()+int64(Resolution))
 }

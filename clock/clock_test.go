@@ -22,6 +22,8 @@ func TestCoarse(t *testing.T) {
 		{"every 3ms", 3 * time.Millisecond},
 		{"on the tick", Resolution},
 		{"every 7ms", 7 * time.Millisecond},
+		{"every 95ms: the ticker sleeps between", 95 * time.Millisecond},
+		{"every 2s", 2 * time.Second},
 	}
 	for _, tt := range tests {
 		synctest.Test(t, func(t *testing.T) {
@@ -63,6 +65,30 @@ func TestCoarseStopsOnCancel(t *testing.T) {
 		time.Sleep(3 * Resolution) // fake time: three ticks that must not come
 		if !c.Now().Equal(frozen) {
 			t.Fatal("clock still ticking after Run returned")
+		}
+	})
+}
+
+// TestCoarseSleepsUnread: unread, the clock stops ticking after one idle
+// tick, whatever time passes; a read wakes it, and it ticks on while read.
+func TestCoarseSleepsUnread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCoarse()
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		wg.Go(func() { c.Run(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+		time.Sleep(10 * time.Second)
+		if n := c.ticks.Load(); n != 1 {
+			t.Errorf("unread for 10s: %d ticks, want 1", n)
+		}
+		// Read every 3 ms for 100 ms: about 10 ticks.
+		for range 33 {
+			c.Now()
+			time.Sleep(3 * time.Millisecond)
+		}
+		if n := c.ticks.Load(); n < 9 || n > 12 {
+			t.Errorf("read for 100ms: %d ticks in all, want 9 to 12", n)
 		}
 	})
 }

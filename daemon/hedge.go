@@ -59,7 +59,7 @@ func (o observer) Query(p *tap.Packet) {
 	o.warm.query(p.Client, p.DNS)
 }
 func (o observer) Reply(p *tap.Packet) bool { return o.h.Reply(p.At, p.Client, p.DNS) }
-func (o observer) Drained(now int64)        { o.h.Drained(now) }
+func (o observer) Drained(now int64) int64  { return o.h.Drained(now) }
 
 // The hedger ticks on the tap's reads.
 var _ tap.Drainer = observer{}

@@ -9,16 +9,21 @@ import (
 // Deadlines fire in ticks, at most one per Config.Tick. A tick runs where
 // a goroutine is awake anyway: the tap's, after each read that emptied
 // its queue (Drained), which also means every packet read by then has
-// been matched. Run's own timer is armed by the first query that waits
-// and pushed out at each of those reads, so it fires only when the tap
-// has not read for drainedGrace — a lone query on a quiet node, a tap
+// been matched. Drained tells the tap when the next deadline can come at
+// the earliest (a query not yet read has a whole cache deadline ahead of
+// it), and the tap sleeps until then: a healthy LocalDNS answers within
+// a millisecond, so what waits at a read has most of the 50 ms ahead, and
+// the tap wakes a few dozen times a second, not once per batch pause.
+// Run's own timer is armed by the first query that waits and pushed out
+// at each of those reads past the time the tap said it comes back, so it
+// fires only when the tap did not — a lone query on a quiet node, a tap
 // gone quiet — and then every Tick until it finds the table empty. A
 // healthy LocalDNS under load thus costs no wake-up of its own, and an
 // idle listener's hedger sleeps.
 
-// drainedGrace is how long after the tap's last tick Run's timer fires
-// while entries wait: two Ticks, so that a tap reading every batch pause
-// (5 ms) always comes first.
+// drainedGrace is how long past the time a Drained asked to be called
+// again Run's timer fires while entries wait: two Ticks, so that the tap,
+// whose pause ends then, always comes first.
 func (h *Hedger) drainedGrace() time.Duration { return 2 * h.cfg.Tick }
 
 // Run fires deadlines until ctx is done, when the tap has not (see
@@ -67,23 +72,48 @@ func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since ti
 // Drained is the tap's word that it has read every packet queued until
 // now (unix ns): the tick is done here, on the tap's goroutine, if one is
 // due and Run runs. (A tap behind on its queue does not call it: replies
-// still unread would be taken for missing.)
-func (h *Hedger) Drained(now int64) {
-	if now-h.lastTick.Load() < int64(h.cfg.Tick) || !h.tickMu.TryLock() {
-		return // not due, or Run's fallback ticks right now
+// still unread would be taken for missing.) It returns when the tap
+// should read and call it again (unix ns): the earliest time a deadline
+// can come.
+func (h *Hedger) Drained(now int64) (next int64) {
+	if now-h.lastTick.Load() >= int64(h.cfg.Tick) && h.tickMu.TryLock() {
+		// Not when Run's fallback ticks right now.
+		if h.running {
+			h.st.ticks[tickTap].Add(1)
+			h.tick(now, h.onSilent)
+		}
+		h.tickMu.Unlock()
 	}
-	if h.running {
-		h.st.ticks[tickTap].Add(1)
-		h.tick(now, h.onSilent)
-	}
-	h.tickMu.Unlock()
-	// Push Run's timer out (later: no wake-up), whether or not entries
-	// wait now; it fires only once the tap has gone quiet.
+	// Push Run's timer out past the tap's next read (later: no wake-up),
+	// whether or not entries wait now; it fires only once the tap has
+	// gone quiet.
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	next = h.nextDeadline(now)
 	if h.armed {
-		h.fallback.Reset(h.drainedGrace())
+		h.fallback.Reset(time.Duration(next-now) + h.drainedGrace())
 	}
-	h.mu.Unlock()
+	return next
+}
+
+// nextDeadline is the earliest time, at or after now, that work may fall
+// due: a waiting entry's deadline, a need to judge, a linger to end, or
+// the cache deadline of a query not yet seen. Called with h.mu held.
+func (h *Hedger) nextDeadline(now int64) int64 {
+	next := now + h.d1
+	head := func(q int, due func(e *entry) int64) {
+		if i := h.tab.q[q].head; i >= 0 {
+			next = min(next, due(&h.tab.e[i]))
+		}
+	}
+	head(qlCache, func(e *entry) int64 { return e.at + h.d1 })
+	head(qlUpstream, func(e *entry) int64 { return e.at + h.d2 })
+	head(qlLate, func(e *entry) int64 { return e.at + h.d2 + int64(h.cfg.NeedAfter) })
+	head(qlLinger, func(e *entry) int64 { return e.hedgedAt + int64(h.cfg.Linger) })
+	if h.proofs.size > 0 {
+		next = min(next, h.proofs.buf[h.proofs.head].due)
+	}
+	return max(next, now)
 }
 
 // tick does one round of deadline work at now; h.tickMu is held (tests

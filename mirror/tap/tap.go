@@ -155,9 +155,10 @@ type Observer interface {
 // that emptied the socket's queue, that it has been shown every packet
 // queued until now (unix ns): periodic work done then runs on the tap's
 // goroutine, which is awake anyway, instead of waking one of its own, and
-// sees every packet up to now.
+// sees every packet up to now. It returns when it wants the next word
+// (unix ns); the tap reads again then, within its batch pauses' bounds.
 type Drainer interface {
-	Drained(now int64)
+	Drained(now int64) (next int64)
 }
 
 // Sink takes one DNS response, usually (*cache.Cache).Insert. It is called
@@ -327,19 +328,25 @@ func (t *Tap) interrupt() {
 	})
 }
 
-// batchPause is how long the reader lets packets gather after it emptied
-// the queue. Waking per packet costs more than everything else the tap
-// does: at 20k replies/s on this project's 2-vCPU machines the tap cost
-// 4.5 to 6 µs a reply reading each wake-up's few packets, and 0.9 to
-// 1.3 µs a reply with this pause (batches of about 55). The cache learns
-// of an answer at most this much later; the receive buffer holds far more
-// than 5 ms of any real reply rate.
+// batchPause is the least the reader lets packets gather after it
+// emptied the queue. Waking per packet costs more than everything else
+// the tap does: at 20k replies/s on this project's 2-vCPU machines the
+// tap cost 4.5 to 6 µs a reply reading each wake-up's few packets, and
+// 0.9 to 1.3 µs a reply with this pause (batches of about 55).
 const batchPause = 5 * time.Millisecond
 
-// pause sleeps for the batch pause, or until the tap is asked to stop,
-// and reports whether it was (to stop).
-func (t *Tap) pause() (quit bool) {
-	t.pauseT.Reset(batchPause)
+// maxBatchPause is the most: the pause when nothing is due sooner (the
+// Drainer's next deadline). Each wake-up costs the runtime and the kernel
+// some tens of microseconds on a virtual machine, traffic or not, so the
+// fewer the better; the cache learns of an answer at most this much later,
+// and the receive buffer and the ring hold far more than 50 ms of any real
+// reply rate.
+const maxBatchPause = 50 * time.Millisecond
+
+// pause sleeps for d, or until the tap is asked to stop, and reports
+// whether it was (to stop).
+func (t *Tap) pause(d time.Duration) (quit bool) {
+	t.pauseT.Reset(d)
 	select {
 	case <-t.quit:
 		return true
@@ -384,11 +391,12 @@ func (t *Tap) run() {
 		// The ring is read to its end each time.
 		r := t.drainRing()
 		full := n == len(t.b.hdrs)
+		wait := maxBatchPause
 		if t.drain != nil && n+r > 0 && !full {
 			// The queues are empty: everything sent or received until
 			// now has been shown (a full batch leaves more queued, and
 			// judging then would take replies still unread for missing).
-			t.drain.Drained(now)
+			wait = time.Duration(t.drain.Drained(now) - now)
 		}
 		switch {
 		case full:
@@ -401,7 +409,7 @@ func (t *Tap) run() {
 		case n+r > 0:
 			// The queues are empty: rather than wake for the next packet
 			// alone, let some gather.
-			if t.pause() {
+			if t.pause(min(max(wait, batchPause), maxBatchPause)) {
 				return
 			}
 		default:
