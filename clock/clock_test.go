@@ -82,13 +82,13 @@ func TestCoarseSleepsUnread(t *testing.T) {
 		if n := c.ticks.Load(); n != 1 {
 			t.Errorf("unread for 10s: %d ticks, want 1", n)
 		}
-		// Read every 3 ms for 100 ms: about 10 ticks.
-		for range 33 {
+		// Read every 3 ms for 10 resolutions: about 10 ticks more.
+		for range 10 * Resolution / (3 * time.Millisecond) {
 			c.Now()
 			time.Sleep(3 * time.Millisecond)
 		}
 		if n := c.ticks.Load(); n < 9 || n > 12 {
-			t.Errorf("read for 100ms: %d ticks in all, want 9 to 12", n)
+			t.Errorf("read for 10 resolutions: %d ticks in all, want 9 to 12", n)
 		}
 	})
 }

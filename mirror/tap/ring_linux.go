@@ -389,6 +389,9 @@ func (t *Tap) handleRecord(b []byte) {
 		at:    int64(binary.NativeEndian.Uint64(b[recTime:])) + t.ring.offset,
 		query: binary.NativeEndian.Uint32(b[recKind:]) == recordQuery,
 		trunc: whole > len(pkt),
+		// A query is received once (ETH_P_IP sees neither a bridge's
+		// port nor the transmit side), a reply sent once.
+		once: true,
 	}
 	t.handle(pkt[:min(whole, len(pkt))], a)
 }

@@ -453,6 +453,9 @@ type arrival struct {
 	at    int64 // kernel receive time, unix nanoseconds
 	query bool  // received for this host (PACKET_HOST): a query; else sent: a reply
 	trunc bool  // longer than its slot (MSG_TRUNC)
+	// once: the source shows each packet once (the ring), so the
+	// duplicate check is skipped.
+	once bool
 }
 
 // handle takes one packet from the socket.
@@ -475,7 +478,7 @@ func (t *Tap) handle(pkt []byte, a arrival) {
 		t.stats.reject(reasonSource)
 		return
 	}
-	if t.duplicate(pkt) {
+	if !a.once && t.duplicate(pkt) {
 		t.stats.reject(reasonDuplicate)
 		return
 	}
@@ -508,7 +511,7 @@ func (t *Tap) handleQuery(pkt []byte, a arrival) {
 	case r != reasonNone:
 	case !t.spec.queries || !t.spec.matches(dst):
 		r = reasonDestination
-	case t.duplicate(pkt):
+	case !a.once && t.duplicate(pkt):
 		r = reasonDuplicate
 	}
 	if r != reasonNone {
