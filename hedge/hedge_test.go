@@ -776,6 +776,45 @@ func TestTicksFollowTheTap(t *testing.T) {
 	}
 }
 
+// TestDrainedNext: Drained tells the tap to come back when the first
+// deadline can fall due: the oldest waiting query's cache deadline, or,
+// with none waiting, a whole cache deadline after now (a query not yet
+// read has that much ahead of it).
+func TestDrainedNext(t *testing.T) {
+	ans := newFakeAnswerer("hit.example.")
+	cfg := DefaultConfig()
+	const d1 = 100 * time.Millisecond
+	cfg.CacheMin, cfg.CacheMax = d1, d1
+	h, err := New(cfg, ans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runHedger(t, h)
+	t0 := time.Now().UnixNano()
+	h.Drained(t0) // the first tick sets the deadlines
+	q1, q2 := query(1, "hit.example."), query(2, "hit.example.")
+	ms := int64(time.Millisecond)
+	steps := []struct {
+		name string
+		do   func()
+		at   int64 // Drained's now, after t0
+		want int64 // its answer, after t0
+	}{
+		{"nothing waits", func() {}, 1 * ms, 1*ms + int64(d1)},
+		{"q1 waits from 2 ms", func() { h.Query(t0+2*ms, podA, q1) }, 3 * ms, 2*ms + int64(d1)},
+		{"q2 waits from 4 ms: q1 still first", func() { h.Query(t0+4*ms, podB, q2) }, 5 * ms, 2*ms + int64(d1)},
+		{"q1 answered: q2 first", func() { h.Reply(t0+6*ms, podA, answer(q1, "10.0.0.1")) }, 7 * ms, 4*ms + int64(d1)},
+		{"q2 answered: nothing waits", func() { h.Reply(t0+8*ms, podB, answer(q2, "10.0.0.1")) }, 9 * ms, 9*ms + int64(d1)},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := h.Drained(t0+st.at) - t0; got != st.want {
+			t.Errorf("%s: Drained at +%v says come back at +%v, want +%v", st.name,
+				time.Duration(st.at), time.Duration(got), time.Duration(st.want))
+		}
+	}
+}
+
 // TestDrainedBeforeRun: the tap's reads fire nothing before Run starts
 // (the daemon starts Run once the fast hold has somewhere to go) or after
 // it returns (at shutdown the sockets drain).

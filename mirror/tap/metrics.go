@@ -3,6 +3,7 @@ package tap
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -90,6 +91,17 @@ type Stats struct {
 	// its cgroup's egress and the queries through the ring, with no
 	// packet socket on the transmit path (SetLocalDNS).
 	Ring bool
+	// Programs are the ring's eBPF programs' runs, by name ("egress",
+	// "query"), as the kernel counts them while kernel.bpf_stats_enabled
+	// is 1: what watching costs in the kernel, in LocalDNS's sends and in
+	// the receive path. Nil without a ring.
+	Programs map[string]ProgramStats
+}
+
+// ProgramStats is what the kernel counted of one eBPF program.
+type ProgramStats struct {
+	Runs uint64
+	Time time.Duration
 }
 
 // RejectedTotal sums Rejected: every record read and not inserted.
@@ -152,6 +164,13 @@ func (t *Tap) Stats() Stats {
 		LocalOnly:       t.localOnly,
 		Ring:            t.ringOn.Load(),
 	}
+	if t.ring != nil {
+		t.mu.Lock()
+		if t.fd >= 0 { // the ring is open
+			s.Programs = t.ring.programStats()
+		}
+		t.mu.Unlock()
+	}
 	c.eachReject(func(name string, v uint64) { s.Rejected[name] += v })
 	for r := reason(1); r < numReasons; r++ {
 		if v := c.queryRejects[r].Load(); v > 0 {
@@ -188,9 +207,9 @@ var (
 	descRecords = prometheus.NewDesc("dnsstandby_mirror_records_total", recordsHelp,
 		[]string{"result", "reason"}, prometheus.Labels{"source": "tap"})
 	// descDrops counts packets the kernel passed through the filter but
-	// dropped because the tap's receive buffer was full.
+	// dropped because the tap's receive buffer, or its ring, was full.
 	descDrops = prometheus.NewDesc("dnsstandby_mirror_tap_drops_total",
-		"Replies the kernel dropped because the packet tap's receive buffer was full (PACKET_STATISTICS tp_drops).", nil, nil)
+		"Packets the kernel dropped because the packet tap's receive buffer (PACKET_STATISTICS tp_drops) or, in ring mode, its ring was full.", nil, nil)
 	// descQueries counts the queries the tap read (Config.Queries): taken
 	// ones (shown to the observer) with reason "", rejected ones by reason.
 	// They are not records: the mirror inserts replies only.
@@ -208,6 +227,14 @@ var (
 	// this node sent, 0 with the classic filter (forgeable on a bridge).
 	descLocalOnly = prometheus.NewDesc("dnsstandby_mirror_tap_local_only",
 		"1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.", nil, nil)
+	// descProgramRuns and descProgramSeconds are the ring's programs'
+	// runs and time in the kernel (kernel.bpf_stats_enabled=1).
+	descProgramRuns = prometheus.NewDesc("dnsstandby_mirror_tap_program_runs_total",
+		"Runs of the packet tap's eBPF programs in ring mode (egress: each packet LocalDNS sends; query: each IP packet the node receives), counted while kernel.bpf_stats_enabled is 1.",
+		[]string{"program"}, nil)
+	descProgramSeconds = prometheus.NewDesc("dnsstandby_mirror_tap_program_seconds_total",
+		"Time the packet tap's eBPF programs ran in the kernel, counted while kernel.bpf_stats_enabled is 1.",
+		[]string{"program"}, nil)
 	// descRing is 1 in ring mode, 0 while the packet socket reads.
 	descRing = prometheus.NewDesc("dnsstandby_mirror_tap_ring",
 		"1 while the packet tap reads LocalDNS's replies at its cgroup's egress and the queries through a BPF ring buffer; 0 while its packet socket reads both.", nil, nil)
@@ -215,7 +242,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing} {
+	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing, descProgramRuns, descProgramSeconds} {
 		ch <- d
 	}
 }
@@ -259,4 +286,8 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 	gauge(descEnabled, s.Enabled)
 	gauge(descLocalOnly, s.LocalOnly)
 	gauge(descRing, s.Ring)
+	for name, p := range s.Programs {
+		counter(descProgramRuns, p.Runs, name)
+		ch <- prometheus.MustNewConstMetric(descProgramSeconds, prometheus.CounterValue, p.Time.Seconds(), name)
+	}
 }

@@ -26,7 +26,8 @@ import (
 type ring struct {
 	buf     *ebpf.Map // the ring
 	counts  *ebpf.Map // per CPU: records by kind, then those lost by kind
-	egress  *ebpf.Program
+	egress    *ebpf.Program
+	query     *ebpf.Program // nil without query sockets
 	rd      *ringbuf.Reader
 	rec     ringbuf.Record // reused by every read
 	qfds    []int          // query sockets
@@ -86,7 +87,7 @@ func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load query filter: %w", err)
 	}
-	defer qprog.Close() // the sockets hold it
+	r.query = qprog // kept for its run statistics; the sockets hold it too
 	for _, fam := range []struct {
 		n     int
 		proto uint16
@@ -209,6 +210,22 @@ func (r *ring) countsSince() (recorded, lost uint64) {
 	return d[countRecorded+recordQuery] + d[countRecorded+recordReply], d[countLost+recordQuery] + d[countLost+recordReply]
 }
 
+// programStats returns, for each program, how often the kernel ran it and
+// for how long in all: counted only while kernel.bpf_stats_enabled is 1
+// (the benchmarks set it); zero otherwise.
+func (r *ring) programStats() map[string]ProgramStats {
+	out := map[string]ProgramStats{}
+	for name, p := range map[string]*ebpf.Program{"egress": r.egress, "query": r.query} {
+		if p == nil {
+			continue
+		}
+		if st, err := p.Stats(); err == nil {
+			out[name] = ProgramStats{Runs: st.RunCount, Time: st.Runtime}
+		}
+	}
+	return out
+}
+
 func (r *ring) close() {
 	for _, l := range r.links {
 		l.Close()
@@ -221,6 +238,9 @@ func (r *ring) close() {
 	}
 	if r.egress != nil {
 		r.egress.Close()
+	}
+	if r.query != nil {
+		r.query.Close()
 	}
 	if r.buf != nil {
 		r.buf.Close()

@@ -6,12 +6,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
+	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
+	"github.com/dnsstandby/dnsstandby/internal/testkit"
 )
 
 // newRingBed is newBed with CoreDNS in a cgroup of its own, as systemd
@@ -90,6 +91,76 @@ func TestRingPrograms(t *testing.T) {
 	if n := len(recordBlock("r", recordReply, 1)); n > 140 {
 		t.Errorf("record block is %d instructions", n)
 	}
-	_ = asm.Instructions{}
-	_ = ebpf.CGroupSKB
+}
+
+// TestTapRingLocalDNSRestarts: LocalDNS restarted by systemd runs in a new
+// cgroup at the same path; the egress program, attached to the old one,
+// sees nothing of it until SetLocalDNS names the new process, and then
+// every reply again. A LocalDNS whose cgroup cannot be found sends the
+// tap back to packet mode, where it still sees every reply.
+func TestTapRingLocalDNSRestarts(t *testing.T) {
+	nstest.RequireRoot(t)
+	name := fmt.Sprintf("dnsstandby-tap-test-%d-restart", os.Getpid())
+	dir, err := cgroupv2.Make(name)
+	if err != nil {
+		t.Skipf("no cgroup2 hierarchy to start LocalDNS in: %v", err)
+	}
+	t.Cleanup(func() { _ = cgroupv2.Remove(dir) }) // the last one; it may be gone already
+	b := newBedIn(t, false, dir)
+	rec := newRecorder(t)
+	tp := startTap(t, b.node, bedConfig(t), rec.sink)
+	toRing(t, b, tp)
+	server := bedAddr4 + ":53"
+	asked := 0
+	askAll := func(prefix string) []string {
+		var names []string
+		for i := range 20 {
+			name := fmt.Sprintf("%s-%d.%s", prefix, i, bedZone)
+			ask(t, b.pod, server, name, dns.TypeA)
+			names = append(names, name)
+			asked++
+		}
+		return names
+	}
+	inserted := func(names []string) int {
+		n := 0
+		for _, name := range names {
+			n += rec.count(name)
+		}
+		return n
+	}
+
+	first := askAll("first")
+	testkit.Eventually(t, 5*time.Second, "the first LocalDNS's replies", func() bool { return inserted(first) == len(first) })
+
+	// systemd stops the unit (its cgroup goes) and starts it again.
+	must(t, b.coredns.Stop())
+	must(t, cgroupv2.Remove(dir))
+	again, err := cgroupv2.Make(name)
+	must(t, err)
+	if again != dir {
+		t.Fatalf("cgroup made again at %s, not %s", again, dir)
+	}
+	b.coredns = nstest.StartCoreDNS(t, b.node, nstest.CoreDNSConfig{
+		Binary: nstest.CoreDNSBinary(t), Corefile: bedCorefile, Probe: server, Cgroup: dir,
+	})
+	unseen := askAll("unseen")
+	tp.SetLocalDNS([]int{b.coredns.Pid()})
+	if !tp.Stats().Ring {
+		t.Fatal("not in ring mode after the restart")
+	}
+	second := askAll("second")
+	testkit.Eventually(t, 5*time.Second, "the restarted LocalDNS's replies", func() bool { return inserted(second) == len(second) })
+	if n := inserted(unseen); n != 0 {
+		t.Errorf("%d replies of the restarted LocalDNS seen before SetLocalDNS named it (the egress program was on the old cgroup)", n)
+	}
+
+	// A process whose cgroup cannot be read: back to packet mode.
+	tp.SetLocalDNS([]int{1 << 30})
+	if tp.Stats().Ring {
+		t.Fatal("still in ring mode with LocalDNS's cgroup unknown")
+	}
+	third := askAll("packet")
+	testkit.Eventually(t, 5*time.Second, "replies through the packet socket", func() bool { return inserted(third) == len(third) })
+	t.Logf("%d exchanges; ring, restart, packet mode: %+v", asked, tp.Stats())
 }

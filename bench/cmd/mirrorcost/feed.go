@@ -389,6 +389,7 @@ const (
 	recordsMetric = "dnsstandby_mirror_records_total"
 	queriesMetric = "dnsstandby_queries_total"
 	tapDropMetric = "dnsstandby_mirror_tap_drops_total"
+	programMetric = "dnsstandby_mirror_tap_program_seconds_total"
 )
 
 var (
@@ -422,6 +423,7 @@ func (n *node) snapshot(ctx context.Context, standbyPid, localDNSPid int) (s sna
 		s.rejected[reason] = uint64(v)
 	}
 	s.tapDrops = uint64(m.Sum(tapDropMetric, nil))
+	s.programNs = m.Sum(programMetric, nil) * 1e9
 	return s, nil
 }
 

@@ -39,6 +39,11 @@ type result struct {
 	UpstreamQueries       uint64  `json:"upstream_queries"`        // A queries that reached the upstream in the window (LocalDNS misses)
 	ListenDrops           uint64  `json:"listen_socket_drops"`     // queries dropped at full sockets on 169.254.10.11:53
 	TapDrops              uint64  `json:"tap_kernel_drops"`        // replies the kernel dropped at the tap's full buffer
+	// ProgramUs is the time the tap's eBPF programs ran in the kernel per
+	// query, in ring mode (kernel.bpf_stats_enabled=1 during the window):
+	// the egress program in LocalDNS's sends, the query filter in the
+	// receive path. Part of LocalDNS's CPU, measured exactly.
+	ProgramUs float64 `json:"tap_program_us_per_query"`
 	Warmup                warmup  `json:"warmup"`
 	Profiled              bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
 	Dnsperf               string  `json:"dnsperf"`            // the measurement's command line
@@ -68,6 +73,7 @@ type snapshot struct {
 	accepted      uint64            // dnsstandby_mirror_records_total{result="accepted"}
 	rejected      map[string]uint64 // ... {result="rejected"} by reason
 	tapDrops      uint64
+	programNs     float64 // dnsstandby_mirror_tap_program_seconds_total, in ns: the ring's eBPF programs
 }
 
 // newResult computes a feed's result from dnsperf's report and the
@@ -88,6 +94,9 @@ func newResult(feed string, r *dnsperf.Result, start, before, after snapshot) re
 		UpstreamQueries:       after.upstream - before.upstream,
 		ListenDrops:           after.listenDrops - before.listenDrops,
 		TapDrops:              after.tapDrops - before.tapDrops,
+	}
+	if r.Completed > 0 {
+		res.ProgramUs = (after.programNs - before.programNs) / 1e3 / float64(r.Completed)
 	}
 	for reason, v := range after.rejected {
 		if d := v - before.rejected[reason]; d > 0 {
@@ -159,8 +168,8 @@ func printTable(w io.Writer, results []result, target float64) {
 		fmt.Fprintf(w, "%s the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query):\n",
 			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs)
 		for _, c := range rc.feeds {
-			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU\n",
-				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn)
+			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s\n",
+				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn, programs(c.programUs, c.allInPrograms))
 		}
 	}
 	if len(rounds) < 2 {
@@ -168,19 +177,20 @@ func printTable(w io.Writer, results []result, target float64) {
 	}
 	fmt.Fprintf(w, "\nMedians over %d rounds (each against its own round's baseline):\n", len(rounds))
 	for _, mirror := range feedOrder(results) {
-		var feed, ld, all []float64
+		var feed, ld, all, prog, allProg []float64
 		for _, round := range rounds {
 			for _, c := range byRound[round].feeds {
 				if c.mirror == mirror {
 					feed, ld, all = append(feed, c.feedUs), append(ld, c.localDNSUs), append(all, 100*c.allIn)
+					prog, allProg = append(prog, c.programUs), append(allProg, c.allInPrograms)
 				}
 			}
 		}
 		if len(all) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU (rounds: %s)\n",
-			mirror, median(feed), median(ld), median(all), percents(all))
+		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU (rounds: %s)%s\n",
+			mirror, median(feed), median(ld), median(all), percents(all), programs(median(prog), median(allProg)))
 	}
 }
 
@@ -191,6 +201,10 @@ type feedCost struct {
 	feedUs     float64 // dnsstandby's CPU per query over its baseline
 	localDNSUs float64 // LocalDNS's CPU per query over its baseline
 	allIn      float64 // dnsstandby's whole CPU and LocalDNS's extra, as a share of LocalDNS's baseline
+	// programUs is the ring's eBPF programs' time per query, and
+	// allInPrograms allIn with it for LocalDNS's extra: exact where
+	// LocalDNS's own CPU moves by several percent between runs.
+	programUs, allInPrograms float64
 }
 
 // roundCosts are a round's baseline and its feeds' costs.
@@ -214,10 +228,19 @@ func costs(results []result) map[int]roundCosts {
 		}
 		ld := r.LocalDNSCPUUs - rc.base.LocalDNSCPUUs
 		rc.feeds = append(rc.feeds, feedCost{mirror: r.Mirror, feedUs: r.StandbyCPUUs - rc.base.StandbyCPUUs, localDNSUs: ld,
-			allIn: (r.StandbyCPUUs + ld) / rc.base.LocalDNSCPUUs})
+			allIn: (r.StandbyCPUUs + ld) / rc.base.LocalDNSCPUUs, programUs: r.ProgramUs,
+			allInPrograms: (r.StandbyCPUUs + r.ProgramUs) / rc.base.LocalDNSCPUUs})
 		out[r.Round] = rc
 	}
 	return out
+}
+
+// programs describes the ring's eBPF programs' share, when they ran.
+func programs(us, allIn float64) string {
+	if us == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; its eBPF programs ran %.2f µs/query in the kernel: with that as LocalDNS's extra, all in %.1f%%", us, 100*allIn)
 }
 
 // feedOrder is the feeds of results in the order first measured.
