@@ -220,7 +220,7 @@ dnsstandby_mirror_records_total{reason="too_large",result="rejected",source="tap
 dnsstandby_mirror_records_total{reason="truncated",result="rejected",source="tap"} 0
 dnsstandby_mirror_records_total{reason="wrong_destination",result="rejected",source="tap"} 0
 dnsstandby_mirror_records_total{reason="wrong_source",result="rejected",source="tap"} 0
-# HELP dnsstandby_mirror_tap_drops_total Replies the kernel dropped because the packet tap's receive buffer was full (PACKET_STATISTICS tp_drops).
+# HELP dnsstandby_mirror_tap_drops_total Packets the kernel dropped because the packet tap's receive buffer (PACKET_STATISTICS tp_drops) or, in ring mode, its ring was full.
 # TYPE dnsstandby_mirror_tap_drops_total counter
 dnsstandby_mirror_tap_drops_total 7
 # HELP dnsstandby_mirror_tap_enabled 1 while the packet tap inserts what it reads into the cache, 0 while paused.
@@ -236,6 +236,9 @@ dnsstandby_mirror_tap_queries_total{reason="duplicate",result="rejected"} 1
 # HELP dnsstandby_mirror_tap_read_errors_total Failed reads of the packet tap's socket.
 # TYPE dnsstandby_mirror_tap_read_errors_total counter
 dnsstandby_mirror_tap_read_errors_total 0
+# HELP dnsstandby_mirror_tap_ring 1 while the packet tap reads LocalDNS's replies at its cgroup's egress and the queries through a BPF ring buffer; 0 while its packet socket reads both.
+# TYPE dnsstandby_mirror_tap_ring gauge
+dnsstandby_mirror_tap_ring 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

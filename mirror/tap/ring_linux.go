@@ -305,11 +305,13 @@ func (t *Tap) SetLocalDNS(pids []int) {
 	}
 	err := t.attachLocalDNS(pids)
 	if err != nil {
+		// Back to packet mode, with nothing left attached (an attach
+		// that failed part way would show replies twice).
+		back := t.ring.attach(nil)
 		if t.ringOn.Load() {
-			if berr := t.setRing(false); berr != nil {
-				err = errors.Join(err, berr)
-			}
+			back = t.setRing(false)
 		}
+		err = errors.Join(err, back)
 		if msg := err.Error(); msg != t.modeErr {
 			t.modeErr = msg
 			t.log.Warn("packet tap: cannot read LocalDNS's replies at its cgroup; the packet socket reads everything, "+
@@ -364,7 +366,8 @@ func (t *Tap) setRing(on bool) error {
 		return fmt.Errorf("bind packet socket: %w", err)
 	}
 	if !on {
-		if err := t.ring.bindQueries(false); err != nil {
+		// The packet socket reads the replies now: none may come twice.
+		if err := errors.Join(t.ring.bindQueries(false), t.ring.attach(nil)); err != nil {
 			return err
 		}
 	}

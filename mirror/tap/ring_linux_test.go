@@ -1,6 +1,7 @@
 package tap
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -161,6 +162,8 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 		t.Fatal("still in ring mode with LocalDNS's cgroup unknown")
 	}
 	third := askAll("packet")
-	testkit.Eventually(t, 5*time.Second, "replies through the packet socket", func() bool { return inserted(third) == len(third) })
+	if testkit.Poll(context.Background(), 5*time.Second, func() (bool, error) { return inserted(third) == len(third), nil }) != nil {
+		t.Fatalf("replies through the packet socket: %d of %d inserted; tap %+v", inserted(third), len(third), tp.Stats())
+	}
 	t.Logf("%d exchanges; ring, restart, packet mode: %+v", asked, tp.Stats())
 }
