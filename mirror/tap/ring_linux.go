@@ -26,8 +26,8 @@ import (
 type ring struct {
 	buf     *ebpf.Map // the ring
 	counts  *ebpf.Map // per CPU: records by kind, then those lost by kind
-	egress    *ebpf.Program
-	query     *ebpf.Program // nil without query sockets
+	egress  *ebpf.Program
+	query   *ebpf.Program // nil without query sockets
 	rd      *ringbuf.Reader
 	rec     ringbuf.Record // reused by every read
 	qfds    []int          // query sockets

@@ -43,11 +43,11 @@ type result struct {
 	// query, in ring mode (kernel.bpf_stats_enabled=1 during the window):
 	// the egress program in LocalDNS's sends, the query filter in the
 	// receive path. Part of LocalDNS's CPU, measured exactly.
-	ProgramUs float64 `json:"tap_program_us_per_query"`
-	Warmup                warmup  `json:"warmup"`
-	Profiled              bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
-	Dnsperf               string  `json:"dnsperf"`            // the measurement's command line
-	StandbyCommand        string  `json:"dnsstandby"`         // dnsstandby's command line
+	ProgramUs      float64 `json:"tap_program_us_per_query"`
+	Warmup         warmup  `json:"warmup"`
+	Profiled       bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
+	Dnsperf        string  `json:"dnsperf"`            // the measurement's command line
+	StandbyCommand string  `json:"dnsstandby"`         // dnsstandby's command line
 }
 
 // warmup is what the warm-up showed.
