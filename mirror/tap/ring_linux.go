@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
@@ -28,10 +27,9 @@ type ring struct {
 	counts  *ebpf.Map // per CPU: records by kind, then those lost by kind
 	egress  *ebpf.Program
 	query   *ebpf.Program // nil without query sockets
-	rd      *ringbuf.Reader
-	rec     ringbuf.Record // reused by every read
-	qfds    []int          // query sockets
-	qprotos []uint16       // the EtherType each binds to in ring mode
+	rd      *consumer
+	qfds    []int    // query sockets
+	qprotos []uint16 // the EtherType each binds to in ring mode
 	links   map[string]link.Link
 	seen    [numCounts]uint64 // counts already added to the tap's counters
 	// offset turns the programs' CLOCK_MONOTONIC times into unix
@@ -69,7 +67,7 @@ func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
 		return nil, fmt.Errorf("load egress program: %w", err)
 	}
 	if !spec.queries {
-		r.rd, err = newReader(r.buf)
+		r.rd, err = newConsumer(r.buf)
 		return r, err
 	}
 	classic, err := spec.program(kernelLoads)
@@ -107,20 +105,8 @@ func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
 			return nil, fmt.Errorf("lock query filter: %w", err)
 		}
 	}
-	r.rd, err = newReader(r.buf)
+	r.rd, err = newConsumer(r.buf)
 	return r, err
-}
-
-// newReader returns a reader of the ring that never waits (the tap waits
-// in Go's poller): with a deadline in the past, each drain ends when the
-// ring is empty.
-func newReader(buf *ebpf.Map) (*ringbuf.Reader, error) {
-	rd, err := ringbuf.NewReader(buf)
-	if err != nil {
-		return nil, fmt.Errorf("read ring buffer: %w", err)
-	}
-	rd.SetDeadline(time.Unix(1, 0))
-	return rd, nil
 }
 
 // parkedProto is where a packet socket is bound while it should see
@@ -179,16 +165,8 @@ func (r *ring) attach(dirs []string) error {
 	return nil
 }
 
-// next reads the next record, false when the ring is empty.
-func (r *ring) next() (*ringbuf.Record, bool) {
-	if err := r.rd.ReadInto(&r.rec); err != nil {
-		return nil, false
-	}
-	return &r.rec, true
-}
-
 // pending reports whether the ring holds records, without a system call.
-func (r *ring) pending() bool { return r.rd.AvailableBytes() > 0 }
+func (r *ring) pending() bool { return r.rd.pending() }
 
 // countsSince returns the records written and lost (the ring was full),
 // over both kinds and every CPU, since the last call.
@@ -234,7 +212,7 @@ func (r *ring) close() {
 		unix.Close(fd)
 	}
 	if r.rd != nil {
-		r.rd.Close()
+		r.rd.close()
 	}
 	if r.egress != nil {
 		r.egress.Close()
@@ -383,15 +361,7 @@ func (t *Tap) drainRing() int {
 		return 0
 	}
 	r.offset = monotonicOffset()
-	n := 0
-	for {
-		rec, ok := r.next()
-		if !ok {
-			break
-		}
-		n++
-		t.handleRecord(rec.RawSample)
-	}
+	n := r.rd.each(t.handleRecord)
 	if n > 0 {
 		t.stats.reads.Add(1)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/miekg/dns"
 
 	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
@@ -166,4 +167,54 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 		t.Fatalf("replies through the packet socket: %d of %d inserted; tap %+v", inserted(third), len(third), tp.Stats())
 	}
 	t.Logf("%d exchanges; ring, restart, packet mode: %+v", asked, tp.Stats())
+}
+
+// BenchmarkRingPrograms runs the ring mode's programs in the kernel
+// (BPF_PROG_TEST_RUN) on one packet each: a reply the egress program
+// records, a packet LocalDNS sends that it only looks at (a forward to an
+// upstream), a query the query filter records, and a packet it drops (a
+// reply to a node-local client received on lo). What the kernel adds per
+// packet LocalDNS sends or the node receives; the ring is drained by a
+// reader between rounds, as the tap drains it.
+func BenchmarkRingPrograms(b *testing.B) {
+	nstest.RequireRoot(b)
+	local := netip.MustParseAddrPort("169.254.10.11:53")
+	pod := netip.MustParseAddrPort("10.211.0.2:40000")
+	upstream := netip.MustParseAddrPort("10.0.0.10:53")
+	spec, err := newFilterSpec([]netip.Addr{local.Addr()}, local.Port(), 0, true)
+	must(b, err)
+	r, err := newRing(spec, 1<<22, loadLocal)
+	must(b, err)
+	defer r.close()
+	resp, q := dnsReply(b, "svc-1.default.svc.cluster.local"), dnsQuery(b, "svc-1.default.svc.cluster.local")
+	tests := []struct {
+		name string
+		prog *ebpf.Program
+		pkt  []byte
+	}{
+		{"egress/reply", r.egress, udpPacket(local, pod, resp)},
+		{"egress/other", r.egress, udpPacket(netip.MustParseAddrPort("10.211.0.1:41000"), upstream, q)},
+		{"query/query", r.query, udpPacket(pod, local, q)},
+		{"query/other", r.query, udpPacket(local, pod, resp)},
+	}
+	for _, tt := range tests {
+		b.Run(tt.name, func(b *testing.B) {
+			// The packet socket's and the egress program's context both
+			// start at the IP header; test runs take an Ethernet frame.
+			frame := append(make([]byte, 14), tt.pkt...)
+			frame[12], frame[13] = 0x08, 0x00
+			const batch = 1000
+			var per time.Duration
+			for done := 0; done < b.N; done += batch {
+				n := min(batch, b.N-done)
+				_, d, err := tt.prog.Benchmark(frame, n, nil)
+				if err != nil {
+					b.Skipf("BPF_PROG_TEST_RUN: %v", err)
+				}
+				per += d * time.Duration(n)
+				r.rd.each(func([]byte) {})
+			}
+			b.ReportMetric(float64(per.Nanoseconds())/float64(b.N), "ns/run")
+		})
+	}
 }

@@ -364,11 +364,21 @@ func (t *Tap) run() {
 	defer close(t.done)
 	defer t.closeSockets()
 	defer t.pauseT.Stop()
+	packetLeft := true // the packet socket may hold packets: read it
 	for {
 		// Everything queued before now is read below, unless a full
 		// batch leaves more.
 		now := time.Now().UnixNano()
-		n, err := t.b.recv(t.fd)
+		// In ring mode the packet socket is parked: it is read only for
+		// what it queued before (a system call the ring's drains need
+		// not make otherwise).
+		var n int
+		var err error
+		ring := t.ringOn.Load()
+		if !ring || packetLeft {
+			n, err = t.b.recv(t.fd)
+		}
+		packetLeft = !ring || n == len(t.b.hdrs)
 		if err != nil {
 			t.stats.readErrors.Add(1)
 			t.log.Warn("packet tap read failed", slog.Any("err", err), "retry_in", readErrorPause.String())

@@ -82,14 +82,6 @@ func run(ctx context.Context, o *options) (err error) {
 	if err != nil {
 		return err
 	}
-	// The kernel counts the tap's eBPF programs' runs and time only while
-	// this is 1 (two clock reads a run); it is put back as it was.
-	const bpfStats = "/proc/sys/kernel/bpf_stats_enabled"
-	if was, rerr := os.ReadFile(bpfStats); rerr == nil {
-		if werr := os.WriteFile(bpfStats, []byte("1"), 0o644); werr == nil {
-			defer func() { err = errors.Join(err, os.WriteFile(bpfStats, was, 0o644)) }()
-		}
-	}
 	pre := benchcmd.Preflight{
 		RootFor:  "it creates a network namespace, pins processes to CPUs, and dnsstandby steers with eBPF",
 		CPUs:     []int{o.serverCPU, o.clientCPU},

@@ -40,9 +40,11 @@ type result struct {
 	ListenDrops           uint64  `json:"listen_socket_drops"`     // queries dropped at full sockets on 169.254.10.11:53
 	TapDrops              uint64  `json:"tap_kernel_drops"`        // replies the kernel dropped at the tap's full buffer
 	// ProgramUs is the time the tap's eBPF programs ran in the kernel per
-	// query, in ring mode (kernel.bpf_stats_enabled=1 during the window):
-	// the egress program in LocalDNS's sends, the query filter in the
-	// receive path. Part of LocalDNS's CPU, measured exactly.
+	// query, in ring mode, when kernel.bpf_stats_enabled is 1 (set it by
+	// hand: counting costs two clock reads a run, more than a run on this
+	// project's VMs, and inflates both this and LocalDNS's CPU; 0
+	// otherwise). BenchmarkRingPrograms in mirror/tap measures the
+	// programs without that.
 	ProgramUs      float64 `json:"tap_program_us_per_query"`
 	Warmup         warmup  `json:"warmup"`
 	Profiled       bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
