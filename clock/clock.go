@@ -29,11 +29,12 @@ const Resolution = 50 * time.Millisecond
 // clock is read only to answer and to mirror), it costs no wake-up at all.
 // The next Now reads the system clock itself and starts the ticker again.
 type Coarse struct {
-	now    atomic.Int64  // unix nanoseconds of the last tick
-	read   atomic.Bool   // Now was called since the last tick
-	asleep atomic.Bool   // Run's ticker is stopped until Now wakes it
-	wake   chan struct{} // Now's call to a sleeping Run; buffered
-	ticks  atomic.Int64  // ticks so far (tests)
+	now    atomic.Int64                // unix nanoseconds of the last tick
+	read   atomic.Bool                 // Now was called since the last tick
+	asleep atomic.Bool                 // Run's ticker is stopped until Now wakes it
+	wake   chan struct{}               // Now's call to a sleeping Run; buffered
+	ticks  atomic.Int64                // ticks so far (tests)
+	ticker atomic.Pointer[time.Ticker] // Run's, for Advance; nil before Run
 }
 
 // NewCoarse returns a clock set to the current time. Call Run to keep it
@@ -48,6 +49,7 @@ func NewCoarse() *Coarse {
 func (c *Coarse) Run(ctx context.Context) {
 	t := time.NewTicker(Resolution)
 	defer t.Stop()
+	c.ticker.Store(t)
 	// Once Run has returned, the clock stands still.
 	defer c.asleep.Store(false)
 	for {
@@ -72,6 +74,20 @@ func (c *Coarse) Run(ctx context.Context) {
 			case <-c.wake:
 			}
 		}
+		t.Reset(Resolution)
+	}
+}
+
+// Advance moves the clock to now (unix ns), as a tick would, for a caller
+// awake on a schedule of its own that read the system clock anyway (the
+// mirror tap, at each read): Run's next tick is pushed a Resolution past
+// it, so that while such a caller comes back within a Resolution, the
+// clock costs no wake-up of its own.
+func (c *Coarse) Advance(now int64) {
+	if prev := c.now.Load(); now <= prev || !c.now.CompareAndSwap(prev, now) {
+		return // later already (a tick, or another caller)
+	}
+	if t := c.ticker.Load(); t != nil && !c.asleep.Load() {
 		t.Reset(Resolution)
 	}
 }

@@ -92,3 +92,29 @@ func TestCoarseSleepsUnread(t *testing.T) {
 		}
 	})
 }
+
+// TestCoarseAdvance: a caller that advances the clock more often than a
+// Resolution keeps Run from ticking at all, and the clock still reads
+// within a Resolution of the truth, never early.
+func TestCoarseAdvance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewCoarse()
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		wg.Go(func() { c.Run(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+		time.Sleep(time.Millisecond) // Run has started
+		step := Resolution * 4 / 5
+		for range 50 {
+			time.Sleep(step)
+			c.Advance(time.Now().UnixNano())
+			now, got := time.Now(), c.Now()
+			if got.Before(now) || got.After(now.Add(Resolution)) {
+				t.Fatalf("coarse clock %s off the truth", got.Sub(now))
+			}
+		}
+		if n := c.ticks.Load(); n != 0 {
+			t.Errorf("%d ticks while advanced every %s", n, step)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/clock"
 	"github.com/dnsstandby/dnsstandby/hedge"
 	"github.com/dnsstandby/dnsstandby/mirror/tap"
 	"github.com/dnsstandby/dnsstandby/pipeline"
@@ -52,6 +53,7 @@ func (a *answers) Send(client netip.AddrPort, reply []byte) error {
 type observer struct {
 	h    *hedge.Hedger
 	warm *warmer
+	clk  *clock.Coarse
 }
 
 func (o observer) Query(p *tap.Packet) {
@@ -59,7 +61,14 @@ func (o observer) Query(p *tap.Packet) {
 	o.warm.query(p.Client, p.DNS)
 }
 func (o observer) Reply(p *tap.Packet) bool { return o.h.Reply(p.At, p.Client, p.DNS) }
-func (o observer) Drained(now int64) int64  { return o.h.Drained(now) }
+
+// Drained ticks the hedger, and moves the coarse clock on: the tap reads
+// at least every 50 ms while queries come, so the clock need not wake for
+// the mirror's reads of it.
+func (o observer) Drained(now int64) int64 {
+	o.clk.Advance(now)
+	return o.h.Drained(now)
+}
 
 // The hedger ticks on the tap's reads.
 var _ tap.Drainer = observer{}
@@ -98,7 +107,7 @@ func (d *Daemon) newHedger(v *view) (observer, error) {
 		return observer{}, err
 	}
 	v.reg.MustRegister(h)
-	return observer{h: h, warm: &warmer{a: a}}, nil
+	return observer{h: h, warm: &warmer{a: a}, clk: d.clk}, nil
 }
 
 // startHedgers runs the hedgers' deadlines once takeover runs: a fast
