@@ -33,8 +33,9 @@ type ring struct {
 	links   map[string]link.Link
 	seen    [numCounts]uint64 // counts already added to the tap's counters
 	// offset turns the programs' CLOCK_MONOTONIC times into unix
-	// nanoseconds; set before each drain.
+	// nanoseconds; set from mono before each drain.
 	offset int64
+	mono   monoClock
 }
 
 // newRing loads the programs and opens the query sockets (unbound). It
@@ -42,6 +43,9 @@ type ring struct {
 // refuses any of it (no CAP_BPF, a kernel before 5.8).
 func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
 	r := &ring{links: map[string]link.Link{}}
+	if r.mono, err = newMonoClock(); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -228,13 +232,30 @@ func (r *ring) close() {
 	}
 }
 
-// monotonicOffset is unix time minus CLOCK_MONOTONIC now, in nanoseconds.
-func monotonicOffset() int64 {
+// monoClock turns the programs' CLOCK_MONOTONIC times into unix time
+// without a system call (x/sys/unix's ClockGettime is one, and each
+// system call's return may wake the Go runtime's monitor thread): Go's
+// own monotonic readings are CLOCK_MONOTONIC, so CLOCK_MONOTONIC now is
+// its value at base plus the monotonic time since.
+type monoClock struct {
+	base     time.Time // wall and monotonic readings
+	baseMono int64     // CLOCK_MONOTONIC at base, ns
+}
+
+func newMonoClock() (monoClock, error) {
 	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return 0
+	base := time.Now()
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return monoClock{}, fmt.Errorf("read CLOCK_MONOTONIC: %w", err)
 	}
-	return time.Now().UnixNano() - ts.Nano()
+	return monoClock{base: base, baseMono: ts.Nano()}, nil
+}
+
+// offset is unix time minus CLOCK_MONOTONIC now, in nanoseconds: it
+// follows the wall clock when it is set.
+func (m monoClock) offset() int64 {
+	now := time.Now()
+	return now.UnixNano() - (m.baseMono + int64(now.Sub(m.base)))
 }
 
 // openRing loads the ring mode's programs and makes the set the reader
@@ -360,7 +381,7 @@ func (t *Tap) drainRing() int {
 	if r == nil || !r.pending() {
 		return 0
 	}
-	r.offset = monotonicOffset()
+	r.offset = r.mono.offset()
 	n := r.rd.each(t.handleRecord)
 	if n > 0 {
 		t.stats.reads.Add(1)
