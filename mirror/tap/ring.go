@@ -163,9 +163,12 @@ const recordLabel = "record"
 // egressProgram is the cgroup skb egress program: for an IPv4 or IPv6 UDP
 // datagram from one of spec's addresses and its port, not a fragment and
 // without IP options or extension headers (LocalDNS's replies have
-// none), it records the packet as a reply. It lets every packet pass: a
-// broken tap must never cost LocalDNS a reply.
-func egressProgram(spec filterSpec) asm.Instructions {
+// none), it records the packet as a reply. With netns not 0 it takes only
+// packets of that network namespace (its cookie, SO_NETNS_COOKIE): a
+// cgroup's processes may send from several, and a LocalDNS of another
+// namespace on the same address is not this one. It lets every packet
+// pass: a broken tap must never cost LocalDNS a reply.
+func egressProgram(spec filterSpec, netns uint64) asm.Instructions {
 	const (
 		out  = "out"
 		v4   = "v4"
@@ -177,17 +180,27 @@ func egressProgram(spec filterSpec) asm.Instructions {
 		// The kernel wants line info from the first instruction on if any
 		// instruction has a comment.
 		asm.Mov.Reg(regCtx, asm.R1).WithSource(asm.Comment("r6 = ctx")),
+	}
+	if netns != 0 {
+		ins = append(ins,
+			asm.Mov.Reg(asm.R1, regCtx),
+			asm.FnGetNetnsCookie.Call(),
+			asm.LoadImm(asm.R2, int64(netns), asm.DWord),
+			asm.JNE.Reg(asm.R0, asm.R2, out),
+		)
+	}
+	if spec.excludeMark != 0 {
+		ins = append(ins,
+			asm.LoadMem(asm.R3, regCtx, skbMark, asm.Word),
+			asm.JEq.Imm(asm.R3, int32(spec.excludeMark), out),
+		)
+	}
+	ins = append(ins,
 		asm.LoadMem(asm.R2, regCtx, skbProtocol, asm.Word).WithSource(asm.Comment("skb->protocol, network order")),
 		asm.JEq.Imm(asm.R2, int32(netOrder16(etherTypeIPv4)), v4),
 		asm.JEq.Imm(asm.R2, int32(netOrder16(etherTypeIPv6)), v6),
 		asm.Ja.Label(out),
-	}
-	if spec.excludeMark != 0 {
-		ins = append(ins[:2:2], append(asm.Instructions{
-			asm.LoadMem(asm.R3, regCtx, skbMark, asm.Word),
-			asm.JEq.Imm(asm.R3, int32(spec.excludeMark), out),
-		}, ins[2:]...)...)
-	}
+	)
 	loadHeaders := func(label string, n int32) asm.Instructions {
 		return asm.Instructions{
 			asm.Mov.Reg(asm.R1, regCtx).WithSymbol(label),

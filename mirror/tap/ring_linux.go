@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -36,12 +37,18 @@ type ring struct {
 	// nanoseconds; set from mono before each drain.
 	offset int64
 	mono   monoClock
+	// netnsChecked: the egress program takes only the tap's network
+	// namespace's packets.
+	netnsChecked bool
 }
 
 // newRing loads the programs and opens the query sockets (unbound). It
 // fails, and the tap stays in packet mode for good, where the kernel
-// refuses any of it (no CAP_BPF, a kernel before 5.8).
-func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
+// refuses any of it (no CAP_BPF, a kernel before 5.8). netns is the
+// cookie of the namespace whose replies the egress program takes; where
+// the kernel has no bpf_get_netns_cookie for it (before 6.x) or netns is
+// 0, it takes those of any namespace (netnsChecked false).
+func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring, err error) {
 	r := &ring{links: map[string]link.Link{}}
 	if r.mono, err = newMonoClock(); err != nil {
 		return nil, err
@@ -60,15 +67,24 @@ func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
 	bind := func(insns asm.Instructions) error {
 		return errors.Join(insns.AssociateMap(ringMapName, r.buf), insns.AssociateMap(countsMapName, r.counts))
 	}
-	eg := egressProgram(spec)
-	if err := bind(eg); err != nil {
-		return nil, err
+	loadEgress := func(netns uint64) (*ebpf.Program, error) {
+		eg := egressProgram(spec, netns)
+		if err := bind(eg); err != nil {
+			return nil, err
+		}
+		return ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "dnsstandby_egr", Type: ebpf.CGroupSKB, AttachType: ebpf.AttachCGroupInetEgress,
+			Instructions: eg, License: "Dual MIT/GPL",
+		})
 	}
-	if r.egress, err = ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "dnsstandby_egr", Type: ebpf.CGroupSKB, AttachType: ebpf.AttachCGroupInetEgress,
-		Instructions: eg, License: "Dual MIT/GPL",
-	}); err != nil {
-		return nil, fmt.Errorf("load egress program: %w", err)
+	if netns != 0 {
+		r.egress, err = loadEgress(netns)
+		r.netnsChecked = err == nil
+	}
+	if r.egress == nil {
+		if r.egress, err = loadEgress(0); err != nil {
+			return nil, fmt.Errorf("load egress program: %w", err)
+		}
 	}
 	if !spec.queries {
 		r.rd, err = newConsumer(r.buf)
@@ -112,6 +128,11 @@ func newRing(spec filterSpec, size int, load localLoader) (_ *ring, err error) {
 	r.rd, err = newConsumer(r.buf)
 	return r, err
 }
+
+// soNetnsCookie is SO_NETNS_COOKIE (include/uapi/asm-generic/socket.h,
+// the same on every architecture dnsstandby builds for), which
+// golang.org/x/sys/unix does not name.
+const soNetnsCookie = 71
 
 // parkedProto is where a packet socket is bound while it should see
 // nothing: IEEE 802's Local Experimental EtherType 1, which nothing on a
@@ -261,7 +282,9 @@ func (m monoClock) offset() int64 {
 // openRing loads the ring mode's programs and makes the set the reader
 // waits on: the packet socket and the ring.
 func (t *Tap) openRing(size int, load localLoader) error {
-	r, err := newRing(t.spec, size, load)
+	// 0 where the kernel has no SO_NETNS_COOKIE (before 5.14).
+	netns, _ := unix.GetsockoptUint64(t.fd, unix.SOL_SOCKET, soNetnsCookie)
+	r, err := newRing(t.spec, size, load, netns)
 	if err != nil {
 		return err
 	}
@@ -336,11 +359,21 @@ func (t *Tap) attachLocalDNS(pids []int) error {
 	if err != nil {
 		return err
 	}
+	own, err := cgroupv2.Of(t.procRoot, root, os.Getpid())
+	if err != nil {
+		return err
+	}
 	var dirs []string
 	for _, pid := range pids {
 		d, err := cgroupv2.Of(t.procRoot, root, pid)
 		if err != nil {
 			return err
+		}
+		if own == d || strings.HasPrefix(own, d+"/") {
+			// There the program would see dnsstandby's own sends, and
+			// every other process's below: LocalDNS is not in a cgroup
+			// of its own (a test, not a unit).
+			return fmt.Errorf("LocalDNS (pid %d) is in dnsstandby's cgroup or one above it (%s): not a cgroup of its own", pid, d)
 		}
 		dirs = append(dirs, d)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
@@ -83,9 +84,11 @@ func TestRingPrograms(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			spec, err := newFilterSpec(tt.addrs, 53, tt.mark, true)
 			must(t, err)
-			r, err := newRing(spec, 1<<16, loadLocal)
-			must(t, err)
-			r.close()
+			for _, netns := range []uint64{0, 12345} {
+				r, err := newRing(spec, 1<<16, loadLocal, netns)
+				must(t, err)
+				r.close()
+			}
 		})
 	}
 	// The record block alone, the part both programs share, is small
@@ -183,7 +186,7 @@ func BenchmarkRingPrograms(b *testing.B) {
 	upstream := netip.MustParseAddrPort("10.0.0.10:53")
 	spec, err := newFilterSpec([]netip.Addr{local.Addr()}, local.Port(), 0, true)
 	must(b, err)
-	r, err := newRing(spec, 1<<22, loadLocal)
+	r, err := newRing(spec, 1<<22, loadLocal, 0)
 	must(b, err)
 	defer r.close()
 	resp, q := dnsReply(b, "svc-1.default.svc.cluster.local"), dnsQuery(b, "svc-1.default.svc.cluster.local")
@@ -215,6 +218,50 @@ func BenchmarkRingPrograms(b *testing.B) {
 				r.rd.each(func([]byte) {})
 			}
 			b.ReportMetric(float64(per.Nanoseconds())/float64(b.N), "ns/run")
+		})
+	}
+}
+
+// TestEgressNetns runs the egress program in the kernel (BPF_PROG_TEST_RUN,
+// in the test's network namespace) on one of LocalDNS's replies: recorded
+// when the program was made for this namespace's cookie or for none, not
+// when made for another's. Every run lets the packet pass.
+func TestEgressNetns(t *testing.T) {
+	nstest.RequireRoot(t)
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	must(t, err)
+	defer unix.Close(fd)
+	here, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
+	if err != nil {
+		t.Skipf("no SO_NETNS_COOKIE: %v", err)
+	}
+	local := netip.MustParseAddrPort("169.254.10.11:53")
+	spec, err := newFilterSpec([]netip.Addr{local.Addr()}, local.Port(), 0, false)
+	must(t, err)
+	frame := append(make([]byte, 14), udpPacket(local, netip.MustParseAddrPort("10.211.0.2:40000"), dnsReply(t, "a.example"))...)
+	frame[12], frame[13] = 0x08, 0x00
+	tests := []struct {
+		name    string
+		netns   uint64
+		records int
+	}{
+		{"no check", 0, 1},
+		{"this namespace", here, 1},
+		{"another namespace", here + 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := newRing(spec, 1<<16, loadLocal, tt.netns)
+			must(t, err)
+			defer r.close()
+			if tt.netns != 0 && !r.netnsChecked {
+				t.Skip("the kernel has no bpf_get_netns_cookie for cgroup skb programs")
+			}
+			ret, err := r.egress.Run(&ebpf.RunOptions{Data: frame})
+			must(t, err)
+			if n := r.rd.each(func([]byte) {}); n != tt.records || ret != 1 {
+				t.Errorf("%d records, verdict %d; want %d records, verdict 1 (pass)", n, ret, tt.records)
+			}
 		})
 	}
 }

@@ -275,7 +275,8 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	t.stop = context.AfterFunc(ctx, t.interrupt)
 	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
 		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "queries", cfg.Queries, "observer", cfg.Observer != nil,
-		"filter_instructions", len(prog), "local_only", t.localOnly, "ring", t.ring != nil)
+		"filter_instructions", len(prog), "local_only", t.localOnly, "ring", t.ring != nil,
+		"ring_netns_check", t.ring != nil && t.ring.netnsChecked)
 	if !t.localOnly {
 		t.log.Warn("packet tap: the kernel refused the filter that passes only replies this node sent; "+
 			"with the classic filter, a pod behind a Linux bridge can forge replies into the cache (see mirror/tap/README.md, or use the dnstap feed)",
