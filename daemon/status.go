@@ -83,6 +83,8 @@ func (d *Daemon) Status() status.Daemon {
 			m.Enabled = m.Enabled || ts.Enabled
 			local := ts.LocalOnly && (m.LocalOnly == nil || *m.LocalOnly)
 			m.LocalOnly = &local
+			ring := ts.Ring && (m.Ring == nil || *m.Ring)
+			m.Ring = &ring
 			m.Accepted += ts.Accepted
 			m.Rejected += ts.RejectedTotal()
 		}

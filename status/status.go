@@ -77,9 +77,13 @@ type Mirror struct {
 	// LocalOnly: the tap's kernel filter takes only what this node sent
 	// (eBPF); false with the classic fallback, which a pod behind a Linux
 	// bridge can forge into. Nil for other feeds and older builds.
-	LocalOnly *bool  `json:"local_only,omitempty"`
-	Accepted  uint64 `json:"accepted"` // replies inserted since the daemon started
-	Rejected  uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
+	LocalOnly *bool `json:"local_only,omitempty"`
+	// Ring: every tap reads LocalDNS's replies at its cgroup and the
+	// queries through its ring (ring mode), so that no packet socket sees
+	// what the node sends. Nil for other feeds and older builds.
+	Ring     *bool  `json:"ring,omitempty"`
+	Accepted uint64 `json:"accepted"` // replies inserted since the daemon started
+	Rejected uint64 `json:"rejected"` // replies not inserted (duplicates, uncacheable, malformed)
 }
 
 // Hedging is one listen address's hedger: the queries LocalDNS left

@@ -126,6 +126,9 @@ func printStatus(w io.Writer, st *status.Daemon) {
 		if m.LocalOnly != nil {
 			fmt.Fprintf(w, " local-only=%v", *m.LocalOnly)
 		}
+		if m.Ring != nil {
+			fmt.Fprintf(w, " ring=%v", *m.Ring)
+		}
 		fmt.Fprintln(w)
 	}
 	for _, h := range st.Hedging {
