@@ -105,6 +105,9 @@ func TestTapQueries(t *testing.T) {
 			obs, obsOff := newNSObserver(), newNSObserver()
 			recOn, recOff := newRecorder(t), newRecorder(t)
 			cfg := bedConfig(t)
+			if tt.ring {
+				cfg = ringConfig(t)
+			}
 			cfg.Queries, cfg.Observer = true, obs
 			on := startTap(t, b.node, cfg, recOn.sink)
 			cfg.Queries, cfg.Observer = false, obsOff

@@ -113,7 +113,7 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 	t.Cleanup(func() { _ = cgroupv2.Remove(dir) }) // the last one; it may be gone already
 	b := newBedIn(t, false, dir)
 	rec := newRecorder(t)
-	tp := startTap(t, b.node, bedConfig(t), rec.sink)
+	tp := startTap(t, b.node, ringConfig(t), rec.sink)
 	toRing(t, b, tp)
 	server := bedAddr4 + ":53"
 	asked := 0

@@ -266,7 +266,15 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	t.drain, _ = cfg.Observer.(Drainer)
 	t.epfd, t.procRoot = -1, "/proc"
 	if cfg.RingSize > 0 {
-		if err := t.openRing(cfg.RingSize, load); err != nil {
+		// In ring mode from the start: until SetLocalDNS names LocalDNS no
+		// reply is read, and none is needed (the tap inserts, and the
+		// hedger tracks, only once LocalDNS has been found), while
+		// dnsstandby's own answers are never cloned for the tap.
+		err := t.openRing(cfg.RingSize, load)
+		if err == nil {
+			err = t.setRing(true)
+		}
+		if err != nil {
 			t.log.Warn("packet tap: ring mode unavailable, the packet socket reads everything: "+
 				"while it is open the kernel clones every packet the node sends for it", slog.Any("err", err))
 		}

@@ -138,8 +138,15 @@ func (r *recorder) count(name string) int {
 }
 
 // bedConfig is DefaultConfig for the bed's LocalDNS addresses, logging to
-// the test.
+// the test, in packet mode (RingSize 0): the bed's CoreDNS runs in the
+// test's cgroup. ringConfig is the same in ring mode.
 func bedConfig(t testing.TB) Config {
+	cfg := ringConfig(t)
+	cfg.RingSize = 0
+	return cfg
+}
+
+func ringConfig(t testing.TB) Config {
 	cfg := DefaultConfig()
 	cfg.Addrs = []netip.Addr{netip.MustParseAddr(bedAddr4), netip.MustParseAddr(bedAddr6)}
 	cfg.Logger = testkit.Logger(t)
