@@ -19,9 +19,9 @@ import (
 	"github.com/dnsstandby/dnsstandby/internal/cgroupv2"
 )
 
-// ring is the ring mode's kernel side: the ring buffer and its lost
-// counters, the query sockets (one per address family, unbound while the
-// tap is in packet mode), and the egress program with its attachments to
+// ring is the ring mode's kernel side: the ring buffer and its counters,
+// the query sockets (one per address family, parked while the tap is in
+// packet mode), and the egress program with its attachments to
 // LocalDNS's cgroups.
 type ring struct {
 	buf     *ebpf.Map // the ring
@@ -42,7 +42,8 @@ type ring struct {
 	netnsChecked bool
 }
 
-// newRing loads the programs and opens the query sockets (unbound). It
+// newRing loads the programs and opens the query sockets (hooked to
+// nothing until bindQueries). It
 // fails, and the tap stays in packet mode for good, where the kernel
 // refuses any of it (no CAP_BPF, a kernel before 5.8). netns is the
 // cookie of the namespace whose replies the egress program takes; where
@@ -313,7 +314,8 @@ func (t *Tap) openRing(size int, load localLoader) error {
 // its sockets; the takeover controller's peer watcher finds them). With
 // a ring, the tap attaches its egress program to their cgroups and goes
 // to ring mode; where it cannot (no cgroup2, a cgroup outside this cgroup
-// namespace), it goes back to, or stays in, packet mode and says why.
+// namespace, LocalDNS in dnsstandby's own cgroup), it goes back to packet
+// mode and says why.
 // An empty pids (LocalDNS is gone) changes nothing: its cgroup, and what
 // is attached there, goes with it. Safe from any goroutine.
 func (t *Tap) SetLocalDNS(pids []int) {

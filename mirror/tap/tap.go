@@ -15,6 +15,11 @@
 // With Config.Queries it also sees the queries LocalDNS receives (the
 // PACKET_HOST copy), and an Observer is shown every query and reply with
 // its kernel receive time and both endpoints, for hedged answers.
+//
+// In ring mode (ring.go; Config.RingSize, SetLocalDNS) no such socket
+// stays open: eBPF programs copy the queries, and the replies LocalDNS's
+// cgroup sends, into a BPF ring buffer, and the same per-packet path
+// takes them from there.
 package tap
 
 import (
