@@ -349,8 +349,8 @@ func (t *Tap) interrupt() {
 // 0.9 to 1.3 µs a reply with this pause (batches of about 55).
 const batchPause = 5 * time.Millisecond
 
-// maxBatchPause is the most: the pause when nothing is due sooner (the
-// Drainer's next deadline). Each wake-up costs the runtime and the kernel
+// maxBatchPause is the most, standing by: the pause when nothing is due
+// sooner (the Drainer's next deadline). Each wake-up costs the runtime and the kernel
 // some tens of microseconds on a virtual machine, traffic or not, so the
 // fewer the better; the cache learns of an answer at most this much later,
 // and the receive buffer and the ring hold far more than 50 ms of any real
@@ -415,12 +415,25 @@ func (t *Tap) run() {
 		// The ring is read to its end each time.
 		r := t.drainRing()
 		full := n == len(t.b.hdrs)
-		wait := maxBatchPause
+		// Standing by (inserting: LocalDNS gets every query), the tap
+		// reads as seldom as the hedger's deadlines allow. Paused, while
+		// dnsstandby answers, it reads every batch pause: takeover then
+		// compares the queries it saw with those dnsstandby's sockets got,
+		// a second at a time (package dnat), and a count behind by 50 ms
+		// of queries would blur that.
+		standby := t.enabled.Load()
+		wait := batchPause
+		if standby {
+			wait = maxBatchPause
+		}
 		if t.drain != nil && n+r > 0 && !full {
 			// The queues are empty: everything sent or received until
 			// now has been shown (a full batch leaves more queued, and
 			// judging then would take replies still unread for missing).
-			wait = time.Duration(t.drain.Drained(now) - now)
+			next := time.Duration(t.drain.Drained(now) - now)
+			if standby {
+				wait = next
+			}
 		}
 		switch {
 		case full:
