@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -163,13 +161,13 @@ func (r *ring) bindQueries(on bool) error {
 // what other cgroups send. A cgroup is known by its directory's inode, not
 // its path: systemd removes a unit's cgroup when the unit stops and makes
 // a new one, with the same path, when it starts again. On error the
-// attachments are as before.
-func (r *ring) attach(dirs []string) error {
+// attachments are as before. It returns the cgroups newly attached to.
+func (r *ring) attach(dirs []string) (added []string, err error) {
 	want := map[string]bool{}
 	for _, d := range dirs {
 		var st unix.Stat_t
 		if err := unix.Stat(d, &st); err != nil {
-			return fmt.Errorf("cgroup %s: %w", d, err)
+			return nil, fmt.Errorf("cgroup %s: %w", d, err)
 		}
 		key := fmt.Sprintf("%s (inode %d)", d, st.Ino)
 		want[key] = true
@@ -178,9 +176,10 @@ func (r *ring) attach(dirs []string) error {
 		}
 		l, err := link.AttachCgroup(link.CgroupOptions{Path: d, Attach: ebpf.AttachCGroupInetEgress, Program: r.egress})
 		if err != nil {
-			return fmt.Errorf("attach egress program to cgroup %s: %w", d, err)
+			return nil, fmt.Errorf("attach egress program to cgroup %s: %w", d, err)
 		}
 		r.links[key] = l
+		added = append(added, key)
 	}
 	for key, l := range r.links {
 		if !want[key] {
@@ -188,7 +187,7 @@ func (r *ring) attach(dirs []string) error {
 			delete(r.links, key)
 		}
 	}
-	return nil
+	return added, nil
 }
 
 // pending reports whether the ring holds records, without a system call.
@@ -327,11 +326,11 @@ func (t *Tap) SetLocalDNS(pids []int) {
 	if t.ringClosed {
 		return
 	}
-	err := t.attachLocalDNS(pids)
+	added, err := t.attachLocalDNS(pids)
 	if err != nil {
 		// Back to packet mode, with nothing left attached (an attach
 		// that failed part way would show replies twice).
-		back := t.ring.attach(nil)
+		_, back := t.ring.attach(nil)
 		if t.ringOn.Load() {
 			back = t.setRing(false)
 		}
@@ -350,32 +349,36 @@ func (t *Tap) SetLocalDNS(pids []int) {
 			t.log.Warn("packet tap: ring mode failed, the packet socket reads everything", slog.Any("err", err))
 			return
 		}
-		t.log.Info("packet tap in ring mode: replies read at LocalDNS's cgroup egress, queries through the ring",
-			"pids", fmt.Sprint(pids), "cgroups", strings.Join(slices.Collect(maps.Keys(t.ring.links)), ","))
+	}
+	if len(added) > 0 {
+		// Once per LocalDNS start: each gets a cgroup of its own.
+		t.log.Info("packet tap reads LocalDNS's replies at its cgroup's egress (ring mode)",
+			"pids", fmt.Sprint(pids), "cgroups", strings.Join(added, ","))
 	}
 }
 
-// attachLocalDNS attaches the egress program to the cgroups of pids.
-func (t *Tap) attachLocalDNS(pids []int) error {
+// attachLocalDNS attaches the egress program to the cgroups of pids, and
+// returns those newly attached to.
+func (t *Tap) attachLocalDNS(pids []int) ([]string, error) {
 	root, err := cgroupv2.Mount(t.procRoot)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	own, err := cgroupv2.Of(t.procRoot, root, os.Getpid())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var dirs []string
 	for _, pid := range pids {
 		d, err := cgroupv2.Of(t.procRoot, root, pid)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if own == d || strings.HasPrefix(own, d+"/") {
 			// There the program would see dnsstandby's own sends, and
 			// every other process's below: LocalDNS is not in a cgroup
 			// of its own (a test, not a unit).
-			return fmt.Errorf("LocalDNS (pid %d) is in dnsstandby's cgroup or one above it (%s): not a cgroup of its own", pid, d)
+			return nil, fmt.Errorf("LocalDNS (pid %d) is in dnsstandby's cgroup or one above it (%s): not a cgroup of its own", pid, d)
 		}
 		dirs = append(dirs, d)
 	}
@@ -401,7 +404,8 @@ func (t *Tap) setRing(on bool) error {
 	}
 	if !on {
 		// The packet socket reads the replies now: none may come twice.
-		if err := errors.Join(t.ring.bindQueries(false), t.ring.attach(nil)); err != nil {
+		_, detach := t.ring.attach(nil)
+		if err := errors.Join(t.ring.bindQueries(false), detach); err != nil {
 			return err
 		}
 	}
