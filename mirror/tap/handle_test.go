@@ -236,7 +236,7 @@ dnsstandby_mirror_tap_queries_total{reason="duplicate",result="rejected"} 1
 # HELP dnsstandby_mirror_tap_read_errors_total Failed reads of the packet tap's socket.
 # TYPE dnsstandby_mirror_tap_read_errors_total counter
 dnsstandby_mirror_tap_read_errors_total 0
-# HELP dnsstandby_mirror_tap_ring 1 while the packet tap reads LocalDNS's replies at its cgroup's egress and the queries through a BPF ring buffer; 0 while its packet socket reads both.
+# HELP dnsstandby_mirror_tap_ring 1 in ring mode: the packet tap reads the queries, and LocalDNS's replies at its cgroup's egress once LocalDNS is found, through a BPF ring buffer; 0 while its packet socket reads both.
 # TYPE dnsstandby_mirror_tap_ring gauge
 dnsstandby_mirror_tap_ring 0
 `

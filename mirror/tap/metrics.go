@@ -237,7 +237,7 @@ var (
 		[]string{"program"}, nil)
 	// descRing is 1 in ring mode, 0 while the packet socket reads.
 	descRing = prometheus.NewDesc("dnsstandby_mirror_tap_ring",
-		"1 while the packet tap reads LocalDNS's replies at its cgroup's egress and the queries through a BPF ring buffer; 0 while its packet socket reads both.", nil, nil)
+		"1 in ring mode: the packet tap reads the queries, and LocalDNS's replies at its cgroup's egress once LocalDNS is found, through a BPF ring buffer; 0 while its packet socket reads both.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
