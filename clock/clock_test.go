@@ -8,6 +8,17 @@ import (
 	"time"
 )
 
+// running returns a clock whose Run goes until the test ends. In a
+// synctest bubble, the cleanup runs inside it.
+func running(t *testing.T) *Coarse {
+	c := NewCoarse()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return c
+}
+
 // TestCoarse runs the clock in a synctest bubble, where ticks come exactly
 // on time, and reads it at offsets across many ticks: it must never be
 // early (behind the true time) and never more than one Resolution late.
@@ -27,11 +38,7 @@ func TestCoarse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		synctest.Test(t, func(t *testing.T) {
-			c := NewCoarse()
-			ctx, cancel := context.WithCancel(t.Context())
-			var wg sync.WaitGroup
-			wg.Go(func() { c.Run(ctx) })
-			defer func() { cancel(); wg.Wait() }()
+			c := running(t)
 			for range 100 {
 				time.Sleep(tt.step)
 				now, got := time.Now(), c.Now()
@@ -73,11 +80,7 @@ func TestCoarseStopsOnCancel(t *testing.T) {
 // tick, whatever time passes; a read wakes it, and it ticks on while read.
 func TestCoarseSleepsUnread(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := NewCoarse()
-		ctx, cancel := context.WithCancel(t.Context())
-		var wg sync.WaitGroup
-		wg.Go(func() { c.Run(ctx) })
-		defer func() { cancel(); wg.Wait() }()
+		c := running(t)
 		time.Sleep(10 * time.Second)
 		if n := c.ticks.Load(); n != 1 {
 			t.Errorf("unread for 10s: %d ticks, want 1", n)
@@ -98,11 +101,7 @@ func TestCoarseSleepsUnread(t *testing.T) {
 // within a Resolution of the truth, never early.
 func TestCoarseAdvance(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := NewCoarse()
-		ctx, cancel := context.WithCancel(t.Context())
-		var wg sync.WaitGroup
-		wg.Go(func() { c.Run(ctx) })
-		defer func() { cancel(); wg.Wait() }()
+		c := running(t)
 		time.Sleep(time.Millisecond) // Run has started
 		step := Resolution * 4 / 5
 		for range 50 {
