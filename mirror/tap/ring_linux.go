@@ -329,10 +329,14 @@ func (t *Tap) SetLocalDNS(pids []int) {
 	added, err := t.attachLocalDNS(pids)
 	if err != nil {
 		// Back to packet mode, with nothing left attached (an attach
-		// that failed part way would show replies twice).
-		_, back := t.ring.attach(nil)
+		// that failed part way would show replies twice): setRing
+		// detaches, and so does attach(nil) where packet mode is in
+		// force already.
+		var back error
 		if t.ringOn.Load() {
 			back = t.setRing(false)
+		} else {
+			_, back = t.ring.attach(nil)
 		}
 		err = errors.Join(err, back)
 		if msg := err.Error(); msg != t.modeErr {

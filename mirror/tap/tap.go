@@ -81,7 +81,8 @@ type Config struct {
 	Observer Observer
 	// RingSize is the ring mode's BPF ring buffer in bytes: a power of
 	// two, at least a page. 0 keeps the tap in packet mode for good.
-	// Ring mode starts when SetLocalDNS names LocalDNS's processes and
+	// The tap starts in ring mode, reading queries only, and reads
+	// LocalDNS's replies once SetLocalDNS names LocalDNS's processes and
 	// the egress program attaches to their cgroups (see ring.go).
 	RingSize int
 	// Logger receives start, stop, pause and read errors; nil discards.
@@ -205,7 +206,7 @@ type Tap struct {
 	// (the eBPF filter), not frames a bridge forwards (the classic one).
 	localOnly bool
 
-	mu sync.Mutex // guards fd and the ring's lost counters; the reader closes them when it ends
+	mu sync.Mutex // guards fd and the ring's counters; the reader closes them when it ends
 	fd int        // the packet socket, or -1
 
 	// Ring mode (ring.go): ring is nil where the kernel refused it.
