@@ -204,8 +204,9 @@ type feedCost struct {
 	localDNSUs float64 // LocalDNS's CPU per query over its baseline
 	allIn      float64 // dnsstandby's whole CPU and LocalDNS's extra, as a share of LocalDNS's baseline
 	// programUs is the ring's eBPF programs' time per query, and
-	// allInPrograms allIn with it for LocalDNS's extra: exact where
-	// LocalDNS's own CPU moves by several percent between runs.
+	// allInPrograms allIn with it for LocalDNS's extra; 0 unless
+	// kernel.bpf_stats_enabled was 1 (see result.ProgramUs, and its
+	// cost).
 	programUs, allInPrograms float64
 }
 
