@@ -275,6 +275,8 @@ type shard struct {
 	maxProbB    int64
 	probQ       probQueue
 
+	memo memo // mirrored entries a repeat may skip; its slots are atomic
+
 	hits, staleHits, misses, inserts, evictions atomic.Uint64
 	_                                           [64]byte // keep shards on separate cache lines
 }
@@ -322,6 +324,7 @@ func New(cfg Config) (*Cache, error) {
 		// One more than the bound: the shard evicts before adding, so that
 		// it can count and account evictions itself.
 		s.lru, _ = simplelru.NewLRU[uint64, entry](s.maxEntries+1, nil)
+		s.memo = newMemo(s.maxEntries)
 	}
 	return c, nil
 }
@@ -347,6 +350,7 @@ func (c *Cache) Purge() {
 		s := &c.shards[i]
 		s.mu.Lock()
 		s.lru.Purge()
+		s.memo.clear()
 		s.bytes = 0
 		s.probEntries, s.probBytes, s.probQ = 0, 0, probQueue{}
 		s.mu.Unlock()
@@ -412,6 +416,7 @@ func (s *shard) account(e *entry, sign int64) {
 func (s *shard) add(h uint64, e entry, staleUntil func(entry) int64, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.memo.forget(h)
 	if old, ok := s.lru.Peek(h); ok {
 		if e.isError() && !old.isError() && now < staleUntil(old) {
 			return false
@@ -432,7 +437,8 @@ func (s *shard) add(h uint64, e entry, staleUntil func(entry) int64, now int64) 
 		}
 	}
 	for s.lru.Len() > 0 && s.full(e) {
-		_, old, _ := s.lru.RemoveOldest()
+		oh, old, _ := s.lru.RemoveOldest()
+		s.memo.forget(oh)
 		s.account(&old, -1)
 		s.evictions.Add(1)
 	}
@@ -456,6 +462,7 @@ func (s *shard) evictProbation() {
 	ref := s.probQ.pop()
 	if cur, ok := s.lru.Peek(ref.h); ok && cur.stored == ref.stored && cur.flags&entryProbation != 0 {
 		s.lru.Remove(ref.h)
+		s.memo.forget(ref.h)
 		s.account(&cur, -1)
 		s.evictions.Add(1)
 	}
@@ -466,6 +473,7 @@ func (s *shard) removeIf(h uint64, stored int64) {
 	s.mu.Lock()
 	if old, ok := s.lru.Peek(h); ok && old.stored == stored {
 		s.lru.Remove(h)
+		s.memo.forget(h)
 		s.account(&old, -1)
 	}
 	s.mu.Unlock()

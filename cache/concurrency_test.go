@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,16 +12,19 @@ import (
 	"github.com/dnsstandby/dnsstandby/wire"
 )
 
-// TestConcurrentUse runs inserts, hits, snapshots and stats at once; run
-// with -race it checks the locking, and the bounds must hold throughout.
+// TestConcurrentUse runs inserts, mirrored repeats, hits, snapshots and
+// stats at once; run with -race it checks the locking (and the mirror
+// memo's slots), and the bounds must hold throughout.
 func TestConcurrentUse(t *testing.T) {
 	c, clk := newTestCache(t, func(c *Config) { c.MaxEntries = 200; c.Shards = 4 })
 	const names = 500
 	resps := make([][]byte, names)
+	mirrored := make([][]byte, names) // another answer: each replaces the other
 	queries := make([][]byte, names)
 	for i := range names {
 		name := fmt.Sprintf("n%d.example.", i)
 		resps[i] = pack(t, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.1"}, nil))
+		mirrored[i] = pack(t, reply(t, name, dns.TypeA, 0, []string{name + " 60 IN A 192.0.2.2"}, nil))
 		queries[i] = pack(t, query(t, name, dns.TypeA, 1232, false))
 	}
 	var wg sync.WaitGroup
@@ -47,6 +51,17 @@ func TestConcurrentUse(t *testing.T) {
 				}
 				if i%500 == 0 {
 					clk.Advance(1e9)
+				}
+			}
+		})
+	}
+	for w := range 2 {
+		wg.Go(func() {
+			for i := range 4000 {
+				err := c.InsertMirror(mirrored[(i*3+w)%(names/10)])
+				if err != nil && !errors.Is(err, errHaveFresh) {
+					t.Errorf("mirrored insert: %v", err)
+					return
 				}
 			}
 		})

@@ -290,7 +290,8 @@ func canonicalName(dst *[wire.MaxNameLen]byte, msg []byte, off int) (int, bool) 
 
 // repeat reports whether the cache holds a fresh entry for q, not in its
 // refresh window, whose content sum is sum; if so, it takes the entry off
-// probation. It does not allocate, and takes the write lock only for that.
+// probation. It does not allocate, takes the write lock only for that, and
+// no lock at all for a repeat the shard's memo holds.
 func (c *Cache) repeat(q *wire.Query, sum uint32) bool {
 	if q.Opcode() != 0 || len(q.QName) == 0 || sum == 0 {
 		return false
@@ -299,11 +300,18 @@ func (c *Cache) repeat(q *wire.Query, sum uint32) bool {
 	key := kb[:queryKey(&kb, q)]
 	h := c.hash(key)
 	s := c.shardFor(h)
+	now := c.now().UnixNano()
+	if s.memo.repeats(h, sum, now) {
+		return true
+	}
 	s.mu.RLock()
 	e, ok := s.lru.Peek(h)
+	ok = ok && e.sum == sum && bytes.Equal(e.key(), key) && now < e.fresh && !expiring(e.stored, e.fresh, now)
+	if ok && e.flags&entryProbation == 0 {
+		s.memo.put(h, sum, repeatUntil(e.stored, e.fresh))
+	}
 	s.mu.RUnlock()
-	now := c.now().UnixNano()
-	if !ok || e.sum != sum || !bytes.Equal(e.key(), key) || now >= e.fresh || expiring(e.stored, e.fresh, now) {
+	if !ok {
 		return false
 	}
 	if e.flags&entryProbation != 0 {

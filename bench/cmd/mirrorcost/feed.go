@@ -106,10 +106,79 @@ const nsidChecks = 32
 // names, so the check adds nothing to the warm-up's counts.
 const nsidCheckName = "kubernetes.default.svc.cluster.local."
 
-// measureFeed starts dnsstandby with the feed and LocalDNS beside it, waits
-// until dnsstandby mirrors with LocalDNS's sockets adopted, warms up,
-// measures, and stops both.
-func (n *node) measureFeed(ctx context.Context, feed string) (res result, err error) {
+// localDNS is one LocalDNS process, in a cgroup of its own as in
+// localdns.service on a node (the tap in ring mode reads its replies
+// there), pinned to the servers' CPU.
+type localDNS struct {
+	*nstest.CoreDNS
+	cgroup string
+}
+
+// startLocalDNS starts LocalDNS, sending dnstap to dnstapPath if set.
+func (n *node) startLocalDNS(dnstapPath string) (*localDNS, error) {
+	cg, err := cgroupv2.Make(fmt.Sprintf("dnsstandby-mirrorcost-localdns-%d", os.Getpid()))
+	if err != nil {
+		return nil, fmt.Errorf("LocalDNS: %w", err)
+	}
+	cd, err := nstest.LaunchCoreDNS(n.NS, nstest.CoreDNSConfig{
+		Binary:   n.o.coredns,
+		Corefile: localDNSCorefile(dnstapPath),
+		Probe:    listenAddr,
+		Cgroup:   cg,
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("LocalDNS: %w", err), cgroupv2.Remove(cg))
+	}
+	ld := &localDNS{CoreDNS: cd, cgroup: cg}
+	if err := procstat.Pin(cd.Pid(), n.o.serverCPU); err != nil {
+		return nil, errors.Join(err, ld.close())
+	}
+	return ld, nil
+}
+
+func (l *localDNS) close() error { return errors.Join(l.Close(), cgroupv2.Remove(l.cgroup)) }
+
+// measureRound measures each feed once, in order. Every feed but dnstap
+// runs beside one LocalDNS process, started for the round and kept across
+// its feeds, so that what a feed adds to LocalDNS's CPU is not mixed with
+// how fast one LocalDNS process runs against another (a fresh one's CPU
+// per query moved by a third between windows of one run). The dnstap feed
+// gets a LocalDNS of its own, started after dnsstandby: CoreDNS 1.13.1
+// connects to its dnstap socket only at start-up.
+func (n *node) measureRound(ctx context.Context, round int, feeds []string) (results []result, err error) {
+	var shared *localDNS
+	defer func() {
+		if shared != nil {
+			err = errors.Join(err, shared.close())
+		}
+	}()
+	for _, f := range feeds {
+		fmt.Printf("measuring --mirror %s (round %d of %d) ...\n", f, round, n.o.rounds)
+		if f != "dnstap" && shared == nil {
+			if shared, err = n.startLocalDNS(""); err != nil {
+				return results, fmt.Errorf("round %d: %w", round, err)
+			}
+		}
+		ld := shared
+		if f == "dnstap" {
+			ld = nil
+		}
+		r, err := n.measureFeed(ctx, f, ld)
+		if err != nil {
+			return results, fmt.Errorf("--mirror %s, round %d: %w", f, round, err)
+		}
+		r.Round = round
+		r.SharedLocalDNS = ld != nil
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// measureFeed starts dnsstandby with the feed beside shared, or, with
+// shared nil, beside a LocalDNS of its own started after it (and stopped
+// after the measurement); waits until dnsstandby mirrors with LocalDNS's
+// sockets adopted, warms up, measures, and stops dnsstandby.
+func (n *node) measureFeed(ctx context.Context, feed string, shared *localDNS) (res result, err error) {
 	mirrorArg, dnstapPath, hedge, ring := feed, "", "true", "true"
 	switch feed {
 	case "dnstap":
@@ -124,17 +193,15 @@ func (n *node) measureFeed(ctx context.Context, feed string) (res result, err er
 		"--metrics-addr", standbyMetrics, "--anchor-link", "", "--admin-socket", "", "--state-dir", "", "--lock-file", "",
 		"--steering", "adopt", "--mirror", mirrorArg, "--hedge=" + hedge, "--tap-ring=" + ring}
 
-	// dnsstandby first, for every feed: CoreDNS 1.13.1 connects to its
-	// dnstap socket only at start-up (mirror/dnstap/README.md), and the
-	// other feeds start the same way so that the runs differ only in the feed.
-	// `ip netns exec` gives it a fresh /sys, without the cgroup2 mount a
-	// node has at /sys/fs/cgroup, where the tap finds LocalDNS's cgroup.
+	// `ip netns exec` gives dnsstandby a fresh /sys, without the cgroup2
+	// mount a node has at /sys/fs/cgroup, where the tap finds LocalDNS's
+	// cgroup.
 	sb, err := n.NS.Start("/bin/sh", append([]string{"-c", `mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$0" "$@"`, n.o.dnsstandby}, args...)...)
 	if err != nil {
 		return res, fmt.Errorf("start dnsstandby: %w", err)
 	}
 	defer func() { err = errors.Join(err, stopStandby(sb)) }()
-	var ld *nstest.CoreDNS
+	ld := shared
 	withOutput := func(err error) error {
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -151,30 +218,16 @@ func (n *node) measureFeed(ctx context.Context, feed string) (res result, err er
 	if err := n.waitStandbyUp(ctx, sb, dnstapPath); err != nil {
 		return res, withOutput(err)
 	}
-
-	// The probe may be answered by dnsstandby, which holds the traffic
-	// until LocalDNS passed its hold-down; waitMirror waits for that.
-	// LocalDNS runs in a cgroup of its own, as in localdns.service on a
-	// node: the tap in ring mode reads its replies there.
-	cg, err := cgroupv2.Make(fmt.Sprintf("dnsstandby-mirrorcost-localdns-%d", os.Getpid()))
-	if err != nil {
-		return res, withOutput(fmt.Errorf("LocalDNS: %w", err))
+	if shared == nil {
+		// The probe may be answered by dnsstandby, which holds the
+		// traffic until LocalDNS passed its hold-down; waitMirror waits
+		// for that.
+		if ld, err = n.startLocalDNS(dnstapPath); err != nil {
+			return res, withOutput(err)
+		}
+		defer func() { err = errors.Join(err, ld.close()) }()
 	}
-	defer func() { err = errors.Join(err, cgroupv2.Remove(cg)) }()
-	ld, err = nstest.LaunchCoreDNS(n.NS, nstest.CoreDNSConfig{
-		Binary:   n.o.coredns,
-		Corefile: localDNSCorefile(dnstapPath),
-		Probe:    listenAddr,
-		Cgroup:   cg,
-	})
-	if err != nil {
-		return res, withOutput(fmt.Errorf("LocalDNS: %w", err))
-	}
-	defer func() { err = errors.Join(err, ld.Close()) }()
-	if err := procstat.Pin(ld.Pid(), n.o.serverCPU); err != nil {
-		return res, withOutput(err)
-	}
-	if err := n.waitMirror(ctx, feed, sb, ld); err != nil {
+	if err := n.waitMirror(ctx, feed, sb, ld.CoreDNS); err != nil {
 		return res, withOutput(err)
 	}
 	if err := n.checkNSID(); err != nil {
@@ -197,7 +250,7 @@ func (n *node) measureFeed(ctx context.Context, feed string) (res result, err er
 	if err != nil {
 		return res, withOutput(err)
 	}
-	res, err = n.measure(ctx, feed, sb, ld, start, w)
+	res, err = n.measure(ctx, feed, sb, ld.CoreDNS, start, w)
 	if err != nil {
 		return res, withOutput(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,7 +59,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.serverCPU, "server-cpu", 0, "CPU LocalDNS and dnsstandby are pinned to")
 	flag.IntVar(&o.clientCPU, "client-cpu", 1, "CPU dnsperf, the upstream and this program are pinned to")
 	flag.Float64Var(&o.target, "target", 0.15, "the most dnsstandby's CPU may be, as a fraction of LocalDNS's")
-	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over, in turn (tap, none, tap, none, ...), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
+	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over (every other round in reverse order; each round's feeds but dnstap beside one LocalDNS process), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
 	flag.StringVar(&o.perfDir, "perf", "", "record dnsstandby and LocalDNS with perf during each measurement into DIR/FEED.perf.data (perturbs the numbers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -113,15 +114,17 @@ func run(ctx context.Context, o *options) (err error) {
 
 	var results []result
 	for round := 1; round <= o.rounds; round++ {
-		for _, f := range feeds {
-			fmt.Printf("measuring --mirror %s (round %d of %d) ...\n", f, round, o.rounds)
-			r, err := n.measureFeed(ctx, f)
-			if err != nil {
-				return fmt.Errorf("--mirror %s, round %d: %w", f, round, err)
-			}
-			r.Round = round
-			results = append(results, r)
+		// Every other round in reverse order, so that a drift over the run
+		// (the machine, LocalDNS's heap) does not always favour one feed.
+		order := slices.Clone(feeds)
+		if round%2 == 0 {
+			slices.Reverse(order)
 		}
+		rs, err := n.measureRound(ctx, round, order)
+		if err != nil {
+			return err
+		}
+		results = append(results, rs...)
 	}
 	if err := benchcmd.WriteJSON(o.out, results); err != nil {
 		return err

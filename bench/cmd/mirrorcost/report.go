@@ -16,6 +16,7 @@ import (
 type result struct {
 	Mirror          string            `json:"mirror"`                    // tap, dnstap or none
 	Round           int               `json:"round"`                     // which pass over the feeds (-rounds), from 1
+	SharedLocalDNS  bool              `json:"shared_localdns"`           // LocalDNS was the round's, kept across its feeds (all but dnstap)
 	QPS             float64           `json:"qps"`                       // answers per second (dnsperf's "Queries per second")
 	LocalDNSCPUUs   float64           `json:"localdns_cpu_us_per_query"` // LocalDNS utime+stime over the window ÷ answers
 	StandbyCPUUs    float64           `json:"standby_cpu_us_per_query"`  // dnsstandby's, ÷ the same answers

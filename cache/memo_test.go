@@ -1,0 +1,181 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+func TestMemo(t *testing.T) {
+	const (
+		h     = uint64(0xabcd) << 32 // slot 0xabcd & mask
+		other = h | 0x55             // the same slot, another key
+		sum   = 7
+		sec   = int64(time.Second)
+		until = 1_800_000_100*sec + sec/2
+	)
+	tests := []struct {
+		name string
+		do   func(m *memo)
+		h    uint64
+		sum  uint32
+		now  int64
+		want bool
+	}{
+		{"empty", func(m *memo) {}, h, sum, until - 10*sec, false},
+		{"held", func(m *memo) { m.put(h, sum, until) }, h, sum, until - 10*sec, true},
+		{"other sum", func(m *memo) { m.put(h, sum, until) }, h, sum + 1, until - 10*sec, false},
+		{"other key, same slot", func(m *memo) { m.put(h, sum, until) }, other, sum, until - 10*sec, false},
+		{"last whole second before until", func(m *memo) { m.put(h, sum, until) }, h, sum, until - sec/2 - 1, true},
+		{"within until's second: ends early", func(m *memo) { m.put(h, sum, until) }, h, sum, until - sec/4, false},
+		{"after until", func(m *memo) { m.put(h, sum, until) }, h, sum, until + sec, false},
+		{"forgotten", func(m *memo) { m.put(h, sum, until); m.forget(h) }, h, sum, until - 10*sec, false},
+		{"another key's forget leaves it", func(m *memo) { m.put(h, sum, until); m.forget(other) }, h, sum, until - 10*sec, true},
+		{"replaced by another key", func(m *memo) { m.put(h, sum, until); m.put(other, sum, until) }, h, sum, until - 10*sec, false},
+		{"cleared", func(m *memo) { m.put(h, sum, until); m.clear() }, h, sum, until - 10*sec, false},
+		{"claimed slot: put gives up", func(m *memo) { m.slot(h).h.Store(memoClaimed); m.put(h, sum, until) }, h, sum, until - 10*sec, false},
+		{"hash 0 is never held", func(m *memo) { m.put(0, sum, until) }, 0, sum, until - 10*sec, false},
+		{"until before 1970", func(m *memo) { m.put(h, sum, -until) }, h, sum, -until - 10*sec, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMemo(1000)
+			tt.do(&m)
+			if got := m.repeats(tt.h, tt.sum, tt.now); got != tt.want {
+				t.Errorf("repeats = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestMemoSize(t *testing.T) {
+	for _, tt := range []struct{ entries, want int }{
+		{1, minMemoSlots}, {256, minMemoSlots}, {1024, 256}, {1875, 256}, {2048, 512}, {1 << 20, maxMemoSlots},
+	} {
+		if got := len(newMemo(tt.entries).slots); got != tt.want {
+			t.Errorf("newMemo(%d): %d slots, want %d", tt.entries, got, tt.want)
+		}
+	}
+}
+
+// TestRepeatUntil: the memo holds a repeat until the last nanosecond
+// before the entry starts expiring, or one earlier, never later.
+func TestRepeatUntil(t *testing.T) {
+	stored := int64(1_800_000_000) * int64(time.Second)
+	for _, life := range []time.Duration{2 * time.Second, 5 * time.Second, 10*time.Second + 3, 300 * time.Second, 3600*time.Second + 7} {
+		fresh := stored + int64(life)
+		until := repeatUntil(stored, fresh)
+		if expiring(stored, fresh, until-1) {
+			t.Errorf("life %v: expiring already at until-1ns", life)
+		}
+		if !expiring(stored, fresh, until+1) {
+			t.Errorf("life %v: not expiring yet at until+1ns", life)
+		}
+	}
+}
+
+// memoHeld counts the memo slots that hold a key, in every shard.
+func memoHeld(c *Cache) int {
+	n := 0
+	for i := range c.shards {
+		for j := range c.shards[i].memo.slots {
+			if c.shards[i].memo.slots[j].h.Load() > memoClaimed {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestMirrorRepeatMemo: once a mirrored answer is confirmed, its repeats
+// are skipped through the memo, and whatever changes the entry makes the
+// next repeat go the slow way, so that LocalDNS's answer is stored again.
+func TestMirrorRepeatMemo(t *testing.T) {
+	const name = "memo.example."
+	tests := []struct {
+		name   string
+		change func(t *testing.T, c *Cache, clk *testClock)
+	}{
+		{"upstream answer replaces it", func(t *testing.T, c *Cache, clk *testClock) {
+			if err := c.InsertMsg(reply(t, name, dns.TypeA, 0, []string{name + " 30 IN A 192.0.2.99"}, nil)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"purged", func(t *testing.T, c *Cache, clk *testClock) { c.Purge() }},
+		{"evicted", func(t *testing.T, c *Cache, clk *testClock) {
+			for _, n := range names("evict", 0, 20) {
+				if err := c.InsertMsg(reply(t, n, dns.TypeA, 0, []string{n + " 30 IN A 192.0.2.1"}, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"expiring", func(t *testing.T, c *Cache, clk *testClock) { clk.Advance(28 * time.Second) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, clk := newTestCache(t, func(c *Config) { c.Shards, c.MaxEntries = 1, 10 })
+			raw := mirrorA(t, name, 1)
+			for i, want := range []error{nil, errHaveFresh, errHaveFresh} {
+				if err := c.InsertMirror(raw); !errors.Is(err, want) {
+					t.Fatalf("mirrored copy %d: %v, want %v", i+1, err, want)
+				}
+			}
+			if got := memoHeld(c); got != 1 {
+				t.Fatalf("%d memo slots hold a key after a confirmed repeat, want 1", got)
+			}
+			before := c.Stats().Inserts
+			tt.change(t, c, clk)
+			if got := memoHeld(c); got != 0 && tt.name != "expiring" {
+				t.Errorf("%d memo slots still hold a key after the entry changed", got)
+			}
+			if err := c.InsertMirror(raw); err != nil {
+				t.Fatalf("the mirrored answer after the change: %v, want it stored", err)
+			}
+			if c.Stats().Inserts == before {
+				t.Error("the mirrored answer was not stored again")
+			}
+			q := wireQuery(t, query(t, name, dns.TypeA, -1, false))
+			if st := c.Status(q); !st.IsFresh() {
+				t.Errorf("after storing LocalDNS's answer again: %s, want fresh", st)
+			}
+		})
+	}
+}
+
+// BenchmarkInsertMirrorRepeatNames: the cost of the check LocalDNS's reply to
+// almost every query goes through, memo on (the path taken) and off (the
+// shard's lock and LRU, as before the memo), over a working set of names
+// large enough not to stay in the CPU's caches.
+func BenchmarkInsertMirrorRepeatNames(b *testing.B) {
+	for _, withMemo := range []bool{true, false} {
+		b.Run(fmt.Sprintf("memo=%v", withMemo), func(b *testing.B) {
+			c, _ := newTestCache(b, nil)
+			raws := make([][]byte, 5000)
+			for i := range raws {
+				raws[i] = mirrorA(b, fmt.Sprintf("svc-%d.default.svc.cluster.local.", i), 1)
+				for range 2 {
+					if err := c.InsertMirror(raws[i]); err != nil && !errors.Is(err, errHaveFresh) {
+						b.Fatal(err)
+					}
+				}
+			}
+			if !withMemo {
+				for i := range c.shards { // every slot claimed: repeats and put give up
+					for j := range c.shards[i].memo.slots {
+						c.shards[i].memo.slots[j].h.Store(memoClaimed)
+					}
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := c.InsertMirror(raws[(i*7919)%len(raws)]); err != errHaveFresh {
+					b.Fatalf("repeat: %v", err)
+				}
+			}
+		})
+	}
+}
