@@ -68,10 +68,6 @@ const (
 	countsMapName = "counts" // BPF_MAP_TYPE_PERCPU_ARRAY of numCounts u64
 )
 
-// bpfRBNoWakeup is BPF_RB_NO_WAKEUP, the flag of bpf_ringbuf_submit and
-// bpf_ringbuf_discard that leaves the ring's waiters unwoken.
-const bpfRBNoWakeup = 1
-
 // Offsets in struct __sk_buff not named in local.go.
 const skbLen = 0
 
@@ -135,10 +131,7 @@ func recordBlock(start string, kind int32, ret int32) asm.Instructions {
 			asm.Mov.Reg(asm.R4, regLen),
 			asm.FnSkbLoadBytes.Call(),
 			asm.Mov.Reg(asm.R1, regRec),
-			// The tap polls the ring's positions and never waits on
-			// it: no wake-up (an irq_work) for the first record after
-			// each drain.
-			asm.Mov.Imm(asm.R2, bpfRBNoWakeup),
+			asm.Mov.Imm(asm.R2, 0),
 			asm.JNE.Imm(asm.R0, 0, class+"_discard"),
 			asm.FnRingbufSubmit.Call(),
 			asm.StoreImm(asm.RFP, stackCountKey, int64(countRecorded+kind), asm.Word),
