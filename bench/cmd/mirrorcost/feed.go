@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -138,38 +139,54 @@ func (n *node) startLocalDNS(dnstapPath string) (*localDNS, error) {
 
 func (l *localDNS) close() error { return errors.Join(l.Close(), cgroupv2.Remove(l.cgroup)) }
 
-// measureRound measures each feed once, in order. Every feed but dnstap
-// runs beside one LocalDNS process, started for the round and kept across
-// its feeds, so that what a feed adds to LocalDNS's CPU is not mixed with
-// how fast one LocalDNS process runs against another (a fresh one's CPU
-// per query moved by a third between windows of one run). The dnstap feed
-// gets a LocalDNS of its own, started after dnsstandby: CoreDNS 1.13.1
-// connects to its dnstap socket only at start-up.
+// measureRound measures each feed once, in order, but dnstap last. Every
+// feed but dnstap runs beside one LocalDNS process, started for the round
+// and kept across its feeds, so that what a feed adds to LocalDNS's CPU is
+// not mixed with how fast one LocalDNS process runs against another (a
+// fresh one's CPU per query moved by a third between windows of one run).
+// The dnstap feed gets a LocalDNS of its own, once the round's is gone,
+// started after dnsstandby: CoreDNS 1.13.1 connects to its dnstap socket
+// only at start-up.
 func (n *node) measureRound(ctx context.Context, round int, feeds []string) (results []result, err error) {
 	var shared *localDNS
-	defer func() {
+	closeShared := func() {
 		if shared != nil {
 			err = errors.Join(err, shared.close())
+			shared = nil
 		}
-	}()
-	for _, f := range feeds {
+	}
+	defer closeShared()
+	measure := func(f string, ld *localDNS) error {
 		fmt.Printf("measuring --mirror %s (round %d of %d) ...\n", f, round, n.o.rounds)
-		if f != "dnstap" && shared == nil {
+		r, err := n.measureFeed(ctx, f, ld)
+		if err != nil {
+			return fmt.Errorf("--mirror %s, round %d: %w", f, round, err)
+		}
+		r.Round, r.SharedLocalDNS = round, ld != nil
+		results = append(results, r)
+		return nil
+	}
+	for _, f := range feeds {
+		if f == "dnstap" {
+			continue
+		}
+		if shared == nil {
 			if shared, err = n.startLocalDNS(""); err != nil {
 				return results, fmt.Errorf("round %d: %w", round, err)
 			}
 		}
-		ld := shared
-		if f == "dnstap" {
-			ld = nil
+		if err := measure(f, shared); err != nil {
+			return results, err
 		}
-		r, err := n.measureFeed(ctx, f, ld)
+	}
+	if slices.Contains(feeds, "dnstap") {
+		closeShared()
 		if err != nil {
-			return results, fmt.Errorf("--mirror %s, round %d: %w", f, round, err)
+			return results, err
 		}
-		r.Round = round
-		r.SharedLocalDNS = ld != nil
-		results = append(results, r)
+		if err := measure("dnstap", nil); err != nil {
+			return results, err
+		}
 	}
 	return results, nil
 }
