@@ -229,6 +229,9 @@ dnsstandby_mirror_tap_enabled 0
 # HELP dnsstandby_mirror_tap_local_only 1 if the packet tap's filter passes only replies this node sent; 0 if the kernel refused it and frames a bridge forwards from pods can pass too.
 # TYPE dnsstandby_mirror_tap_local_only gauge
 dnsstandby_mirror_tap_local_only 0
+# HELP dnsstandby_mirror_tap_queries_at_localdns 1 while the packet tap reads the queries where LocalDNS's sockets receive them (ring mode, standing by); 0 while it reads them as the node receives them, before netfilter.
+# TYPE dnsstandby_mirror_tap_queries_at_localdns gauge
+dnsstandby_mirror_tap_queries_at_localdns 0
 # HELP dnsstandby_mirror_tap_queries_total Queries to LocalDNS the packet tap read, by result (observed, rejected) and reason.
 # TYPE dnsstandby_mirror_tap_queries_total counter
 dnsstandby_mirror_tap_queries_total{reason="",result="observed"} 1

@@ -91,10 +91,15 @@ type Stats struct {
 	// its cgroup's egress and the queries through the ring, with no
 	// packet socket on the transmit path (SetLocalDNS).
 	Ring bool
+	// QueriesAtLocalDNS is whether, in ring mode, the queries are read
+	// where LocalDNS's sockets receive them (its cgroup's ingress:
+	// standing by, inserting) rather than as the node receives them.
+	QueriesAtLocalDNS bool
 	// Programs are the ring's eBPF programs' runs, by name ("egress",
-	// "query"), as the kernel counts them while kernel.bpf_stats_enabled
-	// is 1: what watching costs in the kernel, in LocalDNS's sends and in
-	// the receive path. Nil without a ring.
+	// "ingress", "query"), as the kernel counts them while
+	// kernel.bpf_stats_enabled is 1: what watching costs in the kernel,
+	// in LocalDNS's sends and receives and in the node's receive path.
+	// Nil without a ring.
 	Programs map[string]ProgramStats
 }
 
@@ -165,6 +170,9 @@ func (t *Tap) Stats() Stats {
 		Ring:            t.ringOn.Load(),
 	}
 	if t.ring != nil {
+		s.QueriesAtLocalDNS = t.ring.atLocalDNS.Load()
+	}
+	if t.ring != nil {
 		t.mu.Lock()
 		if t.fd >= 0 { // the ring is open
 			s.Programs = t.ring.programStats()
@@ -230,7 +238,7 @@ var (
 	// descProgramRuns and descProgramSeconds are the ring's programs'
 	// runs and time in the kernel (kernel.bpf_stats_enabled=1).
 	descProgramRuns = prometheus.NewDesc("dnsstandby_mirror_tap_program_runs_total",
-		"Runs of the packet tap's eBPF programs in ring mode (egress: each packet LocalDNS sends; query: each IP packet the node receives), counted while kernel.bpf_stats_enabled is 1.",
+		"Runs of the packet tap's eBPF programs in ring mode (egress: each packet LocalDNS sends; ingress: each packet LocalDNS receives, while standing by; query: each IP packet the node receives, while dnsstandby answers), counted while kernel.bpf_stats_enabled is 1.",
 		[]string{"program"}, nil)
 	descProgramSeconds = prometheus.NewDesc("dnsstandby_mirror_tap_program_seconds_total",
 		"Time the packet tap's eBPF programs ran in the kernel, counted while kernel.bpf_stats_enabled is 1.",
@@ -238,11 +246,15 @@ var (
 	// descRing is 1 in ring mode, 0 while the packet socket reads.
 	descRing = prometheus.NewDesc("dnsstandby_mirror_tap_ring",
 		"1 in ring mode: the packet tap reads the queries, and LocalDNS's replies at its cgroup's egress once LocalDNS is found, through a BPF ring buffer; 0 while its packet socket reads both.", nil, nil)
+	// descQueriesAtLocalDNS is 1 while ring mode reads the queries at
+	// LocalDNS's cgroup's ingress.
+	descQueriesAtLocalDNS = prometheus.NewDesc("dnsstandby_mirror_tap_queries_at_localdns",
+		"1 while the packet tap reads the queries where LocalDNS's sockets receive them (ring mode, standing by); 0 while it reads them as the node receives them, before netfilter.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing, descProgramRuns, descProgramSeconds} {
+	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing, descQueriesAtLocalDNS, descProgramRuns, descProgramSeconds} {
 		ch <- d
 	}
 }
@@ -286,6 +298,7 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 	gauge(descEnabled, s.Enabled)
 	gauge(descLocalOnly, s.LocalOnly)
 	gauge(descRing, s.Ring)
+	gauge(descQueriesAtLocalDNS, s.QueriesAtLocalDNS)
 	for name, p := range s.Programs {
 		counter(descProgramRuns, p.Runs, name)
 		ch <- prometheus.MustNewConstMetric(descProgramSeconds, prometheus.CounterValue, p.Time.Seconds(), name)

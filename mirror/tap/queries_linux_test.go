@@ -68,8 +68,8 @@ func (o *nsObserver) get(name string) (queries, replies []seenPacket) {
 // replies only and counts as before. Replies the observer claims as its
 // own hedges are neither inserted nor counted as accepted. In ring mode
 // (CoreDNS in a cgroup of its own, named to both taps with SetLocalDNS)
-// the same holds with every packet seen exactly once, and the packet
-// sockets read nothing.
+// the same holds with every packet seen exactly once, the queries read at
+// CoreDNS's cgroup's ingress, and the packet sockets read nothing.
 func TestTapQueries(t *testing.T) {
 	pod4, pod6 := netip.MustParseAddr("10.211.0.2"), netip.MustParseAddr("fd00:211::2")
 	server4 := netip.MustParseAddrPort(bedAddr4 + ":53")
@@ -114,6 +114,10 @@ func TestTapQueries(t *testing.T) {
 			off := startTap(t, b.node, cfg, recOff.sink)
 			if tt.ring {
 				toRing(t, b, on, off)
+				// Standing by: queries at LocalDNS's cgroup's ingress.
+				if !on.Stats().QueriesAtLocalDNS {
+					t.Fatal("ring mode, inserting: the queries are not read at LocalDNS's cgroup")
+				}
 			}
 			if tt.ring {
 				// From here on the packet sockets must pass nothing.

@@ -12,21 +12,28 @@ import (
 // transmit path. While an ETH_P_ALL packet socket is open, the kernel
 // clones every packet sent on every device of the namespace for it
 // (dev_queue_xmit_nit), before any filter runs, and each packet passed
-// costs a copy into the socket and out of it (recvmmsg). In ring mode two
-// eBPF programs copy what the tap needs into one BPF ring buffer instead,
-// where a program already runs for each packet:
+// costs a copy into the socket and out of it (recvmmsg). In ring mode eBPF
+// programs copy what the tap needs into one BPF ring buffer instead, where
+// a program already runs for each packet:
 //
-//   - queries: a packet socket bound to ETH_P_IP (or ETH_P_IPV6) sees only
-//     received packets, not sent ones, and so clones nothing on the
-//     transmit path. Its filter is the tap's own filter (localProgram)
-//     whose query exit copies the packet into the ring and then drops it:
-//     nothing is ever queued on the socket. It still sees a pod's query
-//     before netfilter, as the nat fallback's detection needs.
 //   - replies: a cgroup skb egress program on LocalDNS's cgroup sees each
 //     datagram LocalDNS's own sockets send, once, before fragmentation,
 //     and copies the replies from its listen address and port. A frame a
 //     bridge forwards from a pod never passes there, so no pod can forge
 //     what it records.
+//   - queries, standing by (the tap inserting: LocalDNS gets every
+//     query): the same program at the cgroup's ingress, which sees each
+//     datagram as it is queued to one of LocalDNS's sockets, copies the
+//     queries to its listen address and port. Nothing else on the node
+//     pays for it.
+//   - queries, while dnsstandby answers (the tap paused): a packet socket
+//     bound to ETH_P_IP (or ETH_P_IPV6) sees only received packets, not
+//     sent ones, and so clones nothing on the transmit path. Its filter is
+//     the tap's own filter (localProgram) whose query exit copies the
+//     packet into the ring and then drops it: nothing is ever queued on
+//     the socket. It sees a pod's query before netfilter, as the nat
+//     fallback's detection needs (a query DNATed away reaches no socket),
+//     but its filter runs for every IP packet the node receives.
 //
 // A record is a header and the packet from its IP header on, up to the
 // record's size class: a reservation in a ring buffer must have a size
@@ -160,22 +167,32 @@ func recordBlock(start string, kind int32, ret int32) asm.Instructions {
 // recordLabel starts the record block of the query program.
 const recordLabel = "record"
 
-// egressProgram is the cgroup skb egress program: for an IPv4 or IPv6 UDP
-// datagram from one of spec's addresses and its port, not a fragment and
-// without IP options or extension headers (LocalDNS's replies have
-// none), it records the packet as a reply. With netns not 0 it takes only
-// packets of that network namespace (its cookie, SO_NETNS_COOKIE): a
-// cgroup's processes may send from several, and a LocalDNS of another
-// namespace on the same address is not this one. It lets every packet
-// pass: a broken tap must never cost LocalDNS a reply.
-func egressProgram(spec filterSpec, netns uint64) asm.Instructions {
+// cgroupProgram is a cgroup skb program on LocalDNS's cgroup that records
+// LocalDNS's traffic of one kind: attached at egress, the replies its
+// sockets send (kind recordReply: an IPv4 or IPv6 UDP datagram from one
+// of spec's addresses and its port); at ingress, the queries its sockets
+// receive (kind recordQuery: to one of those addresses and the port).
+// Either must not be a fragment nor carry IPv6 extension headers (IPv4
+// options are read past, as the query sockets' filter does). With
+// netns not 0 it takes only packets of that network namespace (its
+// cookie, SO_NETNS_COOKIE): a cgroup's processes may use several, and a
+// LocalDNS of another namespace on the same address is not this one. It
+// lets every packet pass: a broken tap must never cost LocalDNS a query
+// or a reply.
+func cgroupProgram(spec filterSpec, netns uint64, kind int32) asm.Instructions {
 	const (
 		out  = "out"
 		v4   = "v4"
 		v6   = "v6"
-		rec  = "reply"
+		rec  = "record"
 		ipv6 = ipv6Header
 	)
+	// Where the address and port to test are: the source's in a reply,
+	// the destination's in a query.
+	addr4, port4, addr6, port6 := int16(12), int16(ipv4MinHeader), int16(8), int16(ipv6)
+	if kind == recordQuery {
+		addr4, port4, addr6, port6 = 16, ipv4MinHeader+2, 24, ipv6+2
+	}
 	ins := asm.Instructions{
 		// The kernel wants line info from the first instruction on if any
 		// instruction has a comment.
@@ -213,35 +230,48 @@ func egressProgram(spec filterSpec, netns uint64) asm.Instructions {
 		}
 	}
 	h := func(off int16) int16 { return stackHeader + off }
-	// IPv4: version 4 with a 20-byte header, UDP, no fragment bits, then
-	// the source port and address.
+	// IPv4: version 4, UDP, no fragment bits, then the port and the
+	// address. A header with options (longer than 20 bytes) has its UDP
+	// header loaded again from where it is.
 	ins = append(ins, loadHeaders(v4, ipv4MinHeader+udpHeader)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R2, asm.RFP, h(0), asm.Byte),
-		asm.JNE.Imm(asm.R2, 0x45, out),
-		asm.LoadMem(asm.R2, asm.RFP, h(9), asm.Byte),
+		asm.JEq.Imm(asm.R2, 0x45, v4+"_udp"),
+		asm.Mov.Reg(asm.R3, asm.R2),
+		asm.RSh.Imm(asm.R3, 4),
+		asm.JNE.Imm(asm.R3, 4, out),
+		asm.And.Imm(asm.R2, 0x0f),
+		asm.JLT.Imm(asm.R2, ipv4MinHeader/4, out),
+		asm.LSh.Imm(asm.R2, 2),
+		asm.Mov.Reg(asm.R1, regCtx),
+		asm.Mov.Imm(asm.R4, udpHeader),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, int32(h(ipv4MinHeader))),
+		asm.FnSkbLoadBytes.Call().WithSource(asm.Comment("the UDP header after the options")),
+		asm.JNE.Imm(asm.R0, 0, out),
+		asm.LoadMem(asm.R2, asm.RFP, h(9), asm.Byte).WithSymbol(v4+"_udp"),
 		asm.JNE.Imm(asm.R2, protoUDP, out),
 		asm.LoadMem(asm.R2, asm.RFP, h(6), asm.Half),
 		asm.JSet.Imm(asm.R2, int32(netOrder16(ipv4FragMask)), out),
-		asm.LoadMem(asm.R2, asm.RFP, h(ipv4MinHeader), asm.Half),
+		asm.LoadMem(asm.R2, asm.RFP, h(port4), asm.Half),
 		asm.JNE.Imm(asm.R2, int32(netOrder16(spec.port)), out),
-		asm.LoadMem(asm.R2, asm.RFP, h(12), asm.Word),
+		asm.LoadMem(asm.R2, asm.RFP, h(addr4), asm.Word),
 	)
 	for _, a := range spec.v4 {
 		b := a.As4()
 		ins = append(ins, asm.JEq.Imm(asm.R2, int32(binary.NativeEndian.Uint32(b[:])), rec))
 	}
 	ins = append(ins, asm.Ja.Label(out))
-	// IPv6: UDP as the next header (no extension headers), the source
-	// port, then the source address as two 64-bit halves.
+	// IPv6: UDP as the next header (no extension headers), the port, then
+	// the address as two 64-bit halves.
 	ins = append(ins, loadHeaders(v6, ipv6+udpHeader)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R2, asm.RFP, h(6), asm.Byte),
 		asm.JNE.Imm(asm.R2, protoUDP, out),
-		asm.LoadMem(asm.R2, asm.RFP, h(ipv6), asm.Half),
+		asm.LoadMem(asm.R2, asm.RFP, h(port6), asm.Half),
 		asm.JNE.Imm(asm.R2, int32(netOrder16(spec.port)), out),
-		asm.LoadMem(asm.R2, asm.RFP, h(8), asm.DWord),
-		asm.LoadMem(asm.R3, asm.RFP, h(16), asm.DWord),
+		asm.LoadMem(asm.R2, asm.RFP, h(addr6), asm.DWord),
+		asm.LoadMem(asm.R3, asm.RFP, h(addr6+8), asm.DWord),
 	)
 	for i, a := range spec.v6 {
 		next := fmt.Sprintf("v6_addr%d", i+1)
@@ -255,7 +285,7 @@ func egressProgram(spec filterSpec, netns uint64) asm.Instructions {
 		)
 	}
 	ins = append(ins, asm.Ja.Label(out))
-	ins = append(ins, recordBlock(rec, recordReply, 1)...)
+	ins = append(ins, recordBlock(rec, kind, 1)...)
 	ins = append(ins,
 		asm.Mov.Imm(asm.R0, 1).WithSymbol(out),
 		asm.Return(),

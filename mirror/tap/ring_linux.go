@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -19,18 +20,24 @@ import (
 
 // ring is the ring mode's kernel side: the ring buffer and its counters,
 // the query sockets (one per address family, parked while the tap is in
-// packet mode), and the egress program with its attachments to
-// LocalDNS's cgroups.
+// packet mode or reads the queries at LocalDNS's cgroups), and the cgroup
+// programs with their attachments to LocalDNS's cgroups.
 type ring struct {
 	buf     *ebpf.Map // the ring
 	counts  *ebpf.Map // per CPU: records by kind, then those lost by kind
 	egress  *ebpf.Program
-	query   *ebpf.Program // nil without query sockets
+	ingress *ebpf.Program // nil without queries
+	query   *ebpf.Program // nil without queries
 	rd      *consumer
 	qfds    []int    // query sockets
 	qprotos []uint16 // the EtherType each binds to in ring mode
-	links   map[string]link.Link
-	seen    [numCounts]uint64 // counts already added to the tap's counters
+	// cgroups are LocalDNS's cgroups the programs are attached to, by
+	// path and inode.
+	cgroups map[string]*cgroupLinks
+	// atLocalDNS: the queries are read at the cgroups' ingress, and the
+	// query sockets are parked.
+	atLocalDNS atomic.Bool
+	seen       [numCounts]uint64 // counts already added to the tap's counters
 	// offset turns the programs' CLOCK_MONOTONIC times into unix
 	// nanoseconds; set from mono before each drain.
 	offset int64
@@ -48,7 +55,7 @@ type ring struct {
 // the kernel has no bpf_get_netns_cookie for it (before 6.x) or netns is
 // 0, it takes those of any namespace (netnsChecked false).
 func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring, err error) {
-	r := &ring{links: map[string]link.Link{}}
+	r := &ring{cgroups: map[string]*cgroupLinks{}}
 	if r.mono, err = newMonoClock(); err != nil {
 		return nil, err
 	}
@@ -66,28 +73,36 @@ func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring
 	bind := func(insns asm.Instructions) error {
 		return errors.Join(insns.AssociateMap(ringMapName, r.buf), insns.AssociateMap(countsMapName, r.counts))
 	}
-	loadEgress := func(netns uint64) (*ebpf.Program, error) {
-		eg := egressProgram(spec, netns)
-		if err := bind(eg); err != nil {
+	loadCgroup := func(netns uint64, kind int32) (*ebpf.Program, error) {
+		insns := cgroupProgram(spec, netns, kind)
+		if err := bind(insns); err != nil {
 			return nil, err
 		}
-		return ebpf.NewProgram(&ebpf.ProgramSpec{
+		ps := &ebpf.ProgramSpec{
 			Name: "dnsstandby_egr", Type: ebpf.CGroupSKB, AttachType: ebpf.AttachCGroupInetEgress,
-			Instructions: eg, License: "Dual MIT/GPL",
-		})
+			Instructions: insns, License: "Dual MIT/GPL",
+		}
+		if kind == recordQuery {
+			ps.Name, ps.AttachType = "dnsstandby_ing", ebpf.AttachCGroupInetIngress
+		}
+		return ebpf.NewProgram(ps)
 	}
 	if netns != 0 {
-		r.egress, err = loadEgress(netns)
+		r.egress, err = loadCgroup(netns, recordReply)
 		r.netnsChecked = err == nil
 	}
-	if r.egress == nil {
-		if r.egress, err = loadEgress(0); err != nil {
+	if !r.netnsChecked {
+		netns = 0
+		if r.egress, err = loadCgroup(0, recordReply); err != nil {
 			return nil, fmt.Errorf("load egress program: %w", err)
 		}
 	}
 	if !spec.queries {
 		r.rd, err = newConsumer(r.buf)
 		return r, err
+	}
+	if r.ingress, err = loadCgroup(netns, recordQuery); err != nil {
+		return nil, fmt.Errorf("load ingress program: %w", err)
 	}
 	classic, err := spec.program(kernelLoads)
 	if err != nil {
@@ -156,38 +171,145 @@ func (r *ring) bindQueries(on bool) error {
 	return nil
 }
 
-// attach makes the egress program see what the processes in the cgroups
-// send (their directories under the cgroup2 mount), and stops it seeing
-// what other cgroups send. A cgroup is known by its directory's inode, not
+// cgroupLinks are the programs' attachments to one of LocalDNS's
+// cgroups.
+type cgroupLinks struct {
+	dir     string
+	ino     uint64    // the directory's inode when attached
+	egress  link.Link // always
+	ingress link.Link // while the queries are read at LocalDNS
+}
+
+func (c *cgroupLinks) close() {
+	c.egress.Close()
+	if c.ingress != nil {
+		c.ingress.Close()
+	}
+}
+
+// attachCgroup attaches prog to the cgroup dir at its own attach point.
+func attachCgroup(dir string, prog *ebpf.Program, at ebpf.AttachType, what string) (link.Link, error) {
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: at, Program: prog})
+	if err != nil {
+		return nil, fmt.Errorf("attach %s program to cgroup %s: %w", what, dir, err)
+	}
+	return l, nil
+}
+
+// attach makes the egress program (and, reading the queries at LocalDNS,
+// the ingress program) see what the processes in the cgroups send and
+// receive (their directories under the cgroup2 mount), and stops them
+// seeing other cgroups'. A cgroup is known by its directory's inode, not
 // its path: systemd removes a unit's cgroup when the unit stops and makes
 // a new one, with the same path, when it starts again. On error the
 // attachments are as before. It returns the cgroups newly attached to.
 func (r *ring) attach(dirs []string) (added []string, err error) {
 	want := map[string]bool{}
+	defer func() {
+		if err != nil {
+			for _, key := range added {
+				r.cgroups[key].close()
+				delete(r.cgroups, key)
+			}
+			added = nil
+		}
+	}()
 	for _, d := range dirs {
 		var st unix.Stat_t
 		if err := unix.Stat(d, &st); err != nil {
-			return nil, fmt.Errorf("cgroup %s: %w", d, err)
+			return added, fmt.Errorf("cgroup %s: %w", d, err)
 		}
 		key := fmt.Sprintf("%s (inode %d)", d, st.Ino)
 		want[key] = true
-		if r.links[key] != nil {
+		if r.cgroups[key] != nil {
 			continue
 		}
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: d, Attach: ebpf.AttachCGroupInetEgress, Program: r.egress})
-		if err != nil {
-			return nil, fmt.Errorf("attach egress program to cgroup %s: %w", d, err)
+		cg := &cgroupLinks{dir: d, ino: st.Ino}
+		if cg.egress, err = attachCgroup(d, r.egress, ebpf.AttachCGroupInetEgress, "egress"); err != nil {
+			return added, err
 		}
-		r.links[key] = l
+		r.cgroups[key] = cg
 		added = append(added, key)
+		if r.atLocalDNS.Load() {
+			if cg.ingress, err = attachCgroup(d, r.ingress, ebpf.AttachCGroupInetIngress, "ingress"); err != nil {
+				return added, err
+			}
+		}
 	}
-	for key, l := range r.links {
+	for key, cg := range r.cgroups {
 		if !want[key] {
-			l.Close()
-			delete(r.links, key)
+			cg.close()
+			delete(r.cgroups, key)
 		}
 	}
 	return added, nil
+}
+
+// detach detaches the programs from every cgroup; the query sockets read
+// the queries, if they are hooked.
+func (r *ring) detach() {
+	for key, cg := range r.cgroups {
+		cg.close()
+		delete(r.cgroups, key)
+	}
+	r.atLocalDNS.Store(false)
+}
+
+// queriesAtLocalDNS moves where the queries are read: at LocalDNS's
+// cgroups' ingress (on; at least one cgroup attached) or by the query
+// sockets as the node receives them. The new source is hooked before the
+// old one is unhooked, so that no query goes unseen (one seen twice in
+// between is tracked twice). On error the source is as before.
+func (r *ring) queriesAtLocalDNS(on bool) error {
+	if r.ingress == nil || on == r.atLocalDNS.Load() {
+		return nil
+	}
+	if on && len(r.cgroups) == 0 {
+		return errors.New("no cgroup of LocalDNS's attached to")
+	}
+	if !on {
+		if err := r.bindQueries(true); err != nil {
+			return err
+		}
+		for _, cg := range r.cgroups {
+			if cg.ingress != nil {
+				cg.ingress.Close()
+				cg.ingress = nil
+			}
+		}
+		r.atLocalDNS.Store(false)
+		return nil
+	}
+	undo := func() {
+		for _, cg := range r.cgroups {
+			if cg.ingress != nil {
+				cg.ingress.Close()
+				cg.ingress = nil
+			}
+		}
+	}
+	for _, cg := range r.cgroups {
+		var st unix.Stat_t
+		err := unix.Stat(cg.dir, &st)
+		if err == nil && st.Ino != cg.ino {
+			err = errors.New("made again since (LocalDNS restarted, not yet found again)")
+		}
+		if err == nil {
+			cg.ingress, err = attachCgroup(cg.dir, r.ingress, ebpf.AttachCGroupInetIngress, "ingress")
+		}
+		if err != nil {
+			undo()
+			return fmt.Errorf("cgroup %s: %w", cg.dir, err)
+		}
+	}
+	if err := r.bindQueries(false); err != nil {
+		// Hooked again before the ingress attachments go: none unseen.
+		err = errors.Join(err, r.bindQueries(true))
+		undo()
+		return err
+	}
+	r.atLocalDNS.Store(true)
+	return nil
 }
 
 // pending reports whether the ring holds records, without a system call.
@@ -218,7 +340,7 @@ func (r *ring) countsSince() (recorded, lost uint64) {
 // (the benchmarks set it); zero otherwise.
 func (r *ring) programStats() map[string]ProgramStats {
 	out := map[string]ProgramStats{}
-	for name, p := range map[string]*ebpf.Program{"egress": r.egress, "query": r.query} {
+	for name, p := range map[string]*ebpf.Program{"egress": r.egress, "ingress": r.ingress, "query": r.query} {
 		if p == nil {
 			continue
 		}
@@ -230,17 +352,17 @@ func (r *ring) programStats() map[string]ProgramStats {
 }
 
 func (r *ring) close() {
-	for _, l := range r.links {
-		l.Close()
-	}
+	r.detach()
 	for _, fd := range r.qfds {
 		unix.Close(fd)
 	}
 	if r.rd != nil {
 		r.rd.close()
 	}
-	if r.egress != nil {
-		r.egress.Close()
+	for _, p := range []*ebpf.Program{r.egress, r.ingress} {
+		if p != nil {
+			p.Close()
+		}
 	}
 	if r.query != nil {
 		r.query.Close()
@@ -336,7 +458,7 @@ func (t *Tap) SetLocalDNS(pids []int) {
 		if t.ringOn.Load() {
 			back = t.setRing(false)
 		} else {
-			_, back = t.ring.attach(nil)
+			t.ring.detach()
 		}
 		err = errors.Join(err, back)
 		if msg := err.Error(); msg != t.modeErr {
@@ -359,6 +481,45 @@ func (t *Tap) SetLocalDNS(pids []int) {
 		t.log.Info("packet tap reads LocalDNS's replies at its cgroup's egress (ring mode)",
 			"pids", fmt.Sprint(pids), "cgroups", strings.Join(added, ","))
 	}
+	t.settleQueries()
+}
+
+// settleQueries reads the queries where LocalDNS's sockets receive them
+// (its cgroups' ingress) while the tap stands by in ring mode, inserting:
+// LocalDNS then gets every query, and what the hedger needs is exactly
+// what reaches it. Otherwise, while dnsstandby answers, the query sockets
+// read them as the node receives them, before netfilter: the nat
+// fallback's detection counts queries that reach no socket. The query
+// sockets' filter runs for every IP packet the node receives; the ingress
+// program only for what LocalDNS's sockets receive. Called with modeMu
+// held.
+func (t *Tap) settleQueries() {
+	r := t.ring
+	if r == nil || t.ringClosed {
+		return
+	}
+	was := r.atLocalDNS.Load()
+	want := t.ringOn.Load() && t.enabled.Load() && len(r.cgroups) > 0
+	if err := r.queriesAtLocalDNS(want); err != nil {
+		if msg := err.Error(); msg != t.queryErr {
+			t.queryErr = msg
+			t.log.Warn("packet tap: cannot read the queries at LocalDNS's cgroup; reading them as the node receives them",
+				slog.Any("err", err))
+		}
+		return
+	}
+	t.queryErr = ""
+	if now := r.atLocalDNS.Load(); now != was {
+		t.log.Info("packet tap reads the queries", "at", queriesAt(now))
+	}
+}
+
+// queriesAt names where the queries are read, for the log.
+func queriesAt(atLocalDNS bool) string {
+	if atLocalDNS {
+		return "localdns_ingress"
+	}
+	return "node_receive"
 }
 
 // attachLocalDNS attaches the egress program to the cgroups of pids, and
@@ -392,6 +553,8 @@ func (t *Tap) attachLocalDNS(pids []int) ([]string, error) {
 // setRing switches mode: the sockets of the new one hooked first, then
 // those of the old one unhooked, so that no packet goes unseen (one seen
 // twice in between is dropped as a duplicate, or settles a hedge twice).
+// Ring mode starts with the queries read by the query sockets
+// (settleQueries moves them to LocalDNS's ingress).
 func (t *Tap) setRing(on bool) error {
 	all := unix.ETH_P_ALL
 	if on {
@@ -407,9 +570,10 @@ func (t *Tap) setRing(on bool) error {
 		return fmt.Errorf("bind packet socket: %w", err)
 	}
 	if !on {
-		// The packet socket reads the replies now: none may come twice.
-		_, detach := t.ring.attach(nil)
-		if err := errors.Join(t.ring.bindQueries(false), detach); err != nil {
+		// The packet socket reads queries and replies now: none may come
+		// twice.
+		t.ring.detach()
+		if err := t.ring.bindQueries(false); err != nil {
 			return err
 		}
 	}

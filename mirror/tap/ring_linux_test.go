@@ -1,8 +1,12 @@
 package tap
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -172,13 +176,107 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 	t.Logf("%d exchanges; ring, restart, packet mode: %+v", asked, tp.Stats())
 }
 
+// TestTapRingQueriesAtLocalDNS: in ring mode, standing by (inserting),
+// the queries are read where LocalDNS's sockets receive them and the
+// query sockets are parked, so a query to a listen address where no
+// socket of LocalDNS's is bound (refused) is not seen; paused (dnsstandby
+// answers), they are read as the node receives them again, that one too
+// (the nat fallback's detection counts such queries); inserting again,
+// back at LocalDNS. Every answered exchange is seen, query and reply, in
+// each phase.
+func TestTapRingQueriesAtLocalDNS(t *testing.T) {
+	b := newRingBed(t, false)
+	const unbound = "169.254.10.13" // a listen address nothing is bound to
+	nstest.Run(t, b.node, "ip", "addr", "add", unbound+"/32", "dev", "localdns")
+	obs := newNSObserver()
+	cfg := ringConfig(t)
+	cfg.Addrs = append(cfg.Addrs, netip.MustParseAddr(unbound))
+	cfg.Queries, cfg.Observer = true, obs
+	tp := startTap(t, b.node, cfg, newRecorder(t).sink)
+	if tp.Stats().QueriesAtLocalDNS {
+		t.Fatal("queries read at LocalDNS before LocalDNS was named")
+	}
+	toRing(t, b, tp)
+	boundTo := func() []uint16 {
+		var protos []uint16
+		for _, fd := range tp.ring.qfds {
+			sa, err := unix.Getsockname(fd)
+			must(t, err)
+			protos = append(protos, htons(sa.(*unix.SockaddrLinklayer).Protocol)) // htons is its own inverse
+		}
+		return protos
+	}
+	refused := func(name string) {
+		t.Helper()
+		q := new(dns.Msg)
+		q.SetQuestion(name, dns.TypeA)
+		wire, err := q.Pack()
+		must(t, err)
+		must(t, b.pod.Do(func() error {
+			c, err := net.Dial("udp", unbound+":53")
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := c.Write(wire); err != nil {
+				return err
+			}
+			must(t, c.SetReadDeadline(time.Now().Add(2*time.Second)))
+			// The port unreachable comes back once the node took the query.
+			if _, err := c.Read(make([]byte, 512)); !errors.Is(err, unix.ECONNREFUSED) {
+				return fmt.Errorf("query to %s: %v, want connection refused", unbound, err)
+			}
+			return nil
+		}))
+	}
+	phases := []struct {
+		name       string
+		enabled    bool
+		atLocalDNS bool
+	}{
+		{"standing by", true, true},
+		{"paused", false, false},
+		{"standing by again", true, true},
+	}
+	for i, ph := range phases {
+		tp.SetEnabled(ph.enabled)
+		st := tp.Stats()
+		want := []uint16{unix.ETH_P_IP, unix.ETH_P_IPV6}
+		if ph.atLocalDNS {
+			want = []uint16{parkedProto, parkedProto}
+		}
+		if st.QueriesAtLocalDNS != ph.atLocalDNS || !st.Ring || fmt.Sprint(boundTo()) != fmt.Sprint(want) {
+			t.Fatalf("%s: queries at LocalDNS %v, ring %v, query sockets bound to %#x; want %v, true, %#x",
+				ph.name, st.QueriesAtLocalDNS, st.Ring, boundTo(), ph.atLocalDNS, want)
+		}
+		answered := fmt.Sprintf("answered-%d.%s", i, bedZone)
+		unseen := fmt.Sprintf("refused-%d.%s", i, bedZone)
+		before := time.Now().UnixNano()
+		refused(unseen)
+		ask(t, b.pod, bedAddr4+":53", answered, dns.TypeA)
+		after := time.Now().UnixNano()
+		checkExchange(t, obs, answered, netip.MustParseAddr("10.211.0.2"), netip.MustParseAddrPort(bedAddr4+":53"), before, after, true)
+		drained(t, tp)
+		wantRefused := 1
+		if ph.atLocalDNS {
+			wantRefused = 0
+		}
+		if qs, _ := obs.get(unseen); len(qs) != wantRefused {
+			t.Errorf("%s: the refused query observed %d times, want %d", ph.name, len(qs), wantRefused)
+		}
+	}
+	t.Logf("%+v", tp.Stats())
+}
+
 // BenchmarkRingPrograms runs the ring mode's programs in the kernel
 // (BPF_PROG_TEST_RUN) on one packet each: a reply the egress program
 // records, a packet LocalDNS sends that it only looks at (a forward to an
-// upstream), a query the query filter records, and a packet it drops (a
-// reply to a node-local client received on lo). What the kernel adds per
-// packet LocalDNS sends or the node receives; the ring is drained by a
-// reader between rounds, as the tap drains it.
+// upstream), a query the ingress program records, and a packet LocalDNS
+// receives that it only looks at (an upstream's answer to a forward),
+// then a query the query filter records, and a packet it drops (a reply
+// to a node-local client received on lo). What the kernel adds per packet
+// LocalDNS sends or receives, or the node receives; the ring is drained
+// by a reader between rounds, as the tap drains it.
 func BenchmarkRingPrograms(b *testing.B) {
 	nstest.RequireRoot(b)
 	local := netip.MustParseAddrPort("169.254.10.11:53")
@@ -197,6 +295,8 @@ func BenchmarkRingPrograms(b *testing.B) {
 	}{
 		{"egress/reply", r.egress, udpPacket(local, pod, resp)},
 		{"egress/other", r.egress, udpPacket(netip.MustParseAddrPort("10.211.0.1:41000"), upstream, q)},
+		{"ingress/query", r.ingress, udpPacket(pod, local, q)},
+		{"ingress/other", r.ingress, udpPacket(upstream, netip.MustParseAddrPort("10.211.0.1:41000"), resp)},
 		{"query/query", r.query, udpPacket(pod, local, q)},
 		{"query/other", r.query, udpPacket(local, pod, resp)},
 	}
@@ -222,11 +322,12 @@ func BenchmarkRingPrograms(b *testing.B) {
 	}
 }
 
-// TestEgressNetns runs the egress program in the kernel (BPF_PROG_TEST_RUN,
-// in the test's network namespace) on one of LocalDNS's replies: recorded
-// when the program was made for this namespace's cookie or for none, not
-// when made for another's. Every run lets the packet pass.
-func TestEgressNetns(t *testing.T) {
+// TestCgroupProgramsNetns runs the cgroup programs in the kernel
+// (BPF_PROG_TEST_RUN, in the test's network namespace) on one of
+// LocalDNS's replies (egress) and one of its queries (ingress): recorded
+// when the programs were made for this namespace's cookie or for none,
+// not when made for another's. Every run lets the packet pass.
+func TestCgroupProgramsNetns(t *testing.T) {
 	nstest.RequireRoot(t)
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	must(t, err)
@@ -236,10 +337,16 @@ func TestEgressNetns(t *testing.T) {
 		t.Skipf("no SO_NETNS_COOKIE: %v", err)
 	}
 	local := netip.MustParseAddrPort("169.254.10.11:53")
-	spec, err := newFilterSpec([]netip.Addr{local.Addr()}, local.Port(), 0, false)
+	pod := netip.MustParseAddrPort("10.211.0.2:40000")
+	spec, err := newFilterSpec([]netip.Addr{local.Addr()}, local.Port(), 0, true)
 	must(t, err)
-	frame := append(make([]byte, 14), udpPacket(local, netip.MustParseAddrPort("10.211.0.2:40000"), dnsReply(t, "a.example"))...)
-	frame[12], frame[13] = 0x08, 0x00
+	frame := func(pkt []byte) []byte {
+		f := append(make([]byte, 14), pkt...)
+		f[12], f[13] = 0x08, 0x00
+		return f
+	}
+	replyFrame := frame(udpPacket(local, pod, dnsReply(t, "a.example")))
+	queryFrame := frame(udpPacket(pod, local, dnsQuery(t, "a.example")))
 	tests := []struct {
 		name    string
 		netns   uint64
@@ -257,10 +364,102 @@ func TestEgressNetns(t *testing.T) {
 			if tt.netns != 0 && !r.netnsChecked {
 				t.Skip("the kernel has no bpf_get_netns_cookie for cgroup skb programs")
 			}
-			ret, err := r.egress.Run(&ebpf.RunOptions{Data: frame})
-			must(t, err)
-			if n := r.rd.each(func([]byte) {}); n != tt.records || ret != 1 {
-				t.Errorf("%d records, verdict %d; want %d records, verdict 1 (pass)", n, ret, tt.records)
+			for _, run := range []struct {
+				prog  *ebpf.Program
+				frame []byte
+			}{{r.egress, replyFrame}, {r.ingress, queryFrame}} {
+				ret, err := run.prog.Run(&ebpf.RunOptions{Data: run.frame})
+				must(t, err)
+				if n := r.rd.each(func([]byte) {}); n != tt.records || ret != 1 {
+					t.Errorf("%s: %d records, verdict %d; want %d records, verdict 1 (pass)", run.prog, n, ret, tt.records)
+				}
+			}
+		})
+	}
+}
+
+// TestCgroupPrograms runs the cgroup programs in the kernel
+// (BPF_PROG_TEST_RUN) on LocalDNS's traffic and on look-alikes: the
+// egress program records a reply from a listen address and port, the
+// ingress program a query to one, each whole and of its kind; neither
+// records anything else, and both let every packet pass.
+func TestCgroupPrograms(t *testing.T) {
+	nstest.RequireRoot(t)
+	const mark = 0x1234
+	l4, l6 := netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)
+	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, mark, true)
+	must(t, err)
+	r, err := newRing(spec, 1<<16, loadLocal, 0)
+	must(t, err)
+	defer r.close()
+	q, resp := dnsQuery(t, "a.example"), dnsReply(t, "a.example")
+	withOptions := func(p []byte) []byte {
+		o := append([]byte(nil), p[:ipv4MinHeader]...)
+		o[0] = 0x47
+		binary.BigEndian.PutUint16(o[2:], uint16(len(p)+8))
+		o = append(o, 1, 1, 1, 1, 1, 1, 1, 0) // NOPs, EOL
+		return append(o, p[ipv4MinHeader:]...)
+	}
+	moreFragments := func(p []byte) []byte { p[6] |= 0x20; return p }
+	tcp := func(p []byte) []byte { p[9] = 6; return p }
+	// None: neither program records it.
+	const (
+		none = iota
+		egress
+		ingress
+	)
+	tests := []struct {
+		name string
+		pkt  []byte
+		mark uint32
+		by   int
+	}{
+		{"v4 reply", reply(l4, resp), 0, egress},
+		{"v6 reply", reply(l6, resp), 0, egress},
+		{"v4 query", query(l4, q), 0, ingress},
+		{"v6 query", query(l6, q), 0, ingress},
+		{"v4 query with options", withOptions(query(l4, q)), 0, ingress},
+		{"v4 reply with options", withOptions(reply(l4, resp)), 0, egress},
+		{"query to another address", query(netip.AddrPortFrom(otherAddr, 53), q), 0, none},
+		{"v6 query to another address", query(netip.AddrPortFrom(otherAddr6, 53), q), 0, none},
+		{"query to another port", query(netip.AddrPortFrom(localDNS, 5353), q), 0, none},
+		{"reply from another port", reply(netip.AddrPortFrom(localDNS, 5353), resp), 0, none},
+		{"forward to an upstream", udpPacket(netip.MustParseAddrPort("10.211.0.1:41000"), netip.MustParseAddrPort("10.0.0.10:53"), q), 0, none},
+		{"marked query (a probe)", query(l4, q), mark, none},
+		{"marked reply", reply(l4, resp), mark, none},
+		{"v4 query, more fragments", mutate(query(l4, q), moreFragments), 0, none},
+		{"v4 TCP to the port", mutate(query(l4, q), tcp), 0, none},
+		{"v6 query, destination options", withIPv6NextHeader(query(l6, q), 60), 0, none},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, run := range []struct {
+				by   int
+				prog *ebpf.Program
+				kind uint32
+			}{{egress, r.egress, recordReply}, {ingress, r.ingress, recordQuery}} {
+				ret := runFilter(t, run.prog, uint16(etherTypeOf(tt.pkt)), tt.pkt, tt.mark, 0)
+				var recs [][]byte
+				r.rd.each(func(b []byte) { recs = append(recs, append([]byte(nil), b...)) })
+				if ret != 1 {
+					t.Errorf("%s: verdict %d, want 1 (pass)", run.prog, ret)
+				}
+				want := 0
+				if tt.by == run.by {
+					want = 1
+				}
+				if len(recs) != want {
+					t.Fatalf("%s: %d records, want %d", run.prog, len(recs), want)
+				}
+				if want == 0 {
+					continue
+				}
+				rec := recs[0]
+				kind := binary.NativeEndian.Uint32(rec[recKind:])
+				whole := int(binary.NativeEndian.Uint32(rec[recLen:]))
+				if kind != run.kind || whole != len(tt.pkt) || !bytes.Equal(rec[recHeader:recHeader+whole], tt.pkt) {
+					t.Errorf("%s: record of kind %d, length %d, %x; want kind %d, the packet (%d bytes)", run.prog, kind, whole, rec[recHeader:], run.kind, len(tt.pkt))
+				}
 			}
 		})
 	}

@@ -213,10 +213,11 @@ type Tap struct {
 	ring       *ring
 	epfd       int         // an epoll set of fd and the ring, which the reader waits on; -1 without a ring
 	ringOn     atomic.Bool // in ring mode: replies at LocalDNS's egress, queries through the ring
-	modeMu     sync.Mutex  // serialises SetLocalDNS and the ring's closing
+	modeMu     sync.Mutex  // serialises SetLocalDNS, the query source SetEnabled moves, and the ring's closing
 	ringClosed bool        // the reader closed the ring; guarded by modeMu
 	procRoot   string      // /proc; tests give another
 	modeErr    string      // the last SetLocalDNS error logged, so a repeated one is not
+	queryErr   string      // the last settleQueries error logged, likewise
 }
 
 // Start opens the tap in the calling goroutine's network namespace (the
@@ -313,10 +314,18 @@ func addrList(addrs []netip.Addr) string {
 // tap keeps reading, so its buffer does not fill, and counts what it reads
 // as rejected ("disabled"): the caller pauses it while dnsstandby itself
 // answers from 169.254.10.11, whose replies the filter cannot tell from
-// LocalDNS's (unless Config.ExcludeMark is used).
+// LocalDNS's (unless Config.ExcludeMark is used). In ring mode it also
+// says where the queries are read: at LocalDNS's sockets while inserting,
+// as the node receives them while paused (see settleQueries). Safe from
+// any goroutine.
 func (t *Tap) SetEnabled(on bool) {
 	if t.enabled.Swap(on) != on {
 		t.log.Info("packet tap inserting", "enabled", on)
+	}
+	if t.ring != nil {
+		t.modeMu.Lock()
+		t.settleQueries()
+		t.modeMu.Unlock()
 	}
 }
 

@@ -348,6 +348,8 @@ func (n *node) waitMirror(ctx context.Context, feed string, sb *nstest.Process, 
 			return false, fmt.Sprintf("tap ring mode %v", s.Sum("dnsstandby_mirror_tap_ring", nil))
 		case feed == "tap" && s.Sum("dnsstandby_hedge_tracking", nil) != 1:
 			return false, "hedger not tracking"
+		case feed == "tap" && s.Sum("dnsstandby_mirror_tap_queries_at_localdns", nil) != 1:
+			return false, "tap not reading the queries at LocalDNS's cgroup"
 		case feed == "dnstap" && s.Sum("dnsstandby_mirror_dnstap_connections", nil) < 1:
 			return false, "no dnstap connection from LocalDNS"
 		}
