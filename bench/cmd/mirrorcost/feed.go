@@ -510,7 +510,11 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 		if perf, err = benchcmd.StartPerf(n.o.perfDir, feed, n.o.clientCPU, sb.Pid(), ld.Pid()); err != nil {
 			return result{}, err
 		}
-		defer benchcmd.StopPerf(perf)
+		defer func() {
+			if perf != nil {
+				benchcmd.StopPerf(perf)
+			}
+		}()
 	}
 	before, err := n.snapshot(ctx, sb.Pid(), ld.Pid())
 	if err != nil {
@@ -530,12 +534,21 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 		}
 	}
 	res := newResult(feed, r, start, before, after)
+	if perf != nil {
+		benchcmd.StopPerf(perf)
+		perf = nil
+		res.Profiled = true
+		// Read before the next round's window writes the file again.
+		file := filepath.Join(n.o.perfDir, feed+".perf.data")
+		if res.LocalDNSFeedShare, err = feedShare(ctx, file, ld.Pid()); err != nil {
+			return result{}, err
+		}
+	}
 	res.TargetQPS, res.Target = n.o.qps, n.o.target
 	res.Met = feed != "none" && res.Ratio <= n.o.target
 	res.RateShort = res.QPS < 0.98*float64(n.o.qps)
 	res.Warmup = w
 	res.Dnsperf = strings.Join(run.Args(), " ")
-	res.Profiled = perf != nil
 	return res, nil
 }
 

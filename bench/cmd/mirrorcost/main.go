@@ -60,7 +60,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.clientCPU, "client-cpu", 1, "CPU dnsperf, the upstream and this program are pinned to")
 	flag.Float64Var(&o.target, "target", 0.15, "the most dnsstandby's CPU may be, as a fraction of LocalDNS's")
 	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over (every other round in reverse order; each round's feeds but dnstap beside one LocalDNS process, dnstap last with its own), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
-	flag.StringVar(&o.perfDir, "perf", "", "record dnsstandby and LocalDNS with perf during each measurement into DIR/FEED.perf.data (perturbs the numbers)")
+	flag.StringVar(&o.perfDir, "perf", "", "record dnsstandby and LocalDNS with perf during each measurement into DIR/FEED.perf.data, and count LocalDNS's samples in the feeds' code (perturbs the numbers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())

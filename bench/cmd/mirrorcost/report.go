@@ -46,11 +46,16 @@ type result struct {
 	// project's VMs, and inflates both this and LocalDNS's CPU; 0
 	// otherwise). BenchmarkRingPrograms in mirror/tap measures the
 	// programs without that.
-	ProgramUs      float64 `json:"tap_program_us_per_query"`
-	Warmup         warmup  `json:"warmup"`
-	Profiled       bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
-	Dnsperf        string  `json:"dnsperf"`            // the measurement's command line
-	StandbyCommand string  `json:"dnsstandby"`         // dnsstandby's command line
+	ProgramUs float64 `json:"tap_program_us_per_query"`
+	// LocalDNSFeedShare, with -perf, is the share of LocalDNS's samples
+	// in the window whose call chain passes through code that runs only
+	// because a feed watches it (attribute.go): times LocalDNSCPUUs, the
+	// feed's cost to LocalDNS measured within the window.
+	LocalDNSFeedShare float64 `json:"localdns_feed_share,omitempty"`
+	Warmup            warmup  `json:"warmup"`
+	Profiled          bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
+	Dnsperf           string  `json:"dnsperf"`            // the measurement's command line
+	StandbyCommand    string  `json:"dnsstandby"`         // dnsstandby's command line
 }
 
 // warmup is what the warm-up showed.
@@ -171,8 +176,9 @@ func printTable(w io.Writer, results []result, target float64) {
 		fmt.Fprintf(w, "%s the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query):\n",
 			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs)
 		for _, c := range rc.feeds {
-			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s\n",
-				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn, programs(c.programUs, c.allInPrograms))
+			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s%s\n",
+				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn,
+				programs(c.programUs, c.allInPrograms), profiled(c.profiled, c.attributedUs, c.allInAttributed))
 		}
 	}
 	if len(rounds) < 2 {
@@ -180,20 +186,27 @@ func printTable(w io.Writer, results []result, target float64) {
 	}
 	fmt.Fprintf(w, "\nMedians over %d rounds (each against its own round's baseline):\n", len(rounds))
 	for _, mirror := range feedOrder(results) {
-		var feed, ld, all, prog, allProg []float64
+		var feed, ld, all, prog, allProg, attr, allAttr []float64
+		everyProfiled := true
 		for _, round := range rounds {
 			for _, c := range byRound[round].feeds {
 				if c.mirror == mirror {
 					feed, ld, all = append(feed, c.feedUs), append(ld, c.localDNSUs), append(all, 100*c.allIn)
 					prog, allProg = append(prog, c.programUs), append(allProg, c.allInPrograms)
+					attr, allAttr = append(attr, c.attributedUs), append(allAttr, 100*c.allInAttributed)
+					everyProfiled = everyProfiled && c.profiled
 				}
 			}
 		}
 		if len(all) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU (rounds: %s)%s\n",
-			mirror, median(feed), median(ld), median(all), percents(all), programs(median(prog), median(allProg)))
+		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU (rounds: %s)%s%s\n",
+			mirror, median(feed), median(ld), median(all), percents(all), programs(median(prog), median(allProg)),
+			profiled(everyProfiled, median(attr), median(allAttr)/100))
+		if everyProfiled {
+			fmt.Fprintf(w, "  (all in with LocalDNS's profiled share, rounds: %s)\n", percents(allAttr))
+		}
 	}
 }
 
@@ -209,6 +222,12 @@ type feedCost struct {
 	// kernel.bpf_stats_enabled was 1 (see result.ProgramUs, and its
 	// cost).
 	programUs, allInPrograms float64
+	// profiled: the feed and its baseline ran under perf (-perf), and
+	// attributedUs is LocalDNS's CPU per query in the feed's code less
+	// the baseline's (result.LocalDNSFeedShare), allInAttributed allIn
+	// with it for LocalDNS's extra.
+	profiled                      bool
+	attributedUs, allInAttributed float64
 }
 
 // roundCosts are a round's baseline and its feeds' costs.
@@ -231,9 +250,15 @@ func costs(results []result) map[int]roundCosts {
 			continue
 		}
 		ld := r.LocalDNSCPUUs - rc.base.LocalDNSCPUUs
-		rc.feeds = append(rc.feeds, feedCost{mirror: r.Mirror, feedUs: r.StandbyCPUUs - rc.base.StandbyCPUUs, localDNSUs: ld,
+		c := feedCost{mirror: r.Mirror, feedUs: r.StandbyCPUUs - rc.base.StandbyCPUUs, localDNSUs: ld,
 			allIn: (r.StandbyCPUUs + ld) / rc.base.LocalDNSCPUUs, programUs: r.ProgramUs,
-			allInPrograms: (r.StandbyCPUUs + r.ProgramUs) / rc.base.LocalDNSCPUUs})
+			allInPrograms: (r.StandbyCPUUs + r.ProgramUs) / rc.base.LocalDNSCPUUs}
+		if r.Profiled && rc.base.Profiled {
+			c.profiled = true
+			c.attributedUs = r.LocalDNSFeedShare*r.LocalDNSCPUUs - rc.base.LocalDNSFeedShare*rc.base.LocalDNSCPUUs
+			c.allInAttributed = (r.StandbyCPUUs + c.attributedUs) / rc.base.LocalDNSCPUUs
+		}
+		rc.feeds = append(rc.feeds, c)
 		out[r.Round] = rc
 	}
 	return out
@@ -245,6 +270,14 @@ func programs(us, allIn float64) string {
 		return ""
 	}
 	return fmt.Sprintf("; its eBPF programs ran %.2f µs/query in the kernel: with that as LocalDNS's extra, all in %.1f%%", us, 100*allIn)
+}
+
+// profiled describes LocalDNS's profiled share of a feed, when perf ran.
+func profiled(on bool, us, allIn float64) string {
+	if !on {
+		return ""
+	}
+	return fmt.Sprintf("; LocalDNS's samples in the feed's code (perf) make %+.2f µs/query: with that as LocalDNS's extra, all in %.1f%%", us, 100*allIn)
 }
 
 // feedOrder is the feeds of results in the order first measured.

@@ -88,6 +88,23 @@ func TestPrintTable(t *testing.T) {
 				"- tap: the feed adds 3.00 µs/query to dnsstandby and +1.00 µs/query to LocalDNS; all in, 8.3% of LocalDNS's baseline CPU (rounds: 8.3%, 0.0%, 10.0%)",
 			},
 		},
+		{
+			name: "two rounds, profiled",
+			results: []result{
+				{Mirror: "tap", Round: 1, LocalDNSCPUUs: 64, StandbyCPUUs: 1.2, Profiled: true, LocalDNSFeedShare: 0.01, Warmup: filled},
+				{Mirror: "none", Round: 1, LocalDNSCPUUs: 60, StandbyCPUUs: 0.4, Profiled: true, LocalDNSFeedShare: 0.001, Warmup: filled},
+				{Mirror: "tap", Round: 2, LocalDNSCPUUs: 50, StandbyCPUUs: 1.0, Profiled: true, LocalDNSFeedShare: 0.02, Warmup: filled},
+				{Mirror: "none", Round: 2, LocalDNSCPUUs: 50, StandbyCPUUs: 0.4, Profiled: true, Warmup: filled},
+			},
+			want: []string{
+				// (1.2 + 4) / 60; 0.01 × 64 − 0.001 × 60 = 0.58, (1.2 + 0.58) / 60.
+				"all in, 8.7% of LocalDNS's baseline CPU; LocalDNS's samples in the feed's code (perf) make +0.58 µs/query: with that as LocalDNS's extra, all in 3.0%",
+				// 0.02 × 50 = 1.00; (1.0 + 1.0) / 50.
+				"all in, 2.0% of LocalDNS's baseline CPU; LocalDNS's samples in the feed's code (perf) make +1.00 µs/query: with that as LocalDNS's extra, all in 4.0%",
+				"LocalDNS's samples in the feed's code (perf) make +0.79 µs/query: with that as LocalDNS's extra, all in 3.5%",
+				"(all in with LocalDNS's profiled share, rounds: 3.0%, 4.0%)",
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -97,6 +114,47 @@ func TestPrintTable(t *testing.T) {
 				if !strings.Contains(out, want) {
 					t.Errorf("table lacks %q:\n%s", want, out)
 				}
+			}
+		})
+	}
+}
+
+// TestFeedSamples counts perf script's samples (blocks of a call chain),
+// and those whose chain passes through a feed's code.
+func TestFeedSamples(t *testing.T) {
+	const script = `
+	ffffffff8a1c2d30 __bpf_ringbuf_reserve
+	ffffffff8a1c3e10 bpf_prog_6759baeccc7a5291_dnsstandby_egr
+	ffffffff8a2f1a20 __cgroup_bpf_run_filter_skb
+	ffffffff8a9b1c00 ip_finish_output
+	00000000004a1b2c net.(*netFD).writeTo
+
+	ffffffff8a9b1c00 ip_finish_output
+	00000000004a1b2c net.(*netFD).writeTo
+
+	ffffffff8a9c0000 packet_rcv
+	ffffffff8a9b0000 __netif_receive_skb_core
+
+	0000000001234567 github.com/coredns/coredns/plugin/dnstap.(*Dnstap).tapQuery
+	0000000001234000 github.com/coredns/coredns/plugin/dnstap.(*ResponseWriter).WriteMsg
+	00000000004a1b2c runtime.goexit
+	00000000004a1b2c runtime.mcall
+`
+	tests := []struct {
+		name          string
+		in            string
+		samples, feed int
+	}{
+		{"empty", "", 0, 0},
+		{"four samples, three in a feed's code", script, 4, 3},
+		{"no blank line at the end", "\tffffffff8a9c0000 packet_rcv", 1, 1},
+		{"other code only", "\tffffffff8a9b1c00 ip_finish_output\n\n\tffffffff8a9b1c00 udp_sendmsg\n", 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			samples, feed, err := feedSamples(strings.NewReader(tt.in))
+			if err != nil || samples != tt.samples || feed != tt.feed {
+				t.Errorf("%d samples, %d in a feed's code, %v; want %d, %d", samples, feed, err, tt.samples, tt.feed)
 			}
 		})
 	}
