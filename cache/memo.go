@@ -13,12 +13,15 @@ import (
 // key: with LocalDNS on the same core those are cache misses, and they
 // were a quarter of the tap's cost (bench-mirror with -perf).
 //
-// It is direct-mapped and lossy: a slot holds one key's hash, content sum
-// and the second before which the entry is neither stale nor expiring. A
-// slot is written by the slow path of repeat, under the shard's read lock,
-// and cleared by every change to that key's entry, under its write lock, so
-// a slot never outlives what it describes. A key whose slot another key
-// took goes the slow way. The memo holds only the 64-bit hash, not the key:
+// It is 4-way set-associative and lossy: a slot holds one key's hash,
+// content sum and the second before which the entry is neither stale nor
+// expiring, and a key may be in any of its set's four slots, which share
+// one cache line. A slot is written by the slow path of repeat, under the
+// shard's read lock, and cleared by every change to that key's entry,
+// under its write lock, so a slot never outlives what it describes. A key
+// whose set others filled goes the slow way. (Direct-mapped, about one key
+// in seven of bench-mirror's 5,000 names found its slot taken by another,
+// and took the slow way.) The memo holds only the 64-bit hash, not the key:
 // two keys with one hash (about 2^-64) would cost one skipped insert, never
 // a wrong answer, since the memo serves nothing.
 type memo struct {
@@ -38,8 +41,9 @@ type memoSlot struct {
 const memoClaimed = 1
 
 // Slots per shard: a quarter of the shard's entries, as a power of two,
-// from 64 to 512 (the default 120,000 entries in 64 shards: 512 KiB in
-// all). A node's working set of names is far smaller than its bound.
+// from 64 to 512 (the default 120,000 entries in 64 shards: 256 each,
+// 256 KiB in all). A node's working set of names is far smaller than its
+// bound.
 const (
 	minMemoSlots = 64
 	maxMemoSlots = 512
@@ -53,21 +57,32 @@ func newMemo(entries int) memo {
 	return memo{slots: make([]memoSlot, n), mask: uint64(n - 1)}
 }
 
-// slot picks h's slot from bits the shard choice (the low ones) leaves.
-func (m *memo) slot(h uint64) *memoSlot { return &m.slots[(h>>32)&m.mask] }
+// memoWays is the slots of a set: 4 × 16 bytes, one cache line.
+const memoWays = 4
+
+// set is h's set of slots, picked from bits the shard choice (the low
+// ones) leaves.
+func (m *memo) set(h uint64) []memoSlot {
+	i := (h >> 32) & m.mask &^ (memoWays - 1)
+	return m.slots[i : i+memoWays : i+memoWays]
+}
 
 // repeats reports whether a mirrored reply with content sum, under the key
 // hashed to h, repeats an entry that is fresh and not expiring at now.
 func (m *memo) repeats(h uint64, sum uint32, now int64) bool {
-	sl := m.slot(h)
-	if sl.h.Load() != h {
-		return false
+	set := m.set(h)
+	for i := range set {
+		sl := &set[i]
+		if sl.h.Load() != h {
+			continue
+		}
+		v := sl.v.Load()
+		if sl.h.Load() != h {
+			return false
+		}
+		return uint32(v>>32) == sum && now/int64(time.Second) < int64(uint32(v))
 	}
-	v := sl.v.Load()
-	if sl.h.Load() != h {
-		return false
-	}
-	return uint32(v>>32) == sum && now/int64(time.Second) < int64(uint32(v))
+	return false
 }
 
 // put remembers that replies with content sum repeat h's entry until
@@ -78,7 +93,20 @@ func (m *memo) put(h uint64, sum uint32, until int64) {
 	if h <= memoClaimed || secs <= 0 || secs > math.MaxUint32 {
 		return
 	}
-	sl := m.slot(h)
+	// The slot holding h, else an empty one, else the one h's bits name.
+	set := m.set(h)
+	var sl *memoSlot
+	for i := range set {
+		switch old := set[i].h.Load(); {
+		case old == h:
+			sl = &set[i]
+		case old == 0 && sl == nil:
+			sl = &set[i]
+		}
+	}
+	if sl == nil {
+		sl = &set[(h>>40)%memoWays]
+	}
 	old := sl.h.Load()
 	if old == memoClaimed || !sl.h.CompareAndSwap(old, memoClaimed) {
 		return
@@ -87,11 +115,15 @@ func (m *memo) put(h uint64, sum uint32, until int64) {
 	sl.h.Store(h)
 }
 
-// forget clears h's slot if it holds h; the caller holds the shard's
-// write lock, so no put is under way.
+// forget clears every slot of h's set that holds h (two puts at once may
+// both have written it); the caller holds the shard's write lock, so no
+// put is under way.
 func (m *memo) forget(h uint64) {
-	if sl := m.slot(h); sl.h.Load() == h {
-		sl.h.Store(0)
+	set := m.set(h)
+	for i := range set {
+		if set[i].h.Load() == h {
+			set[i].h.Store(0)
+		}
 	}
 }
 

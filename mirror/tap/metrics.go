@@ -171,8 +171,6 @@ func (t *Tap) Stats() Stats {
 	}
 	if t.ring != nil {
 		s.QueriesAtLocalDNS = t.ring.atLocalDNS.Load()
-	}
-	if t.ring != nil {
 		t.mu.Lock()
 		if t.fd >= 0 { // the ring is open
 			s.Programs = t.ring.programStats()
