@@ -239,7 +239,11 @@ func TestTapRingQueriesAtLocalDNS(t *testing.T) {
 		{"standing by again", true, true},
 	}
 	for i, ph := range phases {
+		began := time.Now()
 		tp.SetEnabled(ph.enabled)
+		// What a switch costs the caller (takeover's goroutine): binding a
+		// parked packet socket waits for an RCU grace period.
+		t.Logf("%s: SetEnabled(%v) took %v", ph.name, ph.enabled, time.Since(began))
 		st := tp.Stats()
 		want := []uint16{unix.ETH_P_IP, unix.ETH_P_IPV6}
 		if ph.atLocalDNS {
