@@ -105,7 +105,8 @@ func (m *memo) put(h uint64, sum uint32, until int64) {
 		}
 	}
 	if sl == nil {
-		sl = &set[(h>>40)%memoWays]
+		// From the top bits: the shard and the set take low ones.
+		sl = &set[(h>>56)%memoWays]
 	}
 	old := sl.h.Load()
 	if old == memoClaimed || !sl.h.CompareAndSwap(old, memoClaimed) {

@@ -11,11 +11,11 @@ import (
 
 func TestMemo(t *testing.T) {
 	const (
-		h     = uint64(0xabcd) << 32 // set 0xabcd & mask; the way its bits name: 0xab % 4 = 3
+		h     = uint64(0xabcd) << 32 // set 0xabcd & mask; its top bits name way 0
 		other = h | 0x55             // the same set, another key
-		// fifth fills h's set with three more keys, then puts one whose
-		// bits name the way h took (the first empty one, 0).
-		fifth = h&^(3<<40) | 0x99
+		// After h and three more keys fill h's set, fifth, whose top bits
+		// name the way h took (the first empty one, 0), takes it.
+		fifth = h | 0x99
 		sum   = 7
 		sec   = int64(time.Second)
 		until = 1_800_000_100*sec + sec/2
