@@ -247,12 +247,31 @@ func TestTapTimestamps(t *testing.T) {
 	var fd int
 	must(t, b.node.Do(func() (err error) { fd, _, err = openSocket(prog, 0, loadLocal); return err }))
 	defer unix.Close(fd)
+	bt := newBatch(8, slotSize)
+	// The kernel turns packet timestamps on for the whole stack from a
+	// work item, a moment after the first socket asks for them; until
+	// then a packet is stamped as it is read. Wait until an exchange is
+	// stamped as it happens (when no other test holds such a socket, the
+	// first may not be).
+	testkit.Eventually(t, 5*time.Second, "packets stamped as they pass", func() bool {
+		before := time.Now().UnixNano()
+		ask(t, b.pod, bedAddr4+":53", "stamp-prime."+bedZone, dns.TypeA)
+		after := time.Now().UnixNano()
+		time.Sleep(10 * time.Millisecond)
+		k, err := bt.recv(fd)
+		must(t, err)
+		for i := range k {
+			if _, a := bt.packet(i, 0); a.at < before || a.at > after {
+				return false
+			}
+		}
+		return k == 2
+	})
 	before := time.Now().UnixNano()
 	ask(t, b.pod, bedAddr4+":53", "stamp-pod."+bedZone, dns.TypeA)
 	ask(t, b.node, bedAddr4+":53", "stamp-lo."+bedZone, dns.TypeA)
 	after := time.Now().UnixNano()
 	time.Sleep(50 * time.Millisecond)
-	bt := newBatch(8, slotSize)
 	k, err := bt.recv(fd)
 	must(t, err)
 	if k != 4 {
