@@ -256,37 +256,22 @@ func (r *ring) detach() {
 }
 
 // queriesAtLocalDNS moves where the queries are read: at LocalDNS's
-// cgroups' ingress (on; at least one cgroup attached) or by the query
+// cgroups' ingress (on, where a cgroup is attached to) or by the query
 // sockets as the node receives them. The new source is hooked before the
 // old one is unhooked, so that no query goes unseen (one seen twice in
 // between is tracked twice). On error the source is as before.
 func (r *ring) queriesAtLocalDNS(on bool) error {
+	on = on && len(r.cgroups) > 0
 	if r.ingress == nil || on == r.atLocalDNS.Load() {
 		return nil
-	}
-	if on && len(r.cgroups) == 0 {
-		return errors.New("no cgroup of LocalDNS's attached to")
 	}
 	if !on {
 		if err := r.bindQueries(true); err != nil {
 			return err
 		}
-		for _, cg := range r.cgroups {
-			if cg.ingress != nil {
-				cg.ingress.Close()
-				cg.ingress = nil
-			}
-		}
+		r.detachIngress()
 		r.atLocalDNS.Store(false)
 		return nil
-	}
-	undo := func() {
-		for _, cg := range r.cgroups {
-			if cg.ingress != nil {
-				cg.ingress.Close()
-				cg.ingress = nil
-			}
-		}
 	}
 	for _, cg := range r.cgroups {
 		var st unix.Stat_t
@@ -298,18 +283,28 @@ func (r *ring) queriesAtLocalDNS(on bool) error {
 			cg.ingress, err = attachCgroup(cg.dir, r.ingress, ebpf.AttachCGroupInetIngress, "ingress")
 		}
 		if err != nil {
-			undo()
+			r.detachIngress()
 			return fmt.Errorf("cgroup %s: %w", cg.dir, err)
 		}
 	}
 	if err := r.bindQueries(false); err != nil {
 		// Hooked again before the ingress attachments go: none unseen.
 		err = errors.Join(err, r.bindQueries(true))
-		undo()
+		r.detachIngress()
 		return err
 	}
 	r.atLocalDNS.Store(true)
 	return nil
+}
+
+// detachIngress detaches the ingress program from every cgroup.
+func (r *ring) detachIngress() {
+	for _, cg := range r.cgroups {
+		if cg.ingress != nil {
+			cg.ingress.Close()
+			cg.ingress = nil
+		}
+	}
 }
 
 // pending reports whether the ring holds records, without a system call.
@@ -452,8 +447,8 @@ func (t *Tap) SetLocalDNS(pids []int) {
 	if err != nil {
 		// Back to packet mode, with nothing left attached (an attach
 		// that failed part way would show replies twice): setRing
-		// detaches, and so does attach(nil) where packet mode is in
-		// force already.
+		// detaches, and detach does where packet mode is in force
+		// already.
 		var back error
 		if t.ringOn.Load() {
 			back = t.setRing(false)
@@ -499,8 +494,7 @@ func (t *Tap) settleQueries() {
 		return
 	}
 	was := r.atLocalDNS.Load()
-	want := t.ringOn.Load() && t.enabled.Load() && len(r.cgroups) > 0
-	if err := r.queriesAtLocalDNS(want); err != nil {
+	if err := r.queriesAtLocalDNS(t.ringOn.Load() && t.enabled.Load()); err != nil {
 		if msg := err.Error(); msg != t.queryErr {
 			t.queryErr = msg
 			t.log.Warn("packet tap: cannot read the queries at LocalDNS's cgroup; reading them as the node receives them",

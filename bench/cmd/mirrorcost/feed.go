@@ -539,8 +539,7 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 		perf = nil
 		res.Profiled = true
 		// Read before the next round's window writes the file again.
-		file := filepath.Join(n.o.perfDir, feed+".perf.data")
-		if res.LocalDNSFeedShare, err = feedShare(ctx, file, ld.Pid()); err != nil {
+		if res.LocalDNSFeedShare, err = feedShare(ctx, benchcmd.PerfFile(n.o.perfDir, feed), ld.Pid()); err != nil {
 			return result{}, err
 		}
 	}

@@ -127,6 +127,9 @@ func TakeClientCPU(cpu int) error {
 	return nil
 }
 
+// PerfFile is where StartPerf(dir, name, ...) writes its samples.
+func PerfFile(dir, name string) string { return filepath.Join(dir, name+".perf.data") }
+
 // StartPerf samples the stacks of pids into DIR/NAME.perf.data (with more
 // than one, `perf report --sort comm,dso,sym` tells them apart); perf runs
 // on cpu, the client's, so as not to take the servers'. StopPerf ends it.
@@ -134,7 +137,7 @@ func StartPerf(dir, name string, cpu int, pids ...int) (*exec.Cmd, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
-	out := filepath.Join(dir, name+".perf.data")
+	out := PerfFile(dir, name)
 	list := make([]string, len(pids))
 	for i, pid := range pids {
 		list[i] = strconv.Itoa(pid)
