@@ -60,7 +60,14 @@ func (o observer) Query(p *tap.Packet) {
 	o.h.Query(p.At, p.Client, p.DNS)
 	o.warm.query(p.Client, p.DNS)
 }
-func (o observer) Reply(p *tap.Packet) bool { return o.h.Reply(p.At, p.Client, p.DNS) }
+func (o observer) Reply(p *tap.Packet) bool {
+	if p.QueryAt != 0 {
+		// Its query, matched in the kernel, was not shown: nothing to
+		// warm (the nat fallback's queries reach no LocalDNS socket).
+		return o.h.Answered(p.QueryAt, p.At, p.Client, p.DNS)
+	}
+	return o.h.Reply(p.At, p.Client, p.DNS)
+}
 
 // Drained ticks the hedger, and moves the coarse clock on: the tap reads
 // at least every 50 ms while queries come, so the clock need not wake for

@@ -385,7 +385,7 @@ func (h *Hedger) Query(at int64, client netip.AddrPort, msg []byte) {
 	copy(h.tab.query(i, len(msg)), msg)
 	e.state = stCache
 	h.tab.insert(i)
-	h.tab.push(qlCache, i)
+	h.tab.pushByArrival(qlCache, i)
 	h.st.queries[qTracked].Add(1)
 	if !h.armed {
 		// Run ticks unless the tap does first. Armed once, not each time
@@ -464,6 +464,62 @@ func (h *Hedger) Reply(at int64, client netip.AddrPort, msg []byte) (own bool) {
 	}
 	h.mu.Unlock()
 	return false
+}
+
+// Answered takes a reply sent to client at at whose query, which
+// arrived at queryAt, the tap matched to it itself (in the kernel) and
+// never showed: LocalDNS answered a query nobody tracked, and Answered
+// does for it what Query and Reply together would, bar the work of
+// matching: the count of a tracked and matched query, and LocalDNS's
+// latency. A tracked query this reply also answers (its retransmission,
+// shown on its own) is settled as Reply settles it. msg is only read
+// during the call; own is always false, since the kernel matches only
+// LocalDNS's own replies.
+func (h *Hedger) Answered(queryAt, at int64, client netip.AddrPort, msg []byte) (own bool) {
+	h.mu.Lock()
+	if h.tab.n > 0 && h.tracks(client, msg) {
+		// Rare standing by: the tap shows a query only once LocalDNS is
+		// slow with it.
+		h.mu.Unlock()
+		return h.Reply(at, client, msg)
+	}
+	h.alive(at)
+	if !h.tracking(queryAt) {
+		h.mu.Unlock()
+		h.st.queries[qUntracked].Add(1)
+		return false
+	}
+	h.st.queries[qTracked].Add(1)
+	h.st.replies[rMatched].Add(1)
+	lat := at - queryAt
+	if lat <= h.classifyAbove {
+		h.latency(at, lat, false)
+		h.mu.Unlock()
+		return false
+	}
+	h.mu.Unlock()
+	qend, ok := parseQuestion(msg, true)
+	if !ok {
+		return false
+	}
+	// The query as it asked: the reply's header and question, QR clear,
+	// no records.
+	qn := copy(h.tapQ[:], msg[:qend])
+	h.tapQ[2] &^= 0x80
+	clear(h.tapQ[6:wire.HeaderLen])
+	h.classify(at, lat, h.tapQ[:qn])
+	return false
+}
+
+// tracks reports whether a tracked query is the one reply msg to client
+// answers; the caller holds mu.
+func (h *Hedger) tracks(client netip.AddrPort, msg []byte) bool {
+	qend, ok := parseQuestion(msg, true)
+	if !ok {
+		return false
+	}
+	id := uint16(msg[0])<<8 | uint16(msg[1])
+	return h.tab.find(h.keyHash(client, id, msg[wire.HeaderLen:qend]), client, id, msg[wire.HeaderLen:qend]) >= 0
 }
 
 // classify records a slow reply's latency as a hit's or a miss's by asking

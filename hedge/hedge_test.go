@@ -1001,3 +1001,78 @@ func TestUpstreamNeed(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswered: a reply the tap matched to its query in the kernel
+// (Answered) counts as a tracked query and a matched reply and gives
+// LocalDNS's latency, with nothing tracked; a slow one asks the cache,
+// with the reply's question as a query, whether it was a hit; a query
+// that arrived while tracking was off counts as untracked; and a tracked
+// query the same reply answers (a retransmission the tap showed) is
+// settled as Reply settles it.
+func TestAnswered(t *testing.T) {
+	tests := []struct {
+		name     string
+		shown    bool  // a retransmission of the query was shown first (Query)
+		tracking bool  // at the query's arrival
+		lat      int64 // ms
+		tracked  uint64
+		lookups  int // Fresh's (the fake's lookups)
+	}{
+		{"fast", false, true, 1, 1, 0},
+		{"slow: asks the cache", false, true, 40, 1, 1},
+		{"untracked", false, false, 1, 0, 0},
+		{"a shown retransmission settled", true, true, 1, 1, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newHarness(t, DefaultConfig(), newFakeAnswerer("a.example."))
+			if !tt.tracking {
+				x.h.SetTracking(false)
+			}
+			msg := query(7, "a.example.")
+			if tt.shown {
+				x.h.Query(t0+ms, podA, msg)
+			}
+			x.now = t0 + tt.lat*ms
+			if own := x.h.Answered(t0, t0+tt.lat*ms, podA, answer(msg, "10.0.0.1")); own {
+				t.Fatal("Answered: own")
+			}
+			x.check()
+			x.advance(time.Second)
+			st := x.h.Stats()
+			if st.Queries["tracked"] != tt.tracked || st.Entries != 0 || st.HedgesTotal() != 0 {
+				t.Errorf("tracked %d, entries %d, hedges %d; want %d, 0, 0", st.Queries["tracked"], st.Entries, st.HedgesTotal(), tt.tracked)
+			}
+			wantMatched := uint64(1)
+			if !tt.tracking {
+				wantMatched = 0
+			}
+			if st.Replies["matched"] != wantMatched || st.Replies["unknown"] != 0 {
+				t.Errorf("replies %v, want %d matched and none unknown", st.Replies, wantMatched)
+			}
+			if x.ans.lookups != tt.lookups {
+				t.Errorf("cache asked %d times, want %d", x.ans.lookups, tt.lookups)
+			}
+		})
+	}
+}
+
+// TestQueriesShownLate: a query shown after one that arrived later (the
+// tap shows a query LocalDNS is slow with once it has waited in the
+// kernel) is hedged at its own deadline, not behind the later one's.
+func TestQueriesShownLate(t *testing.T) {
+	x := newHarness(t, DefaultConfig(), newFakeAnswerer("a.example.", "b.example."))
+	x.h.Query(t0+40*ms, podB, query(2, "b.example."))
+	x.h.Query(t0, podA, query(1, "a.example."))
+	x.check()
+	cache, _ := x.h.Deadlines()
+	x.advanceTo(t0 + int64(cache) + 5*ms)
+	if n := x.ans.sentCount(); n != 1 {
+		t.Fatalf("%d hedges sent by the earlier query's deadline, want 1 (its own)", n)
+	}
+	x.advance(50 * time.Millisecond)
+	if n := x.ans.sentCount(); n != 2 {
+		t.Fatalf("%d hedges sent, want 2", n)
+	}
+	x.check()
+}

@@ -210,6 +210,9 @@ func (h *Hedger) check() error {
 			if e.prev != prev || int(e.queue) != q {
 				return fmt.Errorf("queue %d: slot %d links prev %d (want %d) queue %d", q, i, e.prev, prev, e.queue)
 			}
+			if q == qlCache && prev >= 0 && t.e[prev].at > e.at {
+				return fmt.Errorf("queue %d: slot %d arrived at %d, before slot %d ahead of it (%d)", q, i, e.at, prev, t.e[prev].at)
+			}
 			want := [numQueues]uint8{stCache, stUpstream, stLate, stHedged}[q]
 			if e.state != want {
 				return fmt.Errorf("queue %d: slot %d in state %d", q, i, e.state)

@@ -159,6 +159,34 @@ func (t *table) push(q int, i int32) {
 	t.q[q].tail = i
 }
 
+// pushByArrival puts entry i into queue q after every entry that
+// arrived before it, so that the queue stays in arrival order when a
+// query is shown late: the tap shows a query LocalDNS is slow to answer
+// when it has waited in the kernel a while, after queries it read from
+// the ring that arrived later. It walks from the tail, so an in-order
+// arrival costs what push does.
+func (t *table) pushByArrival(q int, i int32) {
+	at := t.e[i].at
+	after := t.q[q].tail
+	for after >= 0 && t.e[after].at > at {
+		after = t.e[after].prev
+	}
+	if after == t.q[q].tail {
+		t.push(q, i)
+		return
+	}
+	e := &t.e[i]
+	e.queue, e.prev = int8(q), after
+	if after >= 0 {
+		e.next = t.e[after].next
+		t.e[after].next = i
+	} else {
+		e.next = t.q[q].head
+		t.q[q].head = i
+	}
+	t.e[e.next].prev = i
+}
+
 // unlink takes entry i out of its queue, if any.
 func (t *table) unlink(i int32) {
 	e := &t.e[i]

@@ -232,6 +232,9 @@ dnsstandby_mirror_tap_local_only 0
 # HELP dnsstandby_mirror_tap_queries_at_localdns 1 while the packet tap reads the queries where LocalDNS's sockets receive them (ring mode, standing by); 0 while it reads them as the node receives them, before netfilter.
 # TYPE dnsstandby_mirror_tap_queries_at_localdns gauge
 dnsstandby_mirror_tap_queries_at_localdns 0
+# HELP dnsstandby_mirror_tap_queries_matched_total Observed queries that the packet tap's eBPF programs matched to LocalDNS's reply in the kernel (ring mode, standing by), so that neither was matched in user space.
+# TYPE dnsstandby_mirror_tap_queries_matched_total counter
+dnsstandby_mirror_tap_queries_matched_total 0
 # HELP dnsstandby_mirror_tap_queries_total Queries to LocalDNS the packet tap read, by result (observed, rejected) and reason.
 # TYPE dnsstandby_mirror_tap_queries_total counter
 dnsstandby_mirror_tap_queries_total{reason="",result="observed"} 1

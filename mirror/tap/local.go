@@ -95,7 +95,7 @@ func queryRingProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(insns, recordBlock(recordLabel, recordQuery, 0)...), nil
+	return append(insns, recordBlock(recordLabel, recordQuery, 0, false)...), nil
 }
 
 // translate translates the classic filter prog instruction by

@@ -16,6 +16,7 @@ type counters struct {
 	seen, accepted atomic.Uint64
 	tapRejects     [numReasons]atomic.Uint64
 	queries        atomic.Uint64 // queries taken (shown to the observer, if any)
+	queriesMatched atomic.Uint64 // of those, the queries the programs matched to their reply
 	queryRejects   [numReasons]atomic.Uint64
 	cacheRejects   [256]atomic.Uint64 // by cache.Reason
 	readErrors     atomic.Uint64
@@ -64,8 +65,12 @@ type Stats struct {
 	Accepted uint64            // responses the sink took (returned nil): records into the cache
 	Rejected map[string]uint64 // the other replies by reason, only those counted at least once: the tap's own, and the cache's passed through
 	// Queries counts the queries taken (Config.Queries): shown to the
-	// Observer if there is one.
+	// Observer if there is one, or matched to their reply in the kernel.
 	Queries uint64
+	// QueriesMatched counts, of Queries, those the ring's programs
+	// matched to LocalDNS's reply (standing by): each shown to the
+	// Observer only as its reply's Packet.QueryAt.
+	QueriesMatched uint64
 	// QueriesRejected counts the other queries read, by reason
 	// ("duplicate", "short", ...), only those counted at least once.
 	QueriesRejected map[string]uint64
@@ -145,9 +150,13 @@ func (t *Tap) pollKernelStats() {
 		// What the ring's programs passed counts as the filter's: a
 		// record lost for a full ring, as a packet dropped for a full
 		// buffer.
-		recorded, lost := t.ring.countsSince()
-		t.stats.kernelPackets.Add(recorded + lost)
+		taken, lost, repeated := t.ring.countsSince()
+		t.stats.kernelPackets.Add(taken + lost)
 		t.stats.kernelDrops.Add(lost)
+		// A query's retransmission the ingress program dropped while the
+		// first waits in its pending slot is seen, and a duplicate.
+		t.stats.seen.Add(repeated)
+		t.stats.queryRejects[reasonDuplicate].Add(repeated)
 	}
 }
 
@@ -160,6 +169,7 @@ func (t *Tap) Stats() Stats {
 		Accepted:        c.accepted.Load(),
 		Rejected:        map[string]uint64{},
 		Queries:         c.queries.Load(),
+		QueriesMatched:  c.queriesMatched.Load(),
 		QueriesRejected: map[string]uint64{},
 		Reads:           c.reads.Load(),
 		ReadErrors:      c.readErrors.Load(),
@@ -222,6 +232,11 @@ var (
 	descQueries = prometheus.NewDesc("dnsstandby_mirror_tap_queries_total",
 		"Queries to LocalDNS the packet tap read, by result (observed, rejected) and reason.",
 		[]string{"result", "reason"}, nil)
+	// descQueriesMatched counts the observed queries matched to their
+	// reply in the kernel.
+	descQueriesMatched = prometheus.NewDesc("dnsstandby_mirror_tap_queries_matched_total",
+		"Observed queries that the packet tap's eBPF programs matched to LocalDNS's reply in the kernel (ring mode, standing by), so that neither was matched in user space.",
+		nil, nil)
 	// descReadErrors counts failed reads of the tap's socket.
 	descReadErrors = prometheus.NewDesc("dnsstandby_mirror_tap_read_errors_total",
 		"Failed reads of the packet tap's socket.", nil, nil)
@@ -252,7 +267,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (t *Tap) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRecords, descQueries, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing, descQueriesAtLocalDNS, descProgramRuns, descProgramSeconds} {
+	for _, d := range []*prometheus.Desc{descRecords, descQueries, descQueriesMatched, descDrops, descReadErrors, descEnabled, descLocalOnly, descRing, descQueriesAtLocalDNS, descProgramRuns, descProgramSeconds} {
 		ch <- d
 	}
 }
@@ -281,6 +296,7 @@ func (t *Tap) Collect(ch chan<- prometheus.Metric) {
 		counter(descRecords, v, "rejected", r)
 	}
 	counter(descQueries, s.Queries, "observed", "")
+	counter(descQueriesMatched, s.QueriesMatched)
 	for r, v := range s.QueriesRejected {
 		counter(descQueries, v, "rejected", r)
 	}

@@ -20,6 +20,7 @@ import (
 type seenPacket struct {
 	at             int64
 	client, server netip.AddrPort
+	queryAt        int64 // a reply's Packet.QueryAt
 }
 
 // nsObserver records, by question name, every query and reply a tap shows
@@ -42,14 +43,19 @@ func (o *nsObserver) record(into map[string][]seenPacket, p *Packet) string {
 	name := m.Question[0].Name
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	into[name] = append(into[name], seenPacket{p.At, p.Client, p.Server})
+	into[name] = append(into[name], seenPacket{p.At, p.Client, p.Server, p.QueryAt})
 	return name
 }
 
 func (o *nsObserver) Query(p *Packet) { o.record(o.queries, p) }
 
 func (o *nsObserver) Reply(p *Packet) bool {
-	return strings.HasPrefix(o.record(o.replies, p), "hedge-")
+	name := o.record(o.replies, p)
+	if p.QueryAt != 0 {
+		// Matched in the kernel: its query is shown only here.
+		o.record(o.queries, &Packet{At: p.QueryAt, Client: p.Client, Server: p.Server, DNS: p.DNS})
+	}
+	return strings.HasPrefix(name, "hedge-")
 }
 
 func (o *nsObserver) get(name string) (queries, replies []seenPacket) {
@@ -166,6 +172,9 @@ func TestTapQueries(t *testing.T) {
 			if tt.ring && dupQueries != 0 {
 				t.Errorf("ring mode: %d duplicate queries, want every query seen once", dupQueries)
 			}
+			if tt.ring && stOn.QueriesMatched == 0 {
+				t.Errorf("ring mode: no query matched to its reply in the kernel, want most of %d", total)
+			}
 			if tt.ring {
 				if got := socketsPassed; got != "[0 0][0 0]" {
 					t.Errorf("ring mode: the packet sockets passed %s packets (passed, dropped), want none", got)
@@ -182,8 +191,8 @@ func TestTapQueries(t *testing.T) {
 			if stOff.Queries != 0 || len(stOff.QueriesRejected) != 0 || stOff.Accepted != total-own || stOff.Seen != wantSeenOff {
 				t.Errorf("without queries: %+v; want no queries, %d accepted, seen %d", stOff, total-own, wantSeenOff)
 			}
-			t.Logf("%s: %d exchanges; with queries seen %d (queries %d, duplicate queries %d, accepted %d, own hedges %d); without, seen %d",
-				tt.name, total, stOn.Seen, stOn.Queries, dupQueries, stOn.Accepted, stOn.Rejected["own_hedge"], stOff.Seen)
+			t.Logf("%s: %d exchanges; with queries seen %d (queries %d, %d of them matched in the kernel, duplicate queries %d, accepted %d, own hedges %d); without, seen %d",
+				tt.name, total, stOn.Seen, stOn.Queries, stOn.QueriesMatched, dupQueries, stOn.Accepted, stOn.Rejected["own_hedge"], stOff.Seen)
 		})
 	}
 }

@@ -42,24 +42,38 @@ import (
 
 // Record header layout, host byte order.
 const (
-	recTime   = 0  // u64: bpf_ktime_get_ns (CLOCK_MONOTONIC) when the program ran
-	recLen    = 8  // u32: the packet's whole length from its IP header (skb->len)
-	recKind   = 12 // u32: recordQuery or recordReply
-	recHeader = 16 // the packet's bytes follow
+	recTime = 0  // u64: bpf_ktime_get_ns (CLOCK_MONOTONIC) when the program ran
+	recLen  = 8  // u32: the packet's whole length from its IP header (skb->len)
+	recKind = 12 // u32: recordQuery or recordReply
+	// recQueryTime, u64: a reply's query's recTime, where the programs
+	// matched the two (see "Matching in the kernel"); 0 otherwise.
+	recQueryTime = 16
+	recHeader    = 24 // the packet's bytes follow
 )
 
-// Record kinds; also the index of each kind's counters in the counts map.
+// Record kinds; the first two also the index of each kind's counters in
+// the counts map.
 const (
 	recordQuery = 0
 	recordReply = 1
+	// recordWake carries no packet: it wakes the reader for a query held
+	// in a pending slot (pendWake).
+	recordWake = 2
 )
 
+// ringbufForceWakeup is BPF_RB_FORCE_WAKEUP, a flag of
+// bpf_ringbuf_submit.
+const ringbufForceWakeup = 2
+
 // The counts map: a per-CPU array of u64, records written by kind, then
-// records lost for want of room in the ring by kind.
+// records lost for want of room in the ring by kind, then queries held in
+// a pending slot, and queries dropped as retransmissions of one held.
 const (
 	countRecorded = 0
 	countLost     = 2
-	numCounts     = 4
+	countPended   = 4
+	countRepeated = 5
+	numCounts     = 6
 )
 
 // recordClasses are the record sizes the programs reserve, smallest
@@ -71,17 +85,28 @@ var recordClasses = [...]int32{256, 1024, 4096, slotSize}
 // Map names the programs reference; the loader binds them with
 // asm.Instructions.AssociateMap.
 const (
-	ringMapName   = "ring"   // BPF_MAP_TYPE_RINGBUF
-	countsMapName = "counts" // BPF_MAP_TYPE_PERCPU_ARRAY of numCounts u64
+	ringMapName     = "ring"   // BPF_MAP_TYPE_RINGBUF
+	countsMapName   = "counts" // BPF_MAP_TYPE_PERCPU_ARRAY of numCounts u64
+	pendMapName     = "pend"   // BPF_MAP_TYPE_ARRAY of pendSlots pendMeta slots, mmapable
+	pendDataMapName = "pendq"  // BPF_MAP_TYPE_ARRAY of pendSlots queries, mmapable
 )
 
 // Offsets in struct __sk_buff not named in local.go.
 const skbLen = 0
 
-// Stack slots of the record block and the egress program.
+// Stack slots of the record block and the cgroup programs.
 const (
-	stackCountKey = -4  // u32 key of a counter
-	stackHeader   = -64 // the IP and UDP headers the egress program checks (48 bytes)
+	stackCountKey  = -4   // u32 key of a counter
+	stackSlot      = -8   // u32 key of a pending slot
+	stackQueryTime = -16  // u64: recQueryTime of the record
+	stackHeader    = -64  // the IP and UDP headers the programs check (48 bytes)
+	stackDNS       = -80  // the DNS header and the question's first 4 bytes (16)
+	stackKeyHi     = -88  // u64: the client's address, first half (0 for IPv4)
+	stackKeyLo     = -96  // u64: second half (IPv4: the address)
+	stackKeyPortID = -100 // u32: the client's port | the DNS ID << 16
+	stackKeyQ4     = -104 // u32: the question's first 4 bytes
+	stackKeyFam    = -108 // u32: 4 or 6
+	stackState     = -120 // u64: the slot's state word as claimed
 )
 
 // Registers the record block uses. r6 holds the context throughout; r7
@@ -93,8 +118,9 @@ const (
 
 // recordBlock copies the packet (r6 is the context) into a ring record of
 // kind, counts it as recorded or lost (the ring had no room), and returns
-// ret. It starts at label start.
-func recordBlock(start string, kind int32, ret int32) asm.Instructions {
+// ret. It starts at label start. With matched, the record's query time is
+// the program's stackQueryTime; else 0.
+func recordBlock(start string, kind int32, ret int32, matched bool) asm.Instructions {
 	lost := start + "_lost"
 	count := start + "_count"
 	done := start + "_done"
@@ -131,6 +157,16 @@ func recordBlock(start string, kind int32, ret int32) asm.Instructions {
 			asm.LoadMem(asm.R1, regCtx, skbLen, asm.Word),
 			asm.StoreMem(regRec, recLen, asm.R1, asm.Word),
 			asm.StoreImm(regRec, recKind, int64(kind), asm.Word),
+		)
+		if matched {
+			out = append(out,
+				asm.LoadMem(asm.R1, asm.RFP, stackQueryTime, asm.DWord),
+				asm.StoreMem(regRec, recQueryTime, asm.R1, asm.DWord),
+			)
+		} else {
+			out = append(out, asm.Mov.Imm(asm.R1, 0), asm.StoreMem(regRec, recQueryTime, asm.R1, asm.DWord))
+		}
+		out = append(out,
 			asm.Mov.Reg(asm.R1, regCtx),
 			asm.Mov.Imm(asm.R2, 0),
 			asm.Mov.Reg(asm.R3, regRec),
@@ -179,24 +215,33 @@ const recordLabel = "record"
 // LocalDNS of another namespace on the same address is not this one. It
 // lets every packet pass: a broken tap must never cost LocalDNS a query
 // or a reply.
-func cgroupProgram(spec filterSpec, netns uint64, kind int32) asm.Instructions {
+//
+// With match (and spec's queries), the two match queries with replies in
+// the kernel: see pendBlock and matchBlock.
+func cgroupProgram(spec filterSpec, netns uint64, kind int32, match bool) asm.Instructions {
 	const (
-		out  = "out"
-		v4   = "v4"
-		v6   = "v6"
-		rec  = "record"
-		ipv6 = ipv6Header
+		out   = "out"
+		v4    = "v4"
+		v6    = "v6"
+		store = "store"
+		ipv6  = ipv6Header
 	)
+	rec := "record"
 	// Where the address and port to test are: the source's in a reply,
 	// the destination's in a query.
 	addr4, port4, addr6, port6 := int16(12), int16(ipv4MinHeader), int16(8), int16(ipv6)
 	if kind == recordQuery {
 		addr4, port4, addr6, port6 = 16, ipv4MinHeader+2, 24, ipv6+2
 	}
+	match = match && spec.queries
 	ins := asm.Instructions{
 		// The kernel wants line info from the first instruction on if any
 		// instruction has a comment.
 		asm.Mov.Reg(regCtx, asm.R1).WithSource(asm.Comment("r6 = ctx")),
+	}
+	if match {
+		// (No 64-bit store of an immediate: cilium/ebpf's asm makes none.)
+		ins = append(ins, asm.Mov.Imm(asm.R1, 0), asm.StoreMem(asm.RFP, stackQueryTime, asm.R1, asm.DWord))
 	}
 	if netns != 0 {
 		ins = append(ins,
@@ -236,6 +281,7 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32) asm.Instructions {
 	ins = append(ins, loadHeaders(v4, ipv4MinHeader+udpHeader)...)
 	ins = append(ins,
 		asm.LoadMem(asm.R2, asm.RFP, h(0), asm.Byte),
+		asm.Mov.Imm(regUDP, ipv4MinHeader),
 		asm.JEq.Imm(asm.R2, 0x45, v4+"_udp"),
 		asm.Mov.Reg(asm.R3, asm.R2),
 		asm.RSh.Imm(asm.R3, 4),
@@ -243,6 +289,7 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32) asm.Instructions {
 		asm.And.Imm(asm.R2, 0x0f),
 		asm.JLT.Imm(asm.R2, ipv4MinHeader/4, out),
 		asm.LSh.Imm(asm.R2, 2),
+		asm.Mov.Reg(regUDP, asm.R2),
 		asm.Mov.Reg(asm.R1, regCtx),
 		asm.Mov.Imm(asm.R4, udpHeader),
 		asm.Mov.Reg(asm.R3, asm.RFP),
@@ -266,6 +313,7 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32) asm.Instructions {
 	// the address as two 64-bit halves.
 	ins = append(ins, loadHeaders(v6, ipv6+udpHeader)...)
 	ins = append(ins,
+		asm.Mov.Imm(regUDP, ipv6),
 		asm.LoadMem(asm.R2, asm.RFP, h(6), asm.Byte),
 		asm.JNE.Imm(asm.R2, protoUDP, out),
 		asm.LoadMem(asm.R2, asm.RFP, h(port6), asm.Half),
@@ -285,7 +333,18 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32) asm.Instructions {
 		)
 	}
 	ins = append(ins, asm.Ja.Label(out))
-	ins = append(ins, recordBlock(rec, kind, 1)...)
+	if match {
+		// The address matched: key the packet, then hold the query in a
+		// pending slot or match the reply to one, and record what is left.
+		ins = append(ins, keyBlock(rec, store, kind)...)
+		if kind == recordQuery {
+			ins = append(ins, pendBlock(store, out)...)
+		} else {
+			ins = append(ins, matchBlock(store)...)
+		}
+		rec = store
+	}
+	ins = append(ins, recordBlock(rec, kind, 1, match)...)
 	ins = append(ins,
 		asm.Mov.Imm(asm.R0, 1).WithSymbol(out),
 		asm.Return(),
@@ -305,4 +364,298 @@ func netOrder16(v uint16) uint16 {
 func addrHalves(a netip.Addr) (hi, lo int64) {
 	b := a.As16()
 	return int64(binary.NativeEndian.Uint64(b[:8])), int64(binary.NativeEndian.Uint64(b[8:]))
+}
+
+// Matching in the kernel. Standing by, the ingress program holds each
+// query in a pending slot instead of recording it, and the egress program
+// matches each reply to its slot, frees it and puts the query's time in
+// the reply's record: a query LocalDNS answers is then never read on its
+// own, and the reply needs no matching in user space. The tap sweeps the
+// slots for queries still waiting after pendAge and shows them to the
+// observer as it shows recorded ones. A query whose slot another waiting
+// query holds, or too long for one, is recorded as before; so is a reply
+// that matches no waiting slot.
+//
+// The slots are two mmapable arrays of pendSlots entries, indexed by a
+// hash of the client's address and port and the DNS ID: pend, the state
+// and key (pendMeta bytes each, one cache line), which the sweep reads,
+// and pendq, the query from its IP header on. A slot's state word is
+// generation << 2 | state. Only a compare-and-swap from waiting frees a
+// slot, so exactly one of the egress program (the reply) and the sweep
+// (the query is overdue) gets each query; the generation, which each
+// claim advances, keeps the sweep from freeing a slot that was answered
+// and claimed again while it copied the query.
+const (
+	pendSlots = 1 << pendBits
+	pendBits  = 10
+	pendRoom  = 256 // bytes of a query a slot holds, from its IP header
+
+	// pend's slot layout.
+	pendState  = 0  // u32: generation << 2 | pendFree, pendWriting or pendWaiting
+	pendPortID = 4  // u32: stackKeyPortID
+	pendQ4     = 8  // u32: stackKeyQ4
+	pendLen    = 12 // u32: the query's length (skb->len)
+	pendTime   = 16 // u64: bpf_ktime_get_ns when it arrived
+	pendHi     = 24 // u64: stackKeyHi
+	pendLo     = 32 // u64: stackKeyLo
+	pendFam    = 40 // u32: stackKeyFam
+	pendMeta   = 64
+
+	pendFree    = 0
+	pendWriting = 1
+	pendWaiting = 2
+	pendMask    = 3
+
+	// pendMul spreads the key's bits to the top ones, which index the slot
+	// (Fibonacci hashing): 0x9e3779b97f4a7c15 as an int64.
+	pendMul = -0x61c8864680b583eb
+)
+
+// Registers of the matching blocks. regUDP holds the UDP header's offset
+// in the packet from the family checks on; regSlot the pend slot.
+const (
+	regUDP  = asm.R8
+	regSlot = asm.R7
+	regOld  = asm.R8 // the slot's state word as read, once regUDP is done with
+)
+
+// pendIndex is the slot of a client's key: the programs' hash, for the
+// tests.
+func pendIndex(hi, lo uint64, portID uint32) uint32 {
+	return uint32(((hi ^ lo ^ uint64(portID)) * 0x9e3779b97f4a7c15) >> (64 - pendBits))
+}
+
+// keyBlock loads the DNS ID and the question's first 4 bytes (a reply
+// echoes the question) and puts the key of the packet's client (a
+// query's source, a reply's destination) and its slot on the stack. A
+// packet too short for them goes to fallback; else it goes on past the
+// block.
+func keyBlock(start, fallback string, kind int32) asm.Instructions {
+	h := func(off int16) int16 { return stackHeader + off }
+	addr4, port4, addr6, port6 := int16(16), int16(ipv4MinHeader+2), int16(24), int16(ipv6Header+2)
+	if kind == recordQuery {
+		addr4, port4, addr6, port6 = 12, ipv4MinHeader, 8, ipv6Header
+	}
+	v6, port := start+"_v6", start+"_port"
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R1, regCtx).WithSymbol(start),
+		asm.Mov.Reg(asm.R2, regUDP),
+		asm.Add.Imm(asm.R2, udpHeader),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, stackDNS),
+		asm.Mov.Imm(asm.R4, 16),
+		asm.FnSkbLoadBytes.Call().WithSource(asm.Comment("the DNS header and the question's first 4 bytes")),
+		asm.JNE.Imm(asm.R0, 0, fallback),
+		asm.LoadMem(asm.R1, regCtx, skbProtocol, asm.Word),
+		asm.JNE.Imm(asm.R1, int32(netOrder16(etherTypeIPv4)), v6),
+		asm.LoadMem(asm.R2, asm.RFP, h(addr4), asm.Word),
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(asm.RFP, stackKeyHi, asm.R1, asm.DWord),
+		asm.StoreMem(asm.RFP, stackKeyLo, asm.R2, asm.DWord),
+		asm.StoreImm(asm.RFP, stackKeyFam, 4, asm.Word),
+		asm.LoadMem(asm.R3, asm.RFP, h(port4), asm.Half),
+		asm.Ja.Label(port),
+		asm.LoadMem(asm.R2, asm.RFP, h(addr6), asm.DWord).WithSymbol(v6),
+		asm.LoadMem(asm.R4, asm.RFP, h(addr6+8), asm.DWord),
+		asm.StoreMem(asm.RFP, stackKeyHi, asm.R2, asm.DWord),
+		asm.StoreMem(asm.RFP, stackKeyLo, asm.R4, asm.DWord),
+		asm.StoreImm(asm.RFP, stackKeyFam, 6, asm.Word),
+		asm.LoadMem(asm.R3, asm.RFP, h(port6), asm.Half),
+		asm.LoadMem(asm.R2, asm.RFP, stackDNS, asm.Half).WithSymbol(port).WithSource(asm.Comment("the DNS ID")),
+		asm.LSh.Imm(asm.R2, 16),
+		asm.Or.Reg(asm.R3, asm.R2),
+		asm.StoreMem(asm.RFP, stackKeyPortID, asm.R3, asm.Word),
+		asm.LoadMem(asm.R2, asm.RFP, stackDNS+12, asm.Word),
+		asm.StoreMem(asm.RFP, stackKeyQ4, asm.R2, asm.Word),
+		asm.LoadMem(asm.R1, asm.RFP, stackKeyHi, asm.DWord).WithSource(asm.Comment("slot = pendIndex(hi, lo, portID)")),
+		asm.LoadMem(asm.R2, asm.RFP, stackKeyLo, asm.DWord),
+		asm.Xor.Reg(asm.R1, asm.R2),
+		asm.Xor.Reg(asm.R1, asm.R3),
+		asm.LoadImm(asm.R2, pendMul, asm.DWord),
+		asm.Mul.Reg(asm.R1, asm.R2),
+		asm.RSh.Imm(asm.R1, 64-pendBits),
+		asm.StoreMem(asm.RFP, stackSlot, asm.R1, asm.Word),
+	}
+}
+
+// lookupSlot points r0 at the stackSlot entry of map name, or goes to
+// fallback.
+func lookupSlot(name, fallback string) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, 0).WithReference(name),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackSlot),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, fallback),
+	}
+}
+
+// keyFields are the key's fields: where a slot holds each, and where
+// keyBlock put it on the stack.
+var keyFields = [...]struct {
+	slot, stack int16
+	size        asm.Size
+}{
+	{pendPortID, stackKeyPortID, asm.Word},
+	{pendQ4, stackKeyQ4, asm.Word},
+	{pendLo, stackKeyLo, asm.DWord},
+	{pendHi, stackKeyHi, asm.DWord},
+	{pendFam, stackKeyFam, asm.Word},
+}
+
+// sameKey goes to differ unless regSlot's slot holds the stack's key.
+func sameKey(differ string) asm.Instructions {
+	var out asm.Instructions
+	for _, f := range keyFields {
+		out = append(out,
+			asm.LoadMem(asm.R2, regSlot, f.slot, f.size),
+			asm.LoadMem(asm.R3, asm.RFP, f.stack, f.size),
+			asm.JNE.Reg(asm.R2, asm.R3, differ),
+		)
+	}
+	return out
+}
+
+// atomicMem is op.Mem(dst, src, size, off) with the operation in the
+// instruction's immediate, where the kernel reads it: cilium/ebpf v0.22
+// moves it there only after it has encoded the immediate, and so emits
+// every atomic operation as an add.
+func atomicMem(op asm.AtomicOp, dst, src asm.Register, size asm.Size, off int16) asm.Instruction {
+	ins := op.Mem(dst, src, size, off)
+	ins.Constant = int64(op >> 8)
+	return ins
+}
+
+// countBlock adds one to counter key and goes to then.
+func countBlock(start string, key int32, then string) asm.Instructions {
+	return asm.Instructions{
+		asm.StoreImm(asm.RFP, stackCountKey, int64(key), asm.Word).WithSymbol(start),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(countsMapName),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackCountKey),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, then),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+		asm.Add.Imm(asm.R1, 1),
+		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.Ja.Label(then),
+	}
+}
+
+// pendBlock (the ingress program, after keyBlock) holds the query in its
+// slot if the slot is free, and goes to out; the same query again while
+// it waits (a client's retransmission: the hedger keeps the first
+// arrival) is counted and goes to out too. Any other query goes to
+// fallback, to be recorded.
+func pendBlock(fallback, out string) asm.Instructions {
+	const busy, release, pended = "pend_busy", "pend_release", "pend_count"
+	ins := asm.Instructions{
+		asm.LoadMem(regLen, regCtx, skbLen, asm.Word).WithSource(asm.Comment("a query a slot can hold")),
+		asm.JLT.Imm(regLen, 1, fallback),
+		asm.JGT.Imm(regLen, pendRoom, fallback),
+	}
+	ins = append(ins, lookupSlot(pendMapName, fallback)...)
+	ins = append(ins,
+		asm.Mov.Reg(regSlot, asm.R0),
+		asm.LoadMem(asm.R1, regSlot, pendState, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.R1),
+		asm.And.Imm(asm.R2, pendMask),
+		asm.JEq.Imm(asm.R2, pendWaiting, busy),
+		asm.JEq.Imm(asm.R2, pendWriting, fallback),
+		asm.Mov.Reg(regOld, asm.R1).WithSource(asm.Comment("free: claim it, one generation on")),
+		asm.And.Imm(asm.R1, ^pendMask),
+		asm.Add.Imm(asm.R1, pendMask+1),
+		asm.Or.Imm(asm.R1, pendWriting),
+		asm.StoreMem(asm.RFP, stackState, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R0, regOld),
+		atomicMem(asm.CmpXchg, regSlot, asm.R1, asm.Word, pendState),
+		asm.JNE.Reg(asm.R0, regOld, fallback),
+	)
+	for _, f := range keyFields {
+		ins = append(ins,
+			asm.LoadMem(asm.R1, asm.RFP, f.stack, f.size),
+			asm.StoreMem(regSlot, f.slot, asm.R1, f.size),
+		)
+	}
+	ins = append(ins,
+		asm.StoreMem(regSlot, pendLen, regLen, asm.Word),
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(regSlot, pendTime, asm.R0, asm.DWord),
+	)
+	ins = append(ins, lookupSlot(pendDataMapName, release)...)
+	ins = append(ins,
+		asm.Mov.Reg(asm.R1, regCtx),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.Mov.Reg(asm.R3, asm.R0),
+		asm.Mov.Reg(asm.R4, regLen),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, release),
+		asm.LoadMem(asm.R1, asm.RFP, stackState, asm.DWord).WithSource(asm.Comment("written: publish it as waiting")),
+		asm.Add.Imm(asm.R1, pendWaiting-pendWriting),
+		atomicMem(asm.Xchg, regSlot, asm.R1, asm.Word, pendState),
+		// A reader about to sleep with no timeout (pendWake) is woken
+		// by a record: this query wrote none.
+		asm.StoreImm(asm.RFP, stackSlot, pendWake, asm.Word),
+	)
+	ins = append(ins, lookupSlot(pendMapName, pended)...)
+	ins = append(ins,
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, pended),
+		asm.Mov.Imm(asm.R1, 0),
+		atomicMem(asm.Xchg, asm.R0, asm.R1, asm.Word, 0),
+		asm.JEq.Imm(asm.R1, 0, pended),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(ringMapName),
+		asm.Mov.Imm(asm.R2, recHeader),
+		asm.Mov.Imm(asm.R3, 0),
+		asm.FnRingbufReserve.Call(),
+		asm.JEq.Imm(asm.R0, 0, pended),
+		asm.Mov.Reg(regSlot, asm.R0),
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(regSlot, recTime, asm.R0, asm.DWord),
+		asm.StoreImm(regSlot, recLen, 0, asm.Word),
+		asm.StoreImm(regSlot, recKind, recordWake, asm.Word),
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(regSlot, recQueryTime, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R1, regSlot),
+		asm.Mov.Imm(asm.R2, ringbufForceWakeup),
+		asm.FnRingbufSubmit.Call(),
+		asm.Ja.Label(pended),
+		asm.LoadMem(asm.R1, asm.RFP, stackState, asm.DWord).WithSymbol(release),
+		asm.And.Imm(asm.R1, ^pendMask),
+		atomicMem(asm.Xchg, regSlot, asm.R1, asm.Word, pendState),
+		asm.Ja.Label(fallback),
+	)
+	dup := sameKey(fallback)
+	dup[0] = dup[0].WithSymbol(busy)
+	ins = append(ins, dup...)
+	ins = append(ins, countBlock(busy+"_count", countRepeated, out)...)
+	ins = append(ins, countBlock(pended, countPended, out)...)
+	return ins
+}
+
+// matchBlock (the egress program, after keyBlock) frees the slot of the
+// reply's query, if it waits there, and puts the query's time where the
+// record block takes it; it goes on to fallback, the record block, either
+// way.
+func matchBlock(fallback string) asm.Instructions {
+	ins := lookupSlot(pendMapName, fallback)
+	ins = append(ins,
+		asm.Mov.Reg(regSlot, asm.R0),
+		asm.LoadMem(asm.R1, regSlot, pendState, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.R1),
+		asm.And.Imm(asm.R2, pendMask),
+		asm.JNE.Imm(asm.R2, pendWaiting, fallback),
+		asm.Mov.Reg(regOld, asm.R1),
+		asm.LoadMem(asm.R4, regSlot, pendTime, asm.DWord),
+	)
+	ins = append(ins, sameKey(fallback)...)
+	ins = append(ins,
+		asm.Mov.Reg(asm.R1, regOld).WithSource(asm.Comment("waiting, the reply's: free it")),
+		asm.And.Imm(asm.R1, ^pendMask),
+		asm.Mov.Reg(asm.R0, regOld),
+		atomicMem(asm.CmpXchg, regSlot, asm.R1, asm.Word, pendState),
+		asm.JNE.Reg(asm.R0, regOld, fallback),
+		asm.StoreMem(asm.RFP, stackQueryTime, asm.R4, asm.DWord),
+	)
+	return ins
 }

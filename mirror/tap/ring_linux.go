@@ -29,8 +29,16 @@ type ring struct {
 	ingress *ebpf.Program // nil without queries
 	query   *ebpf.Program // nil without queries
 	rd      *consumer
-	qfds    []int    // query sockets
-	qprotos []uint16 // the EtherType each binds to in ring mode
+	// pend: the pending slots, where the ingress program holds queries
+	// for the egress program to match (nil where the kernel cannot: the
+	// programs then record every query).
+	pend    *pendSlotMaps
+	pendErr error // why pend is nil, with queries
+	// pendLive: a query waited in a slot at the last sweep (the tap's
+	// goroutine only).
+	pendLive bool
+	qfds     []int    // query sockets
+	qprotos  []uint16 // the EtherType each binds to in ring mode
 	// cgroups are LocalDNS's cgroups the programs are attached to, by
 	// path and inode.
 	cgroups map[string]*cgroupLinks
@@ -73,10 +81,25 @@ func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring
 	bind := func(insns asm.Instructions) error {
 		return errors.Join(insns.AssociateMap(ringMapName, r.buf), insns.AssociateMap(countsMapName, r.counts))
 	}
+	if spec.queries {
+		// Where the kernel has no mmapable arrays (before 5.5) or no
+		// atomic compare-and-swap for programs (before 5.12), every query
+		// is recorded.
+		r.pend, r.pendErr = newPendSlotMaps()
+	}
 	loadCgroup := func(netns uint64, kind int32) (*ebpf.Program, error) {
-		insns := cgroupProgram(spec, netns, kind)
+		insns := cgroupProgram(spec, netns, kind, r.pend != nil)
 		if err := bind(insns); err != nil {
 			return nil, err
+		}
+		if r.pend != nil {
+			err := insns.AssociateMap(pendMapName, r.pend.meta)
+			if kind == recordQuery {
+				err = errors.Join(err, insns.AssociateMap(pendDataMapName, r.pend.data))
+			}
+			if err != nil {
+				return nil, err
+			}
 		}
 		ps := &ebpf.ProgramSpec{
 			Name: "dnsstandby_egr", Type: ebpf.CGroupSKB, AttachType: ebpf.AttachCGroupInetEgress,
@@ -86,6 +109,15 @@ func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring
 			ps.Name, ps.AttachType = "dnsstandby_ing", ebpf.AttachCGroupInetIngress
 		}
 		return ebpf.NewProgram(ps)
+	}
+	if r.pend != nil {
+		// Matching needs both programs; without it, neither matches.
+		if p, err := loadCgroup(0, recordQuery); err != nil {
+			r.pend.close()
+			r.pend, r.pendErr = nil, fmt.Errorf("load the matching ingress program: %w", err)
+		} else {
+			p.Close()
+		}
 	}
 	if netns != 0 {
 		r.egress, err = loadCgroup(netns, recordReply)
@@ -310,9 +342,11 @@ func (r *ring) detachIngress() {
 // pending reports whether the ring holds records, without a system call.
 func (r *ring) pending() bool { return r.rd.pending() }
 
-// countsSince returns the records written and lost (the ring was full),
-// over both kinds and every CPU, since the last call.
-func (r *ring) countsSince() (recorded, lost uint64) {
+// countsSince returns, over every CPU since the last call, the packets
+// the programs took (recorded, held in a pending slot, or dropped as a
+// query's retransmission while it waits there), those lost (the ring
+// was full), and the retransmissions.
+func (r *ring) countsSince() (taken, lost, repeated uint64) {
 	var d [numCounts]uint64
 	for k := range d {
 		var perCPU []uint64
@@ -327,7 +361,8 @@ func (r *ring) countsSince() (recorded, lost uint64) {
 			d[k], r.seen[k] = v-r.seen[k], v
 		}
 	}
-	return d[countRecorded+recordQuery] + d[countRecorded+recordReply], d[countLost+recordQuery] + d[countLost+recordReply]
+	return d[countRecorded+recordQuery] + d[countRecorded+recordReply] + d[countPended] + d[countRepeated],
+		d[countLost+recordQuery] + d[countLost+recordReply], d[countRepeated]
 }
 
 // programStats returns, for each program, how often the kernel ran it and
@@ -368,6 +403,9 @@ func (r *ring) close() {
 	if r.counts != nil {
 		r.counts.Close()
 	}
+	if r.pend != nil {
+		r.pend.close()
+	}
 }
 
 // monoClock turns the programs' CLOCK_MONOTONIC times into unix time
@@ -388,6 +426,9 @@ func newMonoClock() (monoClock, error) {
 	}
 	return monoClock{base: base, baseMono: ts.Nano()}, nil
 }
+
+// now is CLOCK_MONOTONIC now, in nanoseconds.
+func (m monoClock) now() int64 { return m.baseMono + int64(time.Since(m.base)) }
 
 // offset is unix time minus CLOCK_MONOTONIC now, in nanoseconds: it
 // follows the wall clock when it is set.
@@ -598,15 +639,55 @@ func (t *Tap) handleRecord(b []byte) {
 		t.stats.reject(reasonShort)
 		return
 	}
+	kind := binary.NativeEndian.Uint32(b[recKind:])
+	if kind == recordWake {
+		return // it woke the reader, which sweeps the slots
+	}
 	whole := int(binary.NativeEndian.Uint32(b[recLen:]))
 	pkt := b[recHeader:]
 	a := arrival{
 		at:    int64(binary.NativeEndian.Uint64(b[recTime:])) + t.ring.offset,
-		query: binary.NativeEndian.Uint32(b[recKind:]) == recordQuery,
+		query: kind == recordQuery,
 		trunc: whole > len(pkt),
 		// A query is received once (ETH_P_IP sees neither a bridge's
 		// port nor the transmit side), a reply sent once.
 		once: true,
 	}
+	if q := int64(binary.NativeEndian.Uint64(b[recQueryTime:])); q != 0 {
+		// Its query, held in a pending slot, was never read: it is taken
+		// here.
+		a.queryAt = q + t.ring.offset
+		t.stats.seen.Add(1)
+		t.stats.queries.Add(1)
+		t.stats.queriesMatched.Add(1)
+	}
 	t.handle(pkt[:min(whole, len(pkt))], a)
+}
+
+// sweepPending shows the observer each query that has waited in its
+// pending slot for pendAge, before the ring's records (a reply that
+// came too late for the egress program to match follows it there), and
+// returns how many it showed and how many still wait.
+func (t *Tap) sweepPending() (took, waiting int) {
+	r := t.ring
+	if r == nil || r.pend == nil || !(r.pendLive || r.atLocalDNS.Load()) {
+		return 0, 0
+	}
+	mono := r.mono.now()
+	r.offset = r.mono.offset()
+	took, waiting = r.pend.sweep(mono-int64(pendAge), func(at int64, pkt []byte) {
+		t.handle(pkt, arrival{at: at + r.offset, query: true, once: true})
+	})
+	// Only the ingress program fills the slots: once it is detached, they
+	// are swept until none waits.
+	r.pendLive = waiting > 0
+	return took, waiting
+}
+
+// sleeping tells the ingress program whether the reader is about to wait
+// with no timeout (see pendWake).
+func (t *Tap) sleeping(on bool) {
+	if t.ring != nil && t.ring.pend != nil {
+		t.ring.pend.sleeping(on)
+	}
 }

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,13 +93,16 @@ func TestRingPrograms(t *testing.T) {
 			for _, netns := range []uint64{0, 12345} {
 				r, err := newRing(spec, 1<<16, loadLocal, netns)
 				must(t, err)
+				if r.pend == nil {
+					t.Errorf("no matching in the kernel: %v", r.pendErr)
+				}
 				r.close()
 			}
 		})
 	}
 	// The record block alone, the part both programs share, is small
 	// enough to read: four classes.
-	if n := len(recordBlock("r", recordReply, 1)); n > 140 {
+	if n := len(recordBlock("r", recordReply, 1, true)); n > 140 {
 		t.Errorf("record block is %d instructions", n)
 	}
 }
@@ -272,6 +277,80 @@ func TestTapRingQueriesAtLocalDNS(t *testing.T) {
 	t.Logf("%+v", tp.Stats())
 }
 
+// TestTapRingUnansweredQuery: standing by in ring mode, a query LocalDNS
+// takes and does not answer (CoreDNS stopped with SIGSTOP, as a hung
+// LocalDNS) waits in its pending slot, where it writes no record, and is
+// still shown to the observer, once, after pendAge, though the tap
+// was asleep with nothing else to read; the reply LocalDNS sends once it
+// runs again is shown without a query time (the sweep had it), and an
+// answered query is matched in the kernel again afterwards.
+func TestTapRingUnansweredQuery(t *testing.T) {
+	b := newRingBed(t, false)
+	obs := newNSObserver()
+	cfg := ringConfig(t)
+	cfg.Queries, cfg.Observer = true, obs
+	tp := startTap(t, b.node, cfg, newRecorder(t).sink)
+	toRing(t, b, tp)
+	ask(t, b.pod, bedAddr4+":53", "warm."+bedZone, dns.TypeA)
+	drained(t, tp)
+	before := tp.Stats()
+	time.Sleep(100 * time.Millisecond) // the tap goes to sleep: nothing to read
+
+	proc := b.coredns.Process
+	must(t, proc.Signal(unix.SIGSTOP))
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = proc.Signal(unix.SIGCONT)
+		}
+	}()
+	name := "hung." + bedZone
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	wire, err := q.Pack()
+	must(t, err)
+	var c net.Conn
+	must(t, b.pod.Do(func() (err error) {
+		c, err = net.Dial("udp", bedAddr4+":53")
+		return err
+	}))
+	defer c.Close()
+	sent := time.Now()
+	_, err = c.Write(wire)
+	must(t, err)
+	var seen time.Duration
+	err = testkit.Poll(context.Background(), time.Second, func() (bool, error) {
+		qs, _ := obs.get(name)
+		seen = time.Since(sent)
+		return len(qs) > 0, nil
+	})
+	if err != nil {
+		// The hedger's first deadline is 50 ms at the earliest.
+		t.Fatalf("the unanswered query was not shown within a second")
+	}
+	t.Logf("unanswered query shown %v after it was sent (pendAge %v)", seen, pendAge)
+	if seen < pendAge {
+		t.Errorf("shown after %v, before it had waited pendAge (%v)", seen, pendAge)
+	}
+
+	must(t, proc.Signal(unix.SIGCONT))
+	stopped = false
+	must(t, c.SetReadDeadline(time.Now().Add(2*time.Second)))
+	_, err = c.Read(make([]byte, 512))
+	must(t, err)
+	ask(t, b.pod, bedAddr4+":53", "after."+bedZone, dns.TypeA)
+	drained(t, tp)
+	qs, rs := obs.get(name)
+	if len(qs) != 1 || len(rs) != 1 || rs[0].queryAt != 0 {
+		t.Errorf("the hung query: shown %d times, its reply %d times (%+v); want once each, the reply unmatched", len(qs), len(rs), rs)
+	}
+	after := tp.Stats()
+	if after.QueriesMatched-before.QueriesMatched != 1 || after.Queries-before.Queries != 2 {
+		t.Errorf("queries %d, matched in the kernel %d since; want 2 (the hung one, the one after), 1 (the one after)",
+			after.Queries-before.Queries, after.QueriesMatched-before.QueriesMatched)
+	}
+}
+
 // BenchmarkRingPrograms runs the ring mode's programs in the kernel
 // (BPF_PROG_TEST_RUN) on one packet each: a reply the egress program
 // records, a packet LocalDNS sends that it only looks at (a forward to an
@@ -374,7 +453,7 @@ func TestCgroupProgramsNetns(t *testing.T) {
 			}{{r.egress, replyFrame}, {r.ingress, queryFrame}} {
 				ret, err := run.prog.Run(&ebpf.RunOptions{Data: run.frame})
 				must(t, err)
-				if n := r.rd.each(func([]byte) {}); n != tt.records || ret != 1 {
+				if n := len(takeRecords(r)); n != tt.records || ret != 1 {
 					t.Errorf("%s: %d records, verdict %d; want %d records, verdict 1 (pass)", run.prog, n, ret, tt.records)
 				}
 			}
@@ -443,8 +522,7 @@ func TestCgroupPrograms(t *testing.T) {
 				kind uint32
 			}{{egress, r.egress, recordReply}, {ingress, r.ingress, recordQuery}} {
 				ret := runFilter(t, run.prog, uint16(etherTypeOf(tt.pkt)), tt.pkt, tt.mark, 0)
-				var recs [][]byte
-				r.rd.each(func(b []byte) { recs = append(recs, append([]byte(nil), b...)) })
+				recs := takeRecords(r)
 				if ret != 1 {
 					t.Errorf("%s: verdict %d, want 1 (pass)", run.prog, ret)
 				}
@@ -466,5 +544,149 @@ func TestCgroupPrograms(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// takeRecords takes what the programs recorded: the ring's records, and
+// the queries held in pending slots, as records of their own.
+func takeRecords(r *ring) [][]byte {
+	var recs [][]byte
+	r.rd.each(func(b []byte) { recs = append(recs, append([]byte(nil), b...)) })
+	if r.pend != nil {
+		r.pend.sweep(math.MaxInt64, func(at int64, pkt []byte) {
+			rec := make([]byte, recHeader, recHeader+len(pkt))
+			binary.NativeEndian.PutUint64(rec[recTime:], uint64(at))
+			binary.NativeEndian.PutUint32(rec[recLen:], uint32(len(pkt)))
+			binary.NativeEndian.PutUint32(rec[recKind:], recordQuery)
+			recs = append(recs, append(rec, pkt...))
+		})
+	}
+	return recs
+}
+
+// exchange is a query for name with id, and its reply.
+func exchange(t testing.TB, name string, id uint16) (q, resp []byte) {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	m.Id = id
+	r := new(dns.Msg)
+	r.SetReply(m)
+	rr, err := dns.NewRR(dns.Fqdn(name) + " 60 IN A 192.0.2.1")
+	must(t, err)
+	r.Answer = append(r.Answer, rr)
+	q, err = m.Pack()
+	must(t, err)
+	resp, err = r.Pack()
+	must(t, err)
+	return q, resp
+}
+
+// TestCgroupMatching runs the cgroup programs in the kernel
+// (BPF_PROG_TEST_RUN) through what matching in the kernel must do: a
+// query held in its slot, not recorded; its reply recorded with the
+// query's time, the slot freed; a retransmission dropped and counted; a
+// second query for a busy slot, a reply of another question, a query too
+// long for a slot and a reply after the sweep took its query all
+// recorded as before; a sleeping reader woken once; and a slot claimed
+// again in a new generation.
+func TestCgroupMatching(t *testing.T) {
+	nstest.RequireRoot(t)
+	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, 0, true)
+	must(t, err)
+	r, err := newRing(spec, 1<<16, loadLocal, 0)
+	must(t, err)
+	defer r.close()
+	if r.pend == nil {
+		t.Fatalf("no matching in the kernel: %v", r.pendErr)
+	}
+	l4, l6 := netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)
+	pod4, pod6 := netip.AddrPortFrom(podAddr, 40000), netip.AddrPortFrom(podAddr6, 40000)
+	qa, ra := exchange(t, "a.example", 7)
+	qb, rb := exchange(t, "b.example", 7)
+	long, _ := exchange(t, strings.Repeat(strings.Repeat("x", 60)+".", 4)+"example", 8)
+	if len(udpPacket(pod4, l4, long)) <= pendRoom {
+		t.Fatalf("the long query fits a slot")
+	}
+	in := func(pkt []byte) { runFilter(t, r.ingress, uint16(etherTypeOf(pkt)), pkt, 0, 0) }
+	out := func(pkt []byte) { runFilter(t, r.egress, uint16(etherTypeOf(pkt)), pkt, 0, 0) }
+	type rec struct {
+		kind    uint32
+		matched bool // a query time in the header
+	}
+	ring := func() []rec {
+		var got []rec
+		r.rd.each(func(b []byte) {
+			qt := binary.NativeEndian.Uint64(b[recQueryTime:])
+			if qt != 0 && qt > binary.NativeEndian.Uint64(b[recTime:]) {
+				t.Errorf("query time %d after the reply's %d", qt, binary.NativeEndian.Uint64(b[recTime:]))
+			}
+			got = append(got, rec{binary.NativeEndian.Uint32(b[recKind:]), qt != 0})
+		})
+		return got
+	}
+	want := func(step string, got []rec, w ...rec) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("%s: records %v, want %v", step, got, w)
+		}
+	}
+	waiting := func(step string, w bool) {
+		t.Helper()
+		if got := r.pend.anyWaiting(); got != w {
+			t.Errorf("%s: a query waiting: %v, want %v", step, got, w)
+		}
+	}
+	for _, fam := range []struct {
+		name    string
+		l, pod  netip.AddrPort
+		q, resp []byte
+	}{{"v4", l4, pod4, qa, ra}, {"v6", l6, pod6, qa, ra}} {
+		in(udpPacket(fam.pod, fam.l, fam.q))
+		want(fam.name+" query", ring())
+		waiting(fam.name+" query", true)
+		out(udpPacket(fam.l, fam.pod, fam.resp))
+		want(fam.name+" reply", ring(), rec{recordReply, true})
+		waiting(fam.name+" reply", false)
+	}
+
+	in(udpPacket(pod4, l4, qa))
+	in(udpPacket(pod4, l4, qa))
+	want("retransmission", ring())
+	if _, _, repeated := r.countsSince(); repeated != 1 {
+		t.Errorf("retransmissions counted %d, want 1", repeated)
+	}
+	in(udpPacket(pod4, l4, qb)) // same client, port and ID: the same slot
+	want("another query for the busy slot", ring(), rec{recordQuery, false})
+	out(udpPacket(l4, pod4, rb))
+	want("the other question's reply", ring(), rec{recordReply, false})
+	waiting("the other question's reply", true)
+	var taken [][]byte
+	r.pend.sweep(math.MaxInt64, func(_ int64, pkt []byte) { taken = append(taken, append([]byte(nil), pkt...)) })
+	if len(taken) != 1 || !bytes.Equal(taken[0], udpPacket(pod4, l4, qa)) {
+		t.Errorf("swept %d queries (%x), want the waiting one", len(taken), taken)
+	}
+	out(udpPacket(l4, pod4, ra))
+	want("a reply after the sweep", ring(), rec{recordReply, false})
+
+	in(udpPacket(pod4, l4, long))
+	want("a query too long for a slot", ring(), rec{recordQuery, false})
+	waiting("a query too long for a slot", false)
+
+	r.pend.sleeping(true)
+	in(udpPacket(pod4, l4, qa))
+	want("a query for a sleeping reader", ring(), rec{recordWake, false})
+	in(udpPacket(netip.AddrPortFrom(podAddr, 40001), l4, qa))
+	want("the next one", ring())
+	slot := pendIndex(0, uint64(binary.NativeEndian.Uint32(podAddr.AsSlice())), uint32(netOrder16(40000))|uint32(netOrder16(7))<<16)
+	state := func() uint32 { return atomic.LoadUint32(r.pend.word(int(slot)*pendMeta + pendState)) }
+	first := state()
+	if first&pendMask != pendWaiting {
+		t.Fatalf("slot %d: state %#x, want the query waiting there", slot, first)
+	}
+	out(udpPacket(l4, pod4, ra))
+	in(udpPacket(pod4, l4, qa))
+	if again := state(); again&pendMask != pendWaiting || again>>2 != first>>2+1 {
+		t.Errorf("slot claimed again: state %#x, want waiting, one generation after %#x", again, first)
 	}
 }

@@ -144,6 +144,10 @@ type Packet struct {
 	Client netip.AddrPort // the querier: a query's source, a reply's destination
 	Server netip.AddrPort // the listen address: a query's destination, a reply's source
 	DNS    []byte         // the UDP payload
+	// QueryAt is a reply's query's arrival (unix ns) where the kernel
+	// matched the two (ring mode, standing by): that query was never
+	// shown. 0 otherwise.
+	QueryAt int64
 }
 
 // Observer sees every query and reply the tap takes, from the tap's
@@ -291,7 +295,11 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	t.log.Info("packet tap started", "addrs", addrList(cfg.Addrs), "port", cfg.Port, "batch", cfg.Batch,
 		"rcvbuf", cfg.RcvBuf, "exclude_mark", cfg.ExcludeMark, "queries", cfg.Queries, "observer", cfg.Observer != nil,
 		"filter_instructions", len(prog), "local_only", t.localOnly, "ring", t.ring != nil,
-		"ring_netns_check", t.ring != nil && t.ring.netnsChecked)
+		"ring_netns_check", t.ring != nil && t.ring.netnsChecked, "ring_kernel_matching", t.ring != nil && t.ring.pend != nil)
+	if t.ring != nil && t.ring.pendErr != nil {
+		t.log.Warn("packet tap: the kernel cannot match queries with replies; every query is read and matched in dnsstandby",
+			slog.Any("err", t.ring.pendErr))
+	}
 	if !t.localOnly {
 		t.log.Warn("packet tap: the kernel refused the filter that passes only replies this node sent; "+
 			"with the classic filter, a pod behind a Linux bridge can forge replies into the cache (see mirror/tap/README.md, or use the dnstap feed)",
@@ -422,8 +430,12 @@ func (t *Tap) run() {
 				t.handle(pkt, a)
 			}
 		}
+		// The pending slots are swept before the ring is read: a reply
+		// that came too late for the egress program to match its query
+		// is in the ring, and must follow the query.
+		took, waiting := t.sweepPending()
 		// The ring is read to its end each time.
-		r := t.drainRing()
+		r := t.drainRing() + took
 		full := n == len(t.b.hdrs)
 		// Standing by (inserting: LocalDNS gets every query), the tap
 		// reads as seldom as the hedger's deadlines allow. Paused, while
@@ -453,14 +465,19 @@ func (t *Tap) run() {
 				return
 			default:
 			}
-		case n+r > 0:
+		case n+r > 0 || waiting > 0:
 			// The queues are empty: rather than wake for the next packet
-			// alone, let some gather.
+			// alone, let some gather. Queries waiting in their pending
+			// slots wrote no record, and are swept then.
 			if t.pause(min(max(wait, batchPause), maxBatchPause)) {
 				return
 			}
 		default:
+			if t.sleepNow() {
+				continue
+			}
 			stopped, err := t.w.forPackets()
+			t.sleeping(false)
 			if stopped {
 				return
 			}
@@ -475,6 +492,22 @@ func (t *Tap) run() {
 			}
 		}
 	}
+}
+
+// sleepNow tells the ingress program that the reader is about to wait
+// with no timeout, so that a query it holds in a pending slot wakes the
+// reader, and reports false if anything came before it could: then the
+// reader must not wait.
+func (t *Tap) sleepNow() (awake bool) {
+	if t.ring == nil || t.ring.pend == nil {
+		return false
+	}
+	t.sleeping(true)
+	if t.ring.pend.anyWaiting() || t.ring.pending() {
+		t.sleeping(false)
+		return true
+	}
+	return false
 }
 
 // closeSockets reads the kernel's counters a last time and closes the
@@ -503,6 +536,9 @@ type arrival struct {
 	// once: the source shows each packet once (the ring), so the
 	// duplicate check is skipped.
 	once bool
+	// queryAt: a reply's query's arrival, where the programs matched
+	// them (unix ns); 0 otherwise.
+	queryAt int64
 }
 
 // handle takes one packet from the socket.
@@ -532,7 +568,7 @@ func (t *Tap) handle(pkt []byte, a arrival) {
 	// The observer sees every reply, inserting or not: while dnsstandby
 	// answers (paused), LocalDNS's replies still settle its hedges.
 	if t.obs != nil {
-		t.pkt = Packet{At: a.at, Client: dst, Server: src, DNS: payload}
+		t.pkt = Packet{At: a.at, Client: dst, Server: src, DNS: payload, QueryAt: a.queryAt}
 		own := t.obs.Reply(&t.pkt)
 		t.pkt.DNS = nil
 		if own {
