@@ -690,3 +690,103 @@ func TestCgroupMatching(t *testing.T) {
 		t.Errorf("slot claimed again: state %#x, want waiting, one generation after %#x", again, first)
 	}
 }
+
+// TestCgroupHints runs the egress program in the kernel on replies whose
+// question has a hint, has none, has one expired, is too short, too long
+// or has too many labels for one: it flags a reply known exactly when
+// questionEnd and hintHash, the tap's side, find its live hint.
+func TestCgroupHints(t *testing.T) {
+	nstest.RequireRoot(t)
+	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, 0, true)
+	must(t, err)
+	r, err := newRing(spec, 1<<16, loadLocal, 0)
+	must(t, err)
+	defer r.close()
+	if r.pend == nil {
+		t.Fatalf("no matching in the kernel: %v", r.pendErr)
+	}
+	label := func(n int) string { return strings.Repeat("x", n) }
+	tests := []struct {
+		name  string
+		qname string
+		hint  time.Duration // from now; 0: none
+		known bool
+	}{
+		{"hinted", "svc-1.default.svc.cluster.local", time.Second, true},
+		{"no hint", "svc-2.default.svc.cluster.local", 0, false},
+		{"expired", "svc-3.default.svc.cluster.local", -time.Millisecond, false},
+		{"question of 8 bytes", "ab", time.Second, true},
+		{"question of 16 bytes", label(10), time.Second, true},
+		{"question of 7 bytes: too short", "a", time.Second, false},
+		{"question of 128 bytes", label(63) + "." + label(58), time.Second, true},
+		{"question of 129 bytes: too long", label(63) + "." + label(59), time.Second, false},
+		{"16 labels", strings.Repeat("a.", 15) + "b", time.Second, true},
+		{"17 labels: too many", strings.Repeat("a.", 16) + "b", time.Second, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, l := range []netip.AddrPort{netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)} {
+				_, resp := exchange(t, tt.qname, 9)
+				if end, ok := questionEnd(resp); ok && tt.hint != 0 {
+					r.pend.setHint(resp[dnsHeaderLen:end], r.mono.now()+int64(tt.hint))
+				}
+				pkt := reply(l, resp)
+				runFilter(t, r.egress, uint16(etherTypeOf(pkt)), pkt, 0, 0)
+				var kinds []uint32
+				r.rd.each(func(b []byte) { kinds = append(kinds, binary.NativeEndian.Uint32(b[recKind:])) })
+				if len(kinds) != 1 || kinds[0]&^recFlagKnown != recordReply || (kinds[0]&recFlagKnown != 0) != tt.known {
+					t.Errorf("%v: records of kinds %#x, want one reply, known %v", l.Addr(), kinds, tt.known)
+				}
+			}
+		})
+	}
+	// The end of the packet inside the last, partial word of the
+	// question: no hint read past it.
+	_, resp := exchange(t, "svc-4.default.svc.cluster.local", 9)
+	end, _ := questionEnd(resp)
+	r.pend.setHint(resp[dnsHeaderLen:end], r.mono.now()+int64(time.Second))
+	cut := reply(netip.AddrPortFrom(localDNS, 53), resp[:end])
+	runFilter(t, r.egress, uint16(etherTypeOf(cut)), cut, 0, 0)
+	r.rd.each(func(b []byte) {
+		if binary.NativeEndian.Uint32(b[recKind:])&recFlagKnown != 0 {
+			t.Errorf("a reply ending inside the question's last word flagged known")
+		}
+	})
+}
+
+// TestTapRingKnownAnswers: in ring mode, standing by, the first reply to
+// a name is inserted, the second is a repeat the cache says it holds
+// fresh (which sets a hint), and the ones after are flagged known by the
+// egress program and never reach the cache, while the observer still
+// sees each; after hintLife the cache is asked again.
+func TestTapRingKnownAnswers(t *testing.T) {
+	b := newRingBed(t, false)
+	obs := newNSObserver()
+	cfg := ringConfig(t)
+	cfg.Queries, cfg.Observer = true, obs
+	c := newCache(t)
+	var calls atomic.Int64
+	tp := startTap(t, b.node, cfg, func(resp []byte) error {
+		calls.Add(1)
+		return c.InsertMirror(resp)
+	})
+	toRing(t, b, tp)
+	name := "known." + bedZone
+	for range 5 {
+		ask(t, b.pod, bedAddr4+":53", name, dns.TypeA)
+		drained(t, tp)
+	}
+	st := tp.Stats()
+	if n := calls.Load(); n != 2 || st.Accepted != 1 || st.Rejected["have_fresh"] != 4 {
+		t.Errorf("the cache asked %d times, %d accepted, %d have_fresh; want 2, 1, 4 (3 known in the kernel)", n, st.Accepted, st.Rejected["have_fresh"])
+	}
+	if _, rs := obs.get(name); len(rs) != 5 {
+		t.Errorf("the observer saw %d replies, want 5", len(rs))
+	}
+	time.Sleep(hintLife)
+	ask(t, b.pod, bedAddr4+":53", name, dns.TypeA)
+	drained(t, tp)
+	if n := calls.Load(); n != 3 {
+		t.Errorf("after hintLife the cache was asked %d times in all, want 3", n)
+	}
+}
