@@ -34,7 +34,7 @@ const pendWake = pendSlots
 // "Known answers"), and their mappings.
 type pendSlotMaps struct {
 	meta, data, hint *ebpf.Map
-	mem, dmem, hmem  []byte // the mappings: pendSlots+1 entries of pendMeta bytes; pendSlots of pendRoom; hintSets of hintSet
+	mem, dmem, hmem  []byte // the mappings: pendSlots+1 entries of pendMeta bytes; pendSlots of pendRoom; hintSlots of hintSlot
 	buf              [pendRoom]byte
 }
 
@@ -58,12 +58,12 @@ func newPendSlotMaps() (_ *pendSlotMaps, err error) {
 		return nil, fmt.Errorf("create pending queries: %w", err)
 	}
 	if p.hint, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: "dnsstandby_hint", Type: ebpf.Array, KeySize: 4, ValueSize: hintSet,
-		MaxEntries: hintSets, Flags: unix.BPF_F_MMAPABLE,
+		Name: "dnsstandby_hint", Type: ebpf.Array, KeySize: 4, ValueSize: hintSlot,
+		MaxEntries: hintSlots, Flags: unix.BPF_F_MMAPABLE,
 	}); err != nil {
 		return nil, fmt.Errorf("create hints: %w", err)
 	}
-	if p.hmem, err = mapArray(p.hint, hintSets*hintSet); err != nil {
+	if p.hmem, err = mapArray(p.hint, hintSlots*hintSlot); err != nil {
 		return nil, err
 	}
 	if p.mem, err = mapArray(p.meta, (pendSlots+1)*pendMeta); err != nil {
@@ -156,31 +156,13 @@ func (p *pendSlotMaps) sleeping(on bool) {
 
 // setHint tells the egress program that replies to question q (a
 // reply's question section) repeat an answer the cache holds fresh until
-// until (CLOCK_MONOTONIC ns); now is about now. It takes the slot of its
-// set holding q's hash, else one whose hint has ended, else the one the
-// hash's low bits name (the set takes its top ones). The hash is cleared
-// while the time is written: the program reads hash, time, hash.
-func (p *pendSlotMaps) setHint(q []byte, now, until int64) {
+// until (CLOCK_MONOTONIC ns). The hash is cleared while the time is
+// written: the program reads hash, time, hash.
+func (p *pendSlotMaps) setHint(q []byte, until int64) {
 	h := hintHash(q)
-	set := int(h>>(64-hintBits)) * hintSet
-	way := -1
-	for w := range hintWays {
-		off := set + w*hintSlot
-		switch {
-		case atomic.LoadUint64(p.u64(off)) == h:
-			way = w
-		case way < 0 && int64(atomic.LoadUint64(p.u64(off+8))) <= now:
-			way = w
-		}
-	}
-	if way < 0 {
-		way = int(h % hintWays)
-	}
-	off := set + way*hintSlot
-	atomic.StoreUint64(p.u64(off), 0)
-	atomic.StoreUint64(p.u64(off+8), uint64(until))
-	atomic.StoreUint64(p.u64(off), h)
+	off := int(h>>(64-hintBits)) * hintSlot
+	hash := (*uint64)(unsafe.Pointer(&p.hmem[off]))
+	atomic.StoreUint64(hash, 0)
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&p.hmem[off+8])), uint64(until))
+	atomic.StoreUint64(hash, h)
 }
-
-// u64 is the u64 at off in the hint array's mapping, for atomic use.
-func (p *pendSlotMaps) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&p.hmem[off])) }

@@ -691,18 +691,10 @@ func matchBlock(fallback string) asm.Instructions {
 // reply never leaves an entry to expire unrefreshed; an answer LocalDNS
 // changes within hintLife of the last repeat reaches the cache hintLife
 // late at most.
-//
-// The array is 4-way set-associative, as the cache's memo is: a question
-// may be in any of its set's 4 slots, which share one cache line, so that
-// a node's working set of names (bench-mirror's 5,000) keeps its hints.
-// Direct-mapped, 4,096 slots kept 57% of those names' hints
-// (TestHintsHoldAWorkingSet), and bench-mirror gained little.
 const (
-	hintSets   = 1 << hintBits
+	hintSlots  = 1 << hintBits
 	hintBits   = 12
-	hintWays   = 4
-	hintSlot   = 16 // u64 hash, u64 until (CLOCK_MONOTONIC ns)
-	hintSet    = hintWays * hintSlot
+	hintSlot   = 16  // u64 hash, u64 until (CLOCK_MONOTONIC ns)
 	hintLabels = 16  // labels of a question the program walks; more: no hint
 	hintMax    = 128 // bytes of a question it hashes; longer: no hint
 	hintMin    = 8   // and shorter (a name of 3 bytes or fewer): no hint
@@ -833,33 +825,19 @@ func hintBlock(start string) asm.Instructions {
 	)
 	ins = append(ins, lookupSlot(hintMapName, none)...)
 	ins = append(ins,
+		// The hash, the time, the hash again: the tap clears the hash
+		// before it writes another question's time.
 		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.FnKtimeGetNs.Call(),
-		asm.Mov.Reg(asm.R8, asm.R0),
 		asm.LoadMem(asm.R2, asm.RFP, stackHint, asm.DWord),
+		asm.LoadMem(asm.R1, asm.R7, 0, asm.DWord),
+		asm.JNE.Reg(asm.R1, asm.R2, none),
+		asm.LoadMem(asm.R8, asm.R7, 8, asm.DWord),
+		asm.LoadMem(asm.R1, asm.R7, 0, asm.DWord),
+		asm.JNE.Reg(asm.R1, asm.R2, none),
+		asm.FnKtimeGetNs.Call(),
+		asm.JGE.Reg(asm.R0, asm.R8, none),
+		asm.StoreImm(asm.RFP, stackFlags, recFlagKnown, asm.Word),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol(none),
 	)
-	// Each way: the hash, the time, the hash again (the tap clears the
-	// hash before it writes another question's time).
-	for w := range int16(hintWays) {
-		next := fmt.Sprintf("%s_way%d", start, w+1)
-		if w == hintWays-1 {
-			next = none
-		}
-		off := w * hintSlot
-		ins = append(ins,
-			asm.LoadMem(asm.R1, asm.R7, off, asm.DWord),
-			asm.JNE.Reg(asm.R1, asm.R2, next),
-			asm.LoadMem(asm.R3, asm.R7, off+8, asm.DWord),
-			asm.LoadMem(asm.R1, asm.R7, off, asm.DWord),
-			asm.JNE.Reg(asm.R1, asm.R2, next),
-			asm.JGE.Reg(asm.R8, asm.R3, next),
-			asm.StoreImm(asm.RFP, stackFlags, recFlagKnown, asm.Word),
-			asm.Ja.Label(none),
-		)
-		if w < hintWays-1 {
-			ins = append(ins, asm.Mov.Imm(asm.R0, 0).WithSymbol(next))
-		}
-	}
-	ins = append(ins, asm.Mov.Imm(asm.R0, 0).WithSymbol(none))
 	return ins
 }

@@ -37,13 +37,8 @@ type ring struct {
 	// pendLive: a query waited in a slot at the last sweep (the tap's
 	// goroutine only).
 	pendLive bool
-	// monoNow is CLOCK_MONOTONIC at the last sweep, before the ring's
-	// records are read: the hints written for them start from it (one
-	// clock read a read, not one a reply; on this project's VMs a read
-	// of the clock was a sixth of what a reply cost).
-	monoNow int64
-	qfds    []int    // query sockets
-	qprotos []uint16 // the EtherType each binds to in ring mode
+	qfds     []int    // query sockets
+	qprotos  []uint16 // the EtherType each binds to in ring mode
 	// cgroups are LocalDNS's cgroups the programs are attached to, by
 	// path and inode.
 	cgroups map[string]*cgroupLinks
@@ -680,15 +675,12 @@ func (t *Tap) handleRecord(b []byte) {
 // returns how many it showed and how many still wait.
 func (t *Tap) sweepPending() (took, waiting int) {
 	r := t.ring
-	if r == nil || r.pend == nil {
+	if r == nil || r.pend == nil || !(r.pendLive || r.atLocalDNS.Load()) {
 		return 0, 0
 	}
-	r.monoNow = r.mono.now()
-	if !(r.pendLive || r.atLocalDNS.Load()) {
-		return 0, 0
-	}
+	mono := r.mono.now()
 	r.offset = r.mono.offset()
-	took, waiting = r.pend.sweep(r.monoNow-int64(pendAge), func(at int64, pkt []byte) {
+	took, waiting = r.pend.sweep(mono-int64(pendAge), func(at int64, pkt []byte) {
 		t.handle(pkt, arrival{at: at + r.offset, query: true, once: true})
 	})
 	// Only the ingress program fills the slots: once it is detached, they
@@ -715,6 +707,6 @@ func (t *Tap) hint(payload []byte) {
 		return
 	}
 	if end, ok := questionEnd(payload); ok {
-		r.pend.setHint(payload[dnsHeaderLen:end], r.monoNow, r.monoNow+int64(hintLife))
+		r.pend.setHint(payload[dnsHeaderLen:end], r.mono.now()+int64(hintLife))
 	}
 }

@@ -728,8 +728,7 @@ func TestCgroupHints(t *testing.T) {
 			for _, l := range []netip.AddrPort{netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)} {
 				_, resp := exchange(t, tt.qname, 9)
 				if end, ok := questionEnd(resp); ok && tt.hint != 0 {
-					now := r.mono.now()
-					r.pend.setHint(resp[dnsHeaderLen:end], now, now+int64(tt.hint))
+					r.pend.setHint(resp[dnsHeaderLen:end], r.mono.now()+int64(tt.hint))
 				}
 				pkt := reply(l, resp)
 				runFilter(t, r.egress, uint16(etherTypeOf(pkt)), pkt, 0, 0)
@@ -745,8 +744,7 @@ func TestCgroupHints(t *testing.T) {
 	// question: no hint read past it.
 	_, resp := exchange(t, "svc-4.default.svc.cluster.local", 9)
 	end, _ := questionEnd(resp)
-	now := r.mono.now()
-	r.pend.setHint(resp[dnsHeaderLen:end], now, now+int64(time.Second))
+	r.pend.setHint(resp[dnsHeaderLen:end], r.mono.now()+int64(time.Second))
 	cut := reply(netip.AddrPortFrom(localDNS, 53), resp[:end])
 	runFilter(t, r.egress, uint16(etherTypeOf(cut)), cut, 0, 0)
 	r.rd.each(func(b []byte) {
@@ -791,48 +789,4 @@ func TestTapRingKnownAnswers(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Errorf("after hintLife the cache was asked %d times in all, want 3", n)
 	}
-}
-
-// TestHintsHoldAWorkingSet: hints for bench-mirror's 5,000 names all
-// written, almost every one is still there (4-way sets), where one way
-// per set (the direct-mapped array of 4,096 slots this replaced) keeps
-// little more than half of them.
-func TestHintsHoldAWorkingSet(t *testing.T) {
-	nstest.RequireRoot(t)
-	p, err := newPendSlotMaps()
-	if err != nil {
-		t.Skipf("no mmapable arrays: %v", err)
-	}
-	defer p.close()
-	const names = 5000
-	now := int64(time.Hour)
-	var qs [][]byte
-	for i := range names {
-		_, resp := exchange(t, fmt.Sprintf("svc-%d.default.svc.cluster.local", i), 1)
-		end, ok := questionEnd(resp)
-		if !ok {
-			t.Fatalf("no question end for name %d", i)
-		}
-		q := resp[dnsHeaderLen:end]
-		qs = append(qs, q)
-		p.setHint(q, now, now+int64(time.Second))
-	}
-	held, direct := 0, map[int]uint64{}
-	for _, q := range qs {
-		h := hintHash(q)
-		set := int(h>>(64-hintBits)) * hintSet
-		for w := range hintWays {
-			if atomic.LoadUint64(p.u64(set+w*hintSlot)) == h {
-				held++
-			}
-		}
-		direct[set] = h // the last of a set's names is what one way keeps
-	}
-	if held < names*98/100 {
-		t.Errorf("%d of %d hints held, want 98%% at least", held, names)
-	}
-	if len(direct) > names*65/100 {
-		t.Errorf("one way per set would hold %d of %d: the test's names do not share sets as expected", len(direct), names)
-	}
-	t.Logf("%d of %d hints held; one way per set would hold %d", held, names, len(direct))
 }
