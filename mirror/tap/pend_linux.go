@@ -18,10 +18,6 @@ import (
 // dropped. The hedger's first deadline is 50 ms at the earliest.
 const pendAge = 10 * time.Millisecond
 
-// hintLife is how long a hint lasts (see "Known answers"): no longer
-// than the cache promises an answer it calls a repeat stays fresh.
-const hintLife = time.Second
-
 // pendWake is the entry of pend past the slots whose first word the
 // reader sets before it waits with no timeout: the ingress program that
 // then holds a query swaps it back to 0 and, if it was 1, writes a
@@ -30,12 +26,11 @@ const hintLife = time.Second
 // otherwise not wake for it.
 const pendWake = pendSlots
 
-// pendSlotMaps are the pending slots' two arrays and the hint array (see
-// "Known answers"), and their mappings.
+// pendSlotMaps are the pending slots' two arrays and their mappings.
 type pendSlotMaps struct {
-	meta, data, hint *ebpf.Map
-	mem, dmem, hmem  []byte // the mappings: pendSlots+1 entries of pendMeta bytes; pendSlots of pendRoom; hintSlots of hintSlot
-	buf              [pendRoom]byte
+	meta, data *ebpf.Map
+	mem, dmem  []byte // the mappings: pendSlots+1 entries of pendMeta bytes; pendSlots of pendRoom
+	buf        [pendRoom]byte
 }
 
 func newPendSlotMaps() (_ *pendSlotMaps, err error) {
@@ -57,15 +52,6 @@ func newPendSlotMaps() (_ *pendSlotMaps, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("create pending queries: %w", err)
 	}
-	if p.hint, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: "dnsstandby_hint", Type: ebpf.Array, KeySize: 4, ValueSize: hintSlot,
-		MaxEntries: hintSlots, Flags: unix.BPF_F_MMAPABLE,
-	}); err != nil {
-		return nil, fmt.Errorf("create hints: %w", err)
-	}
-	if p.hmem, err = mapArray(p.hint, hintSlots*hintSlot); err != nil {
-		return nil, err
-	}
 	if p.mem, err = mapArray(p.meta, (pendSlots+1)*pendMeta); err != nil {
 		return nil, err
 	}
@@ -86,12 +72,12 @@ func mapArray(m *ebpf.Map, n int) ([]byte, error) {
 }
 
 func (p *pendSlotMaps) close() {
-	for _, b := range [][]byte{p.mem, p.dmem, p.hmem} {
+	for _, b := range [][]byte{p.mem, p.dmem} {
 		if b != nil {
 			unix.Munmap(b[:cap(b)])
 		}
 	}
-	for _, m := range []*ebpf.Map{p.meta, p.data, p.hint} {
+	for _, m := range []*ebpf.Map{p.meta, p.data} {
 		if m != nil {
 			m.Close()
 		}
@@ -152,17 +138,4 @@ func (p *pendSlotMaps) sleeping(on bool) {
 		v = 1
 	}
 	atomic.StoreUint32(p.word(pendWake*pendMeta), v)
-}
-
-// setHint tells the egress program that replies to question q (a
-// reply's question section) repeat an answer the cache holds fresh until
-// until (CLOCK_MONOTONIC ns). The hash is cleared while the time is
-// written: the program reads hash, time, hash.
-func (p *pendSlotMaps) setHint(q []byte, until int64) {
-	h := hintHash(q)
-	off := int(h>>(64-hintBits)) * hintSlot
-	hash := (*uint64)(unsafe.Pointer(&p.hmem[off]))
-	atomic.StoreUint64(hash, 0)
-	atomic.StoreUint64((*uint64)(unsafe.Pointer(&p.hmem[off+8])), uint64(until))
-	atomic.StoreUint64(hash, h)
 }

@@ -45,7 +45,6 @@ const (
 	recTime = 0  // u64: bpf_ktime_get_ns (CLOCK_MONOTONIC) when the program ran
 	recLen  = 8  // u32: the packet's whole length from its IP header (skb->len)
 	recKind = 12 // u32: recordQuery or recordReply
-	// recKind's upper 16 bits are flags (recFlagKnown).
 	// recQueryTime, u64: a reply's query's recTime, where the programs
 	// matched the two (see "Matching in the kernel"); 0 otherwise.
 	recQueryTime = 16
@@ -61,10 +60,6 @@ const (
 	// in a pending slot (pendWake).
 	recordWake = 2
 )
-
-// recFlagKnown, in a reply's recKind: the cache holds its answer fresh
-// (see "Known answers").
-const recFlagKnown = 1 << 16
 
 // ringbufForceWakeup is BPF_RB_FORCE_WAKEUP, a flag of
 // bpf_ringbuf_submit.
@@ -112,9 +107,6 @@ const (
 	stackKeyQ4     = -104 // u32: the question's first 4 bytes
 	stackKeyFam    = -108 // u32: 4 or 6
 	stackState     = -120 // u64: the slot's state word as claimed
-	stackUDP       = -124 // u32: the UDP header's offset in the packet
-	stackFlags     = -128 // u32: the record's flags (recFlagKnown)
-	stackHint      = -136 // u64: the reply's question's hintHash
 )
 
 // Registers the record block uses. r6 holds the context throughout; r7
@@ -127,7 +119,7 @@ const (
 // recordBlock copies the packet (r6 is the context) into a ring record of
 // kind, counts it as recorded or lost (the ring had no room), and returns
 // ret. It starts at label start. With matched, the record's query time is
-// the program's stackQueryTime and its flags its stackFlags; else 0.
+// the program's stackQueryTime; else 0.
 func recordBlock(start string, kind int32, ret int32, matched bool) asm.Instructions {
 	lost := start + "_lost"
 	count := start + "_count"
@@ -164,17 +156,14 @@ func recordBlock(start string, kind int32, ret int32, matched bool) asm.Instruct
 			asm.StoreMem(regRec, recTime, asm.R0, asm.DWord),
 			asm.LoadMem(asm.R1, regCtx, skbLen, asm.Word),
 			asm.StoreMem(regRec, recLen, asm.R1, asm.Word),
+			asm.StoreImm(regRec, recKind, int64(kind), asm.Word),
 		)
 		if matched {
 			out = append(out,
-				asm.LoadMem(asm.R1, asm.RFP, stackFlags, asm.Word),
-				asm.Or.Imm(asm.R1, kind),
-				asm.StoreMem(regRec, recKind, asm.R1, asm.Word),
 				asm.LoadMem(asm.R1, asm.RFP, stackQueryTime, asm.DWord),
 				asm.StoreMem(regRec, recQueryTime, asm.R1, asm.DWord),
 			)
 		} else {
-			out = append(out, asm.StoreImm(regRec, recKind, int64(kind), asm.Word))
 			out = append(out, asm.Mov.Imm(asm.R1, 0), asm.StoreMem(regRec, recQueryTime, asm.R1, asm.DWord))
 		}
 		out = append(out,
@@ -252,11 +241,7 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32, match bool) asm.In
 	}
 	if match {
 		// (No 64-bit store of an immediate: cilium/ebpf's asm makes none.)
-		ins = append(ins,
-			asm.Mov.Imm(asm.R1, 0),
-			asm.StoreMem(asm.RFP, stackQueryTime, asm.R1, asm.DWord),
-			asm.StoreMem(asm.RFP, stackFlags, asm.R1, asm.Word),
-		)
+		ins = append(ins, asm.Mov.Imm(asm.R1, 0), asm.StoreMem(asm.RFP, stackQueryTime, asm.R1, asm.DWord))
 	}
 	if netns != 0 {
 		ins = append(ins,
@@ -355,8 +340,7 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32, match bool) asm.In
 		if kind == recordQuery {
 			ins = append(ins, pendBlock(store, out)...)
 		} else {
-			ins = append(ins, matchBlock("known")...)
-			ins = append(ins, hintBlock("known")...)
+			ins = append(ins, matchBlock(store)...)
 		}
 		rec = store
 	}
@@ -454,8 +438,7 @@ func keyBlock(start, fallback string, kind int32) asm.Instructions {
 	}
 	v6, port := start+"_v6", start+"_port"
 	return asm.Instructions{
-		asm.StoreMem(asm.RFP, stackUDP, regUDP, asm.Word).WithSymbol(start),
-		asm.Mov.Reg(asm.R1, regCtx),
+		asm.Mov.Reg(asm.R1, regCtx).WithSymbol(start),
 		asm.Mov.Reg(asm.R2, regUDP),
 		asm.Add.Imm(asm.R2, udpHeader),
 		asm.Mov.Reg(asm.R3, asm.RFP),
@@ -673,171 +656,6 @@ func matchBlock(fallback string) asm.Instructions {
 		atomicMem(asm.CmpXchg, regSlot, asm.R1, asm.Word, pendState),
 		asm.JNE.Reg(asm.R0, regOld, fallback),
 		asm.StoreMem(asm.RFP, stackQueryTime, asm.R4, asm.DWord),
-	)
-	return ins
-}
-
-// Known answers. Almost every reply LocalDNS sends repeats an answer the
-// cache holds fresh, and finding that out in dnsstandby (the question
-// parsed, the answer's content summed, the cache's memo read) was most
-// of what a reply cost it once queries were matched in the kernel. So
-// the egress program hashes the reply's question (hintHash, its raw
-// bytes: a reply echoes the question as its client asked it) and looks it
-// up in the hint array, which the tap fills when the cache says a reply
-// repeats an answer it holds fresh: until hintLife from then, a reply to
-// the same question carries recFlagKnown, and the tap shows it to the
-// observer and skips the cache. The cache says a repeat only of an answer
-// fresh for a second more at least (see cache.repeatUntil), so a flagged
-// reply never leaves an entry to expire unrefreshed; an answer LocalDNS
-// changes within hintLife of the last repeat reaches the cache hintLife
-// late at most.
-const (
-	hintSlots  = 1 << hintBits
-	hintBits   = 12
-	hintSlot   = 16  // u64 hash, u64 until (CLOCK_MONOTONIC ns)
-	hintLabels = 16  // labels of a question the program walks; more: no hint
-	hintMax    = 128 // bytes of a question it hashes; longer: no hint
-	hintMin    = 8   // and shorter (a name of 3 bytes or fewer): no hint
-
-	hintMapName = "hint" // BPF_MAP_TYPE_ARRAY of hintSlots slots, mmapable
-)
-
-// Offsets in struct __sk_buff: the packet's linear data, from the network
-// header in a cgroup skb program.
-const (
-	skbData    = 76
-	skbDataEnd = 80
-)
-
-// hintHash is the programs' hash of a question section (its name, type
-// and class, as raw bytes): its length, then each whole 8-byte word and
-// the rest zero-padded, in host order as the program loads them, each
-// folded in by xor and a multiply.
-func hintHash(q []byte) uint64 {
-	h := uint64(len(q))
-	i := 0
-	for ; i+8 <= len(q); i += 8 {
-		h = (h ^ binary.NativeEndian.Uint64(q[i:])) * 0x9e3779b97f4a7c15
-	}
-	if i < len(q) {
-		var w [8]byte
-		copy(w[:], q[i:])
-		h = (h ^ binary.NativeEndian.Uint64(w[:])) * 0x9e3779b97f4a7c15
-	}
-	return h
-}
-
-// questionEnd is the end of msg's question section as the program finds
-// it: after at most hintLabels labels of at most 63 bytes, no compression,
-// the root label and 4 bytes; ok false where the program gives no hint.
-func questionEnd(msg []byte) (end int, ok bool) {
-	off := dnsHeaderLen
-	for range hintLabels + 1 {
-		if off >= len(msg) || msg[off] > 63 {
-			return 0, false
-		}
-		if msg[off] == 0 {
-			end = off + 5
-			n := end - dnsHeaderLen
-			return end, end <= len(msg) && n >= hintMin && n <= hintMax
-		}
-		off += int(msg[off]) + 1
-	}
-	return 0, false
-}
-
-const dnsHeaderLen = 12
-
-// hintBlock (the egress program, after matchBlock) sets recFlagKnown in
-// stackFlags if the reply's question has a live hint; it reads the
-// packet directly (a cgroup skb program may read its linear data), and
-// gives no hint where it cannot. It goes on past the block.
-func hintBlock(start string) asm.Instructions {
-	none, end, tail, done := start+"_none", start+"_end", start+"_tail", start+"_done"
-	ins := asm.Instructions{
-		asm.LoadMem(asm.R4, asm.RFP, stackUDP, asm.Word).WithSymbol(start),
-		asm.JGT.Imm(asm.R4, 60, none), // bounded, for the verifier: at most IHL 15
-		asm.LoadMem(asm.R2, regCtx, skbData, asm.Word),
-		asm.LoadMem(asm.R3, regCtx, skbDataEnd, asm.Word),
-		asm.Add.Imm(asm.R4, udpHeader+dnsHeaderLen),
-		asm.Add.Reg(asm.R4, asm.R2).WithSource(asm.Comment("r4: the question")),
-		asm.Mov.Reg(asm.R5, asm.R4),
-	}
-	for range hintLabels + 1 { // the last finds the root or gives up
-		ins = append(ins,
-			asm.Mov.Reg(asm.R0, asm.R5),
-			asm.Add.Imm(asm.R0, 1),
-			asm.JGT.Reg(asm.R0, asm.R3, none),
-			asm.LoadMem(asm.R1, asm.R5, 0, asm.Byte),
-			asm.JEq.Imm(asm.R1, 0, end),
-			asm.JGT.Imm(asm.R1, 63, none),
-			asm.Add.Imm(asm.R1, 1),
-			asm.Add.Reg(asm.R5, asm.R1),
-		)
-	}
-	ins = append(ins,
-		asm.Ja.Label(none),
-		asm.Add.Imm(asm.R5, 5).WithSymbol(end).WithSource(asm.Comment("r5: the question's end")),
-		asm.JGT.Reg(asm.R5, asm.R3, none),
-		asm.Mov.Reg(asm.R9, asm.R5),
-		asm.Sub.Reg(asm.R9, asm.R4),
-		asm.JLT.Imm(asm.R9, hintMin, none),
-		asm.JGT.Imm(asm.R9, hintMax, none),
-		asm.Mov.Reg(asm.R7, asm.R9).WithSource(asm.Comment("r7: the hash, from the length")),
-		asm.LoadImm(asm.R8, pendMul, asm.DWord),
-	)
-	for i := range hintMax / 8 {
-		word := fmt.Sprintf("%s_w%d", start, i)
-		ins = append(ins,
-			asm.JGE.Imm(asm.R9, int32(8*(i+1)), word),
-			asm.Mov.Reg(asm.R0, asm.R4),
-			asm.Add.Imm(asm.R0, int32(8*i)),
-			asm.Ja.Label(tail),
-			asm.Mov.Reg(asm.R0, asm.R4).WithSymbol(word),
-			asm.Add.Imm(asm.R0, int32(8*(i+1))),
-			asm.JGT.Reg(asm.R0, asm.R3, none),
-			asm.LoadMem(asm.R1, asm.R4, int16(8*i), asm.DWord),
-			asm.Xor.Reg(asm.R7, asm.R1),
-			asm.Mul.Reg(asm.R7, asm.R8),
-		)
-	}
-	ins = append(ins,
-		asm.Ja.Label(done),
-		// r0: the last, partial word; the bytes past the question are
-		// masked off.
-		asm.Mov.Reg(asm.R2, asm.R9).WithSymbol(tail),
-		asm.And.Imm(asm.R2, 7),
-		asm.JEq.Imm(asm.R2, 0, done),
-		asm.Mov.Reg(asm.R1, asm.R0),
-		asm.Add.Imm(asm.R1, 8),
-		asm.JGT.Reg(asm.R1, asm.R3, none),
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.LSh.Imm(asm.R2, 3),
-		asm.Mov.Imm(asm.R3, 1),
-		asm.LSh.Reg(asm.R3, asm.R2),
-		asm.Sub.Imm(asm.R3, 1),
-		asm.And.Reg(asm.R1, asm.R3),
-		asm.Xor.Reg(asm.R7, asm.R1),
-		asm.Mul.Reg(asm.R7, asm.R8),
-		asm.StoreMem(asm.RFP, stackHint, asm.R7, asm.DWord).WithSymbol(done),
-		asm.RSh.Imm(asm.R7, 64-hintBits),
-		asm.StoreMem(asm.RFP, stackSlot, asm.R7, asm.Word),
-	)
-	ins = append(ins, lookupSlot(hintMapName, none)...)
-	ins = append(ins,
-		// The hash, the time, the hash again: the tap clears the hash
-		// before it writes another question's time.
-		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.LoadMem(asm.R2, asm.RFP, stackHint, asm.DWord),
-		asm.LoadMem(asm.R1, asm.R7, 0, asm.DWord),
-		asm.JNE.Reg(asm.R1, asm.R2, none),
-		asm.LoadMem(asm.R8, asm.R7, 8, asm.DWord),
-		asm.LoadMem(asm.R1, asm.R7, 0, asm.DWord),
-		asm.JNE.Reg(asm.R1, asm.R2, none),
-		asm.FnKtimeGetNs.Call(),
-		asm.JGE.Reg(asm.R0, asm.R8, none),
-		asm.StoreImm(asm.RFP, stackFlags, recFlagKnown, asm.Word),
-		asm.Mov.Imm(asm.R0, 0).WithSymbol(none),
 	)
 	return ins
 }

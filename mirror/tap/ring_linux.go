@@ -96,8 +96,6 @@ func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring
 			err := insns.AssociateMap(pendMapName, r.pend.meta)
 			if kind == recordQuery {
 				err = errors.Join(err, insns.AssociateMap(pendDataMapName, r.pend.data))
-			} else {
-				err = errors.Join(err, insns.AssociateMap(hintMapName, r.pend.hint))
 			}
 			if err != nil {
 				return nil, err
@@ -642,8 +640,6 @@ func (t *Tap) handleRecord(b []byte) {
 		return
 	}
 	kind := binary.NativeEndian.Uint32(b[recKind:])
-	known := kind&recFlagKnown != 0
-	kind &^= recFlagKnown
 	if kind == recordWake {
 		return // it woke the reader, which sweeps the slots
 	}
@@ -655,8 +651,7 @@ func (t *Tap) handleRecord(b []byte) {
 		trunc: whole > len(pkt),
 		// A query is received once (ETH_P_IP sees neither a bridge's
 		// port nor the transmit side), a reply sent once.
-		once:  true,
-		known: known,
+		once: true,
 	}
 	if q := int64(binary.NativeEndian.Uint64(b[recQueryTime:])); q != 0 {
 		// Its query, held in a pending slot, was never read: it is taken
@@ -694,19 +689,5 @@ func (t *Tap) sweepPending() (took, waiting int) {
 func (t *Tap) sleeping(on bool) {
 	if t.ring != nil && t.ring.pend != nil {
 		t.ring.pend.sleeping(on)
-	}
-}
-
-// hint tells the egress program, in ring mode, that replies to payload's
-// question repeat an answer the cache holds fresh, for hintLife: the
-// cache said so of this reply, and says so only of an answer fresh for a
-// second more at least.
-func (t *Tap) hint(payload []byte) {
-	r := t.ring
-	if r == nil || r.pend == nil || !t.ringOn.Load() {
-		return
-	}
-	if end, ok := questionEnd(payload); ok {
-		r.pend.setHint(payload[dnsHeaderLen:end], r.mono.now()+int64(hintLife))
 	}
 }

@@ -35,8 +35,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/dnsstandby/dnsstandby/cache"
 )
 
 // slotSize is the largest packet the tap reads whole. Replies leaving on a
@@ -541,9 +539,6 @@ type arrival struct {
 	// queryAt: a reply's query's arrival, where the programs matched
 	// them (unix ns); 0 otherwise.
 	queryAt int64
-	// known: the egress program found a hint that the cache holds this
-	// reply's answer fresh (see "Known answers").
-	known bool
 }
 
 // handle takes one packet from the socket.
@@ -585,16 +580,7 @@ func (t *Tap) handle(pkt []byte, a arrival) {
 		t.stats.reject(reasonDisabled)
 		return
 	}
-	if a.known {
-		// What the cache would say, unasked.
-		t.stats.cacheRejects[cache.ReasonHaveFresh].Add(1)
-		return
-	}
-	err := t.sink(payload)
-	t.stats.sinkResult(err)
-	if re, ok := err.(*cache.RejectError); ok && re.Reason == cache.ReasonHaveFresh {
-		t.hint(payload)
-	}
+	t.stats.sinkResult(t.sink(payload))
 }
 
 // handleQuery takes a query: counted, and shown to the observer.
