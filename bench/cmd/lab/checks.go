@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
@@ -366,6 +367,10 @@ func losslessChecks(r lab.LabRun) []lab.Check {
 	lookups.Require = "0 glibc lookups failed from the fault on"
 	lookups.Pass = a.GlibcFail == 0 && a.GlibcOK > 0
 	lookups.Found = fmt.Sprintf("%d failed, %d ok", a.GlibcFail, a.GlibcOK)
+	if at := failedLookups(r, a.AtMs); at != "" {
+		// Where they began, to set beside the scenario's events.
+		lookups.Found += "; failed ones began at " + at
+	}
 	if w := a.GlibcWhileStopped; w != nil {
 		// With dnsstandby stopped for its cold start, LocalDNS down,
 		// nothing listens: glibc is refused at once (it waits for no
@@ -378,6 +383,31 @@ func losslessChecks(r lab.LabRun) []lab.Check {
 		lookups.Found = fmt.Sprintf("%d failed, %d ok; while stopped, %d failed, %d ok", fail, ok, w.Fail, w.OK)
 	}
 	return []lab.Check{queries, lookups}
+}
+
+// failedLookups lists the timeline bins, from fromMs on, in which failed
+// glibc lookups began ("105800 ms", or "105800 ms (2)" for two), at most
+// five; "" for none.
+func failedLookups(r lab.LabRun, fromMs float64) string {
+	tl := r.Timeline
+	if tl.Step <= 0 {
+		return ""
+	}
+	var out []string
+	for i, n := range tl.GlibcFail {
+		at := float64(time.Duration(i)*tl.Step) / float64(time.Millisecond)
+		if n == 0 || at+float64(tl.Step/time.Millisecond) <= fromMs {
+			continue
+		}
+		s := fmt.Sprintf("%.0f ms", at)
+		if n > 1 {
+			s += fmt.Sprintf(" (%d)", n)
+		}
+		if out = append(out, s); len(out) == 5 {
+			break
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // listenerOf is the listener a client asks.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dnsstandby/dnsstandby/bench/lab"
 )
@@ -209,12 +210,17 @@ func TestCheckRuns(t *testing.T) {
 
 // TestLosslessChecksFound: the verdict says what the run showed.
 func TestLosslessChecksFound(t *testing.T) {
+	// Failed lookups began before the fault (not listed), in the fault's
+	// bin, and two in one later bin.
+	fails := make([]int, 500)
+	fails[50], fails[110], fails[400] = 1, 1, 2
 	r := lab.LabRun{Scenario: "crash-storm", Setup: setupStandby, Client: clientNode, Listener: nodeDNS, Summary: lab.Summary{MaxLagMs: 12.3},
-		AfterFault: &lab.AfterFault{AtMs: 11000.4, Sent: 60000, AfterRetry: 7, Unanswered: 2, GlibcOK: 290, GlibcFail: 1}}
+		AfterFault: &lab.AfterFault{AtMs: 11000.4, Sent: 60000, AfterRetry: 7, Unanswered: 2, GlibcOK: 290, GlibcFail: 3},
+		Timeline:   lab.Timeline{Step: 100 * time.Millisecond, GlibcFail: fails}}
 	got := losslessChecks(r)
 	for i, want := range []string{
 		"FAIL crash-storm dnsstandby node → 169.254.10.10: 0 queries unanswered from the fault on; found 2 unanswered of 60000 sent from 11000 ms on (7 after the retry; sender lag up to 12 ms)",
-		"FAIL crash-storm dnsstandby node → 169.254.10.10: 0 glibc lookups failed from the fault on; found 1 failed, 290 ok",
+		"FAIL crash-storm dnsstandby node → 169.254.10.10: 0 glibc lookups failed from the fault on; found 3 failed, 290 ok; failed ones began at 11000 ms, 40000 ms (2)",
 	} {
 		if got[i].String() != want {
 			t.Errorf("check %d:\n got %s\nwant %s", i, got[i], want)
