@@ -23,9 +23,11 @@ import (
 //     what it records.
 //   - queries, standing by (the tap inserting: LocalDNS gets every
 //     query): the same program at the cgroup's ingress, which sees each
-//     datagram as it is queued to one of LocalDNS's sockets, copies the
+//     datagram as it is queued to one of LocalDNS's sockets, takes the
 //     queries to its listen address and port. Nothing else on the node
-//     pays for it.
+//     pays for it. It holds each in a pending slot, where the egress
+//     program matches its reply to it, rather than recording it (see
+//     "Matching in the kernel", below).
 //   - queries, while dnsstandby answers (the tap paused): a packet socket
 //     bound to ETH_P_IP (or ETH_P_IPV6) sees only received packets, not
 //     sent ones, and so clones nothing on the transmit path. Its filter is
