@@ -147,15 +147,8 @@ func recordBlock(start string, kind int32, ret int32, matched bool) asm.Instruct
 		}
 		head[0] = head[0].WithSymbol(class)
 		out = append(out, head...)
+		out = append(out, reserveRecord(size, lost)...)
 		out = append(out,
-			asm.LoadMapPtr(asm.R1, 0).WithReference(ringMapName),
-			asm.Mov.Imm(asm.R2, size),
-			asm.Mov.Imm(asm.R3, 0),
-			asm.FnRingbufReserve.Call(),
-			asm.JEq.Imm(asm.R0, 0, lost),
-			asm.Mov.Reg(regRec, asm.R0),
-			asm.FnKtimeGetNs.Call(),
-			asm.StoreMem(regRec, recTime, asm.R0, asm.DWord),
 			asm.LoadMem(asm.R1, regCtx, skbLen, asm.Word),
 			asm.StoreMem(regRec, recLen, asm.R1, asm.Word),
 			asm.StoreImm(regRec, recKind, int64(kind), asm.Word),
@@ -185,21 +178,30 @@ func recordBlock(start string, kind int32, ret int32, matched bool) asm.Instruct
 			asm.Ja.Label(lost),
 		)
 	}
+	bump := bumpCount(done)
+	bump[0] = bump[0].WithSymbol(count)
+	out = append(out, asm.StoreImm(asm.RFP, stackCountKey, int64(countLost+kind), asm.Word).WithSymbol(lost))
+	out = append(out, bump...)
 	out = append(out,
-		asm.StoreImm(asm.RFP, stackCountKey, int64(countLost+kind), asm.Word).WithSymbol(lost),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(countsMapName).WithSymbol(count),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackCountKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, done),
-		// Per CPU: a plain add, no atomic, no shared cache line.
-		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
-		asm.Add.Imm(asm.R1, 1),
-		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
 		asm.Mov.Imm(asm.R0, ret).WithSymbol(done),
 		asm.Return(),
 	)
 	return out
+}
+
+// reserveRecord reserves a ring record of size bytes and stamps its time
+// (regRec points at it), or goes to full if the ring has no room.
+func reserveRecord(size int32, full string) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, 0).WithReference(ringMapName),
+		asm.Mov.Imm(asm.R2, size),
+		asm.Mov.Imm(asm.R3, 0),
+		asm.FnRingbufReserve.Call(),
+		asm.JEq.Imm(asm.R0, 0, full),
+		asm.Mov.Reg(regRec, asm.R0),
+		asm.FnKtimeGetNs.Call(),
+		asm.StoreMem(regRec, recTime, asm.R0, asm.DWord),
+	}
 }
 
 // recordLabel starts the record block of the query program.
@@ -482,14 +484,30 @@ func keyBlock(start, fallback string, kind int32) asm.Instructions {
 
 // lookupSlot points r0 at the stackSlot entry of map name, or goes to
 // fallback.
-func lookupSlot(name, fallback string) asm.Instructions {
+func lookupSlot(name, fallback string) asm.Instructions { return lookup(name, stackSlot, fallback) }
+
+// lookup points r0 at the entry of map name whose u32 key is in the stack
+// slot at key, or goes to missing.
+func lookup(name string, key int32, missing string) asm.Instructions {
 	return asm.Instructions{
 		asm.LoadMapPtr(asm.R1, 0).WithReference(name),
 		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackSlot),
+		asm.Add.Imm(asm.R2, key),
 		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, fallback),
+		asm.JEq.Imm(asm.R0, 0, missing),
 	}
+}
+
+// readSlot points regSlot at the packet's pend slot (stackSlot), and puts
+// its state word in r1 and the state in r2; it goes to fallback where the
+// map has no such slot.
+func readSlot(fallback string) asm.Instructions {
+	return append(lookupSlot(pendMapName, fallback),
+		asm.Mov.Reg(regSlot, asm.R0),
+		asm.LoadMem(asm.R1, regSlot, pendState, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.R1),
+		asm.And.Imm(asm.R2, pendMask),
+	)
 }
 
 // keyFields are the key's fields: where a slot holds each, and where
@@ -530,18 +548,20 @@ func atomicMem(op asm.AtomicOp, dst, src asm.Register, size asm.Size, off int16)
 
 // countBlock adds one to counter key and goes to then.
 func countBlock(start string, key int32, then string) asm.Instructions {
-	return asm.Instructions{
-		asm.StoreImm(asm.RFP, stackCountKey, int64(key), asm.Word).WithSymbol(start),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(countsMapName),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackCountKey),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, then),
+	out := asm.Instructions{asm.StoreImm(asm.RFP, stackCountKey, int64(key), asm.Word).WithSymbol(start)}
+	out = append(out, bumpCount(then)...)
+	return append(out, asm.Ja.Label(then))
+}
+
+// bumpCount adds one to the counter whose key is at stackCountKey, and
+// goes on past the block (to missing where the map has no such key).
+func bumpCount(missing string) asm.Instructions {
+	return append(lookup(countsMapName, stackCountKey, missing),
+		// Per CPU: a plain add, no atomic, no shared cache line.
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
 		asm.Add.Imm(asm.R1, 1),
 		asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
-		asm.Ja.Label(then),
-	}
+	)
 }
 
 // pendBlock (the ingress program, after keyBlock) holds the query in its
@@ -556,12 +576,8 @@ func pendBlock(fallback, out string) asm.Instructions {
 		asm.JLT.Imm(regLen, 1, fallback),
 		asm.JGT.Imm(regLen, pendRoom, fallback),
 	}
-	ins = append(ins, lookupSlot(pendMapName, fallback)...)
+	ins = append(ins, readSlot(fallback)...)
 	ins = append(ins,
-		asm.Mov.Reg(regSlot, asm.R0),
-		asm.LoadMem(asm.R1, regSlot, pendState, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.R1),
-		asm.And.Imm(asm.R2, pendMask),
 		asm.JEq.Imm(asm.R2, pendWaiting, busy),
 		asm.JEq.Imm(asm.R2, pendWriting, fallback),
 		asm.Mov.Reg(regOld, asm.R1).WithSource(asm.Comment("free: claim it, one generation on")),
@@ -606,19 +622,14 @@ func pendBlock(fallback, out string) asm.Instructions {
 		asm.Mov.Imm(asm.R1, 0),
 		atomicMem(asm.Xchg, asm.R0, asm.R1, asm.Word, 0),
 		asm.JEq.Imm(asm.R1, 0, pended),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(ringMapName),
-		asm.Mov.Imm(asm.R2, recHeader),
-		asm.Mov.Imm(asm.R3, 0),
-		asm.FnRingbufReserve.Call(),
-		asm.JEq.Imm(asm.R0, 0, pended),
-		asm.Mov.Reg(regSlot, asm.R0),
-		asm.FnKtimeGetNs.Call(),
-		asm.StoreMem(regSlot, recTime, asm.R0, asm.DWord),
-		asm.StoreImm(regSlot, recLen, 0, asm.Word),
-		asm.StoreImm(regSlot, recKind, recordWake, asm.Word),
+	)
+	ins = append(ins, reserveRecord(recHeader, pended)...)
+	ins = append(ins,
+		asm.StoreImm(regRec, recLen, 0, asm.Word),
+		asm.StoreImm(regRec, recKind, recordWake, asm.Word),
 		asm.Mov.Imm(asm.R1, 0),
-		asm.StoreMem(regSlot, recQueryTime, asm.R1, asm.DWord),
-		asm.Mov.Reg(asm.R1, regSlot),
+		asm.StoreMem(regRec, recQueryTime, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R1, regRec),
 		asm.Mov.Imm(asm.R2, ringbufForceWakeup),
 		asm.FnRingbufSubmit.Call(),
 		asm.Ja.Label(pended),
@@ -640,12 +651,8 @@ func pendBlock(fallback, out string) asm.Instructions {
 // record block takes it; it goes on to fallback, the record block, either
 // way.
 func matchBlock(fallback string) asm.Instructions {
-	ins := lookupSlot(pendMapName, fallback)
+	ins := readSlot(fallback)
 	ins = append(ins,
-		asm.Mov.Reg(regSlot, asm.R0),
-		asm.LoadMem(asm.R1, regSlot, pendState, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.R1),
-		asm.And.Imm(asm.R2, pendMask),
 		asm.JNE.Imm(asm.R2, pendWaiting, fallback),
 		asm.Mov.Reg(regOld, asm.R1),
 		asm.LoadMem(asm.R4, regSlot, pendTime, asm.DWord),
