@@ -496,8 +496,8 @@ func (t *Tap) run() {
 
 // sleepNow tells the ingress program that the reader is about to wait
 // with no timeout, so that a query it holds in a pending slot wakes the
-// reader, and reports false if anything came before it could: then the
-// reader must not wait.
+// reader, and reports awake if a query waits or a record came before the
+// program could be told: then the reader must read again, not wait.
 func (t *Tap) sleepNow() (awake bool) {
 	if t.ring == nil || t.ring.pend == nil {
 		return false
