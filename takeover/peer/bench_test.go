@@ -17,7 +17,7 @@ func BenchmarkRescan(b *testing.B) {
 	addr := netip.MustParseAddrPort("127.0.0.1:53")
 	for b.Loop() {
 		for _, proto := range []Proto{UDP, TCP} {
-			if _, err := d.bound(addr, proto, nil); err != nil {
+			if _, err := d.bound([]netip.AddrPort{addr}, proto, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

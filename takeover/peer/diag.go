@@ -210,30 +210,44 @@ func family(addr netip.Addr) uint8 {
 	return unix.AF_INET6
 }
 
-// bound returns the sockets of proto bound to exactly addr (an unconnected
-// UDP socket, or a TCP listener), leaving out those exclude reports as
-// ours. Owners are not filled in.
-func (d *diagConn) bound(addr netip.AddrPort, proto Proto, exclude func(uint64) bool) ([]Socket, error) {
-	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	socks, err := d.dump(family(addr.Addr()), proto, addr.Port())
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			// sock_diag answers ENOENT for a protocol without a handler.
-			err = fmt.Errorf("%w (the kernel has no sock_diag handler for %s: load module %s_diag)", err, proto, proto)
-		}
-		return nil, fmt.Errorf("list %s sockets on %s: %w", proto, addr, err)
+// bound returns the sockets of proto bound to exactly one of addrs (an
+// unconnected UDP socket, or a TCP listener), leaving out those exclude
+// reports as ours. Owners are not filled in. The kernel filters a dump by
+// port, not address, so one dump per family and port serves every address
+// on it (169.254.10.10 and .11 both).
+func (d *diagConn) bound(addrs []netip.AddrPort, proto Proto, exclude func(uint64) bool) ([]Socket, error) {
+	type dumpKey struct {
+		family uint8
+		port   uint16
 	}
+	dumps := map[dumpKey][]diagSocket{}
 	var out []Socket
-	for _, s := range socks {
-		if s.addr != addr || s.peer.Port() != 0 {
-			continue
+	for _, addr := range addrs {
+		addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+		k := dumpKey{family(addr.Addr()), addr.Port()}
+		socks, ok := dumps[k]
+		if !ok {
+			var err error
+			if socks, err = d.dump(k.family, proto, k.port); err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					// sock_diag answers ENOENT for a protocol without a handler.
+					err = fmt.Errorf("%w (the kernel has no sock_diag handler for %s: load module %s_diag)", err, proto, proto)
+				}
+				return nil, fmt.Errorf("list %s sockets on %s: %w", proto, addr, err)
+			}
+			dumps[k] = socks
 		}
-		if exclude != nil && exclude(s.inode) {
-			continue
+		for _, s := range socks {
+			if s.addr != addr || s.peer.Port() != 0 {
+				continue
+			}
+			if exclude != nil && exclude(s.inode) {
+				continue
+			}
+			out = append(out, Socket{Proto: proto, Addr: addr, Inode: s.inode, UID: s.uid})
 		}
-		out = append(out, Socket{Proto: proto, Addr: addr, Inode: s.inode, UID: s.uid})
 	}
-	slices.SortFunc(out, func(a, b Socket) int { return cmp.Compare(a.Inode, b.Inode) })
+	slices.SortFunc(out, func(a, b Socket) int { return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Inode, b.Inode)) })
 	return out, nil
 }
 
@@ -252,7 +266,7 @@ func FindSockets(addr netip.AddrPort, proto Proto, exclude func(inode uint64) bo
 		return nil, fmt.Errorf("find sockets on %s: %w", addr, err)
 	}
 	defer d.close()
-	socks, err := d.bound(addr, proto, exclude)
+	socks, err := d.bound([]netip.AddrPort{addr}, proto, exclude)
 	if err != nil {
 		return nil, fmt.Errorf("find sockets: %w", err)
 	}

@@ -376,7 +376,9 @@ func TestWatcherRebindLatency(t *testing.T) {
 	addr := netip.MustParseAddrPort(podListener + ":5300")
 	const rescan = 200 * time.Millisecond
 	cfg := watcherConfig(t, addr)
-	cfg.Rescan = rescan
+	// Rescan throughout: the socket's holder (this process) is watched by
+	// a pidfd, so the watcher would otherwise settle on it.
+	cfg.Rescan, cfg.RescanSettled = rescan, 0
 	w := startWatcher(t, ns, cfg)
 	stateWait(t, w, time.Second, "nothing bound", notBound)
 
@@ -404,6 +406,46 @@ func TestWatcherRebindLatency(t *testing.T) {
 	t.Logf("rescan %v: bind seen after %v (sorted), close after %v", rescan, bindLat, closeLat)
 	if bindLat[len(bindLat)-1] > rescan+50*time.Millisecond {
 		t.Errorf("a bind went unseen for %v, want at most the rescan interval %v", bindLat[len(bindLat)-1], rescan)
+	}
+}
+
+// TestWatcherSettled checks that a watcher rescans seldom only once
+// LocalDNS is settled: a bind is seen within Rescan while nothing is
+// bound, and a second socket of the same, pidfd-watched holder (a reload's)
+// is not seen while RescanSettled runs.
+func TestWatcherSettled(t *testing.T) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, "settled")
+	must(t, ns.AddLink("localdns", "", podListener+"/32"))
+	addr := netip.MustParseAddrPort(podListener + ":5300")
+	const rescan = 20 * time.Millisecond
+	cfg := watcherConfig(t, addr)
+	cfg.Rescan, cfg.RescanSettled = rescan, time.Hour
+	w := startWatcher(t, ns, cfg)
+	stateWait(t, w, time.Second, "nothing bound", notBound)
+
+	listen := func() net.PacketConn {
+		var conn net.PacketConn
+		must(t, ns.Do(func() error {
+			var err error
+			conn, err = (&net.ListenConfig{Control: reusePortControl}).ListenPacket(context.Background(), "udp4", addr.String())
+			return err
+		}))
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	listen()
+	first, _ := stateWait(t, w, 10*rescan, "bound while unsettled", boundBy(os.Getpid()))
+	// Two scans alike settle it: give it many.
+	time.Sleep(25 * rescan)
+	listen()
+	select {
+	case s := <-w.Updates():
+		t.Fatalf("settled, a new socket was seen within %v: %+v (before: %+v)", 25*rescan, s, first)
+	case <-time.After(25 * rescan):
+	}
+	if n := len(w.Current().Sockets); n != 1 {
+		t.Errorf("settled: %d sockets in the current state, want the first one only", n)
 	}
 }
 

@@ -31,6 +31,14 @@ type WatcherConfig struct {
 	// again goes unnoticed; exits do not wait for it (the pidfd reports
 	// them at once).
 	Rescan time.Duration
+	// RescanSettled is the interval instead while LocalDNS is settled:
+	// bound on every address, each holder's exit watched by a pidfd, no
+	// fallback, no error, and nothing changed at the last scan. What it
+	// delays is only a socket LocalDNS opens or closes without exiting (a
+	// reload of its Corefile), which dnsstandby's own socket covers
+	// meanwhile; anything else brings back Rescan. Under Rescan (0 too),
+	// Rescan throughout.
+	RescanSettled time.Duration
 	// FallbackUnit is the systemd unit of AKS's LocalDNS fallback
 	// (localdns-fallback.service): a second CoreDNS, LocalDNS's own
 	// binary under the same UID, that joins the reuseport group on the
@@ -45,11 +53,13 @@ type WatcherConfig struct {
 }
 
 // DefaultWatcherConfig returns the defaults: no addresses, a rescan every
-// 200 ms, and AKS's fallback unit, localdns-fallback.service. A rescan of one address (two sock_diag dumps the kernel
-// filters to one port; holders known from the last scan) measured about
-// 30 µs here (BenchmarkRescan), so 5 per second cost nothing.
+// 200 ms, every second once LocalDNS is settled, and AKS's fallback unit,
+// localdns-fallback.service. A rescan is two sock_diag dumps the kernel
+// filters to one port (holders known from the last scan), about 30 µs
+// here (BenchmarkRescan), but each wakes an idle daemon: standing by,
+// the rescans at 200 ms were 45% of an idle dnsstandby's CPU.
 func DefaultWatcherConfig() WatcherConfig {
-	return WatcherConfig{Rescan: 200 * time.Millisecond, FallbackUnit: DefaultFallbackUnit}
+	return WatcherConfig{Rescan: 200 * time.Millisecond, RescanSettled: time.Second, FallbackUnit: DefaultFallbackUnit}
 }
 
 // DefaultFallbackUnit is the systemd unit AKS runs its LocalDNS fallback
@@ -153,6 +163,9 @@ func StartWatcher(ctx context.Context, cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Rescan <= 0 {
 		return nil, fmt.Errorf("peer: Rescan must be positive, got %s", cfg.Rescan)
 	}
+	if cfg.RescanSettled < 0 {
+		return nil, fmt.Errorf("peer: RescanSettled must not be negative, got %s", cfg.RescanSettled)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -227,13 +240,13 @@ func (w *Watcher) run(ctx context.Context) {
 	defer close(w.done)
 	defer w.diag.close()
 	defer w.closeProcs()
-	ticker := time.NewTicker(w.cfg.Rescan)
-	defer ticker.Stop()
+	rescan := time.NewTimer(w.cfg.Rescan)
+	defer rescan.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-rescan.C:
 		case <-w.kick:
 		}
 		prev := w.Current()
@@ -246,7 +259,23 @@ func (w *Watcher) run(ctx context.Context) {
 			w.logChange(prev, next)
 			w.publish(next)
 		}
+		rescan.Reset(w.rescanAfter(prev, next))
 	}
+}
+
+// rescanAfter is the wait before the scan after next: RescanSettled if
+// LocalDNS is settled (see WatcherConfig), else Rescan.
+func (w *Watcher) rescanAfter(prev, next State) time.Duration {
+	settled := next.Err == nil && next.Bound && len(next.Fallback) == 0 && next.equal(prev)
+	for _, s := range next.Sockets {
+		if _, watched := w.procs[s.PID]; s.PID == 0 || !watched {
+			settled = false
+		}
+	}
+	if settled {
+		return max(w.cfg.Rescan, w.cfg.RescanSettled)
+	}
+	return w.cfg.Rescan
 }
 
 // publish makes s the current State and the one Updates delivers next.
@@ -266,14 +295,12 @@ func (w *Watcher) publish(s State) {
 func (w *Watcher) scan() (State, error) {
 	now := time.Now()
 	var socks []Socket
-	for _, a := range w.cfg.Addrs {
-		for _, proto := range []Proto{UDP, TCP} {
-			s, err := w.diag.bound(a, proto, w.cfg.Exclude)
-			if err != nil {
-				return State{}, err
-			}
-			socks = append(socks, s...)
+	for _, proto := range []Proto{UDP, TCP} {
+		s, err := w.diag.bound(w.cfg.Addrs, proto, w.cfg.Exclude)
+		if err != nil {
+			return State{}, err
 		}
+		socks = append(socks, s...)
 	}
 	slices.SortFunc(socks, func(a, b Socket) int {
 		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Inode, b.Inode))
@@ -431,7 +458,7 @@ func (w *Watcher) forget(pid int) {
 	maps.DeleteFunc(w.owners, func(_ uint64, o owner) bool { return o.pid == pid })
 }
 
-// kickSoon asks for another scan without waiting for the ticker.
+// kickSoon asks for another scan without waiting for the rescan timer.
 func (w *Watcher) kickSoon() {
 	select {
 	case w.kick <- struct{}{}:
