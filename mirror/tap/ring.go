@@ -246,6 +246,14 @@ func cgroupProgram(spec filterSpec, netns uint64, kind int32, match bool) asm.In
 	if match {
 		// (No 64-bit store of an immediate: cilium/ebpf's asm makes none.)
 		ins = append(ins, asm.Mov.Imm(asm.R1, 0), asm.StoreMem(asm.RFP, stackQueryTime, asm.R1, asm.DWord))
+		// The headers' room zeroed: keyBlock tests the family again, and
+		// the verifier, which does not know it is the same, walks the
+		// IPv6 branch after an IPv4 header too. Without CAP_PERFMON (the
+		// unit's and the DaemonSet's capabilities) it refuses that read
+		// of stack no path wrote.
+		for off := int16(0); off < ipv6Header+udpHeader; off += 8 {
+			ins = append(ins, asm.StoreMem(asm.RFP, stackHeader+off, asm.R1, asm.DWord))
+		}
 	}
 	if netns != 0 {
 		ins = append(ins,

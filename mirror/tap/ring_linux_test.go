@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -705,4 +706,43 @@ func TestCgroupMatching(t *testing.T) {
 	if again := state(); again&pendMask != pendWaiting || again>>2 != first>>2+1 {
 		t.Errorf("slot claimed again: state %#x, want waiting, one generation after %#x", again, first)
 	}
+}
+
+// TestRingUnitCapabilities builds the ring as the systemd unit and the
+// DaemonSet run dnsstandby: root, but with only their capabilities
+// effective (CAP_BPF, not CAP_PERFMON nor CAP_SYS_ADMIN), under which the
+// verifier is stricter (no read of stack a path has not written). Every
+// program must load so: kernel matching included.
+func TestRingUnitCapabilities(t *testing.T) {
+	nstest.RequireRoot(t)
+	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, 0, true)
+	must(t, err)
+	var r *ring
+	withCapabilities(t, []uintptr{unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_ADMIN, unix.CAP_BPF, unix.CAP_NET_RAW, unix.CAP_SYS_PTRACE}, func() {
+		r, err = newRing(spec, 1<<16, loadLocal, 0)
+	})
+	must(t, err)
+	defer r.close()
+	if r.pend == nil {
+		t.Errorf("no matching in the kernel with the unit's capabilities: %v", r.pendErr)
+	}
+}
+
+// withCapabilities runs fn on a thread whose effective capabilities are
+// exactly caps (capabilities are a thread's: the rest of the process
+// keeps its own), and restores the thread's before it returns.
+func withCapabilities(t *testing.T, caps []uintptr, fn func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var saved [2]unix.CapUserData
+	must(t, unix.Capget(&hdr, &saved[0]))
+	set := saved
+	set[0].Effective, set[1].Effective = 0, 0
+	for _, c := range caps {
+		set[c/32].Effective |= 1 << (c % 32)
+	}
+	must(t, unix.Capset(&hdr, &set[0]))
+	defer func() { must(t, unix.Capset(&hdr, &saved[0])) }()
+	fn()
 }
