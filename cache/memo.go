@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // memo remembers, per shard, which keys hold a mirrored answer that a
@@ -85,10 +86,8 @@ func (m *memo) repeats(h uint64, sum uint32, now int64) bool {
 	return false
 }
 
-// touch reads h's set and nothing else: its cache line, when the CPU has
-// to fetch it, is on its way while the caller computes what it asks
-// repeats next.
-func (m *memo) touch(h uint64) { m.set(h)[0].h.Load() }
+// prefetch asks the CPU to fetch h's set (one cache line).
+func (m *memo) prefetch(h uint64) { prefetch(unsafe.Pointer(&m.set(h)[0])) }
 
 // put remembers that replies with content sum repeat h's entry until
 // until (unix nanoseconds); the caller holds the shard's read lock. It

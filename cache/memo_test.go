@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/wire"
 )
 
 func TestMemo(t *testing.T) {
@@ -203,19 +205,26 @@ func TestMirrorRepeatMemo(t *testing.T) {
 // shard's lock and LRU, as before the memo), over a working set of names
 // large enough not to stay in the CPU's caches.
 func BenchmarkInsertMirrorRepeatNames(b *testing.B) {
-	for _, withMemo := range []bool{true, false} {
-		b.Run(fmt.Sprintf("memo=%v", withMemo), func(b *testing.B) {
+	for _, tc := range []struct {
+		name           string
+		memo, prefetch bool
+	}{{"memo=true", true, false}, {"memo=false", false, false}, {"memo=true,prefetch", true, true}} {
+		b.Run(tc.name, func(b *testing.B) {
 			c, _ := newTestCache(b, nil)
 			raws := make([][]byte, 5000)
+			qs := make([]wire.Query, len(raws))
 			for i := range raws {
 				raws[i] = mirrorA(b, fmt.Sprintf("svc-%d.default.svc.cluster.local.", i), 1)
+				if err := wire.ParseQuery(raws[i], &qs[i]); err != nil {
+					b.Fatal(err)
+				}
 				for range 2 {
 					if err := c.InsertMirror(raws[i]); err != nil && !errors.Is(err, errHaveFresh) {
 						b.Fatal(err)
 					}
 				}
 			}
-			if !withMemo {
+			if !tc.memo {
 				for i := range c.shards { // every slot claimed: repeats and put give up
 					for j := range c.shards[i].memo.slots {
 						c.shards[i].memo.slots[j].h.Store(memoClaimed)
@@ -225,10 +234,36 @@ func BenchmarkInsertMirrorRepeatNames(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
+				if tc.prefetch {
+					// As the tap does: the next reply's set asked for
+					// before this one is checked.
+					c.PrefetchMirror(&qs[((i+1)*7919)%len(raws)])
+				}
 				if err := c.InsertMirror(raws[(i*7919)%len(raws)]); err != errHaveFresh {
 					b.Fatalf("repeat: %v", err)
 				}
 			}
 		})
+	}
+}
+
+// TestPrefetchMirror: the hint allocates nothing, takes a question of any
+// shape, and changes nothing InsertMirror then does.
+func TestPrefetchMirror(t *testing.T) {
+	c, _ := newTestCache(t, nil)
+	raw := mirrorA(t, "a.example.", 1)
+	var q wire.Query
+	if err := wire.ParseQuery(raw, &q); err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { c.PrefetchMirror(&q) }); allocs != 0 {
+		t.Errorf("PrefetchMirror: %v allocations, want 0", allocs)
+	}
+	c.PrefetchMirror(&wire.Query{}) // no question: nothing to fetch
+	for i, want := range []error{nil, errHaveFresh} {
+		c.PrefetchMirror(&q)
+		if err := c.InsertMirror(raw); !errors.Is(err, want) {
+			t.Errorf("insert %d after the hint: %v, want %v", i+1, err, want)
+		}
 	}
 }

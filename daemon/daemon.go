@@ -601,6 +601,10 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 		for _, v := range d.views {
 			tc := d.cfg.tapConfig(v.listen)
 			tc.Logger = d.base.With("listener", v.listen.String())
+			// The tap's goroutine files the replies: its own worker
+			// parses each once, one record ahead (Worker.PrefetchMirror).
+			mirror := v.pipe.NewWorker()
+			tc.Prefetch = mirror.PrefetchMirror
 			var obs observer
 			if d.cfg.hedging() {
 				var err error
@@ -610,7 +614,7 @@ func (d *Daemon) startMirror(life context.Context, stack *closers, reg *promethe
 				}
 				tc.Queries, tc.Observer = true, obs
 			}
-			tp, err := tap.Start(life, tc, v.pipe.InsertMirror)
+			tp, err := tap.Start(life, tc, mirror.InsertMirror)
 			if err != nil {
 				fail(fmt.Errorf("listener %s: %w", v.listen, err))
 				continue

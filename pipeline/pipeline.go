@@ -315,6 +315,10 @@ type Worker struct {
 	q    wire.Query
 	tick uint64 // answers so far, to time one in sampleEvery
 	hotStats
+	// The replies PrefetchMirror parsed, for InsertMirror; aheadNext is
+	// the one to replace next.
+	ahead     [2]parsedReply
+	aheadNext int
 }
 
 // NewWorker returns a worker for one read loop.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/miekg/dns"
 
@@ -118,5 +119,46 @@ func (p *Pipeline) InsertMirror(resp []byte) error {
 	if r == nil || r.Cache == nil {
 		return errNoRoute
 	}
-	return r.Cache.InsertMirror(resp)
+	return r.Cache.InsertMirrorParsed(resp, &q)
+}
+
+// parsedReply is a reply Worker.PrefetchMirror parsed and routed.
+type parsedReply struct {
+	resp []byte // nil: none
+	q    wire.Query
+	r    *Route
+}
+
+// PrefetchMirror parses resp, a reply the mirror feed files next but one
+// with InsertMirror, routes it, and asks the CPU to fetch what the cache
+// will read for it (cache.PrefetchMirror). The tap shows each reply in
+// its ring one record before it files the one before it.
+func (w *Worker) PrefetchMirror(resp []byte) {
+	a := &w.ahead[w.aheadNext]
+	w.aheadNext = (w.aheadNext + 1) % len(w.ahead)
+	*a = parsedReply{}
+	if wire.ParseQuery(resp, &a.q) != nil {
+		return
+	}
+	if r := w.p.route(a.q.QName); r != nil && r.Cache != nil {
+		a.resp, a.r = resp, r
+		r.Cache.PrefetchMirror(&a.q)
+	}
+}
+
+// InsertMirror is Pipeline.InsertMirror, which for one of the last two
+// replies PrefetchMirror took (the same bytes in the same place: the
+// tap's ring keeps a record where it is until the record is filed) does
+// not parse and route the reply again. Those two are the most a reply
+// can be behind its prefetch, so a parse is never taken for later bytes
+// in the same place.
+func (w *Worker) InsertMirror(resp []byte) error {
+	for i := range w.ahead {
+		a := &w.ahead[i]
+		if a.resp != nil && len(a.resp) == len(resp) && unsafe.SliceData(a.resp) == unsafe.SliceData(resp) {
+			a.resp = nil
+			return a.r.Cache.InsertMirrorParsed(resp, &a.q)
+		}
+	}
+	return w.p.InsertMirror(resp)
 }

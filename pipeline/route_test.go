@@ -147,3 +147,70 @@ func TestCacheCountsClientQueries(t *testing.T) {
 		t.Fatalf("after a repeat: hits %d misses %d; want 1, %d", st.Hits, st.Misses, n)
 	}
 }
+
+// TestWorkerMirrorAhead: the tap's order (each reply shown to
+// PrefetchMirror one reply before the one before it is filed) files every
+// reply as Pipeline.InsertMirror would, each to its route's cache; and a
+// parse is never taken for other bytes put in the same place once two
+// more replies were shown.
+func TestWorkerMirrorAhead(t *testing.T) {
+	up := newFake()
+	p, clk := newPipeline(t, up, nil)
+	clusterCache, rootCache := newCache(t, clk, nil), newCache(t, clk, nil)
+	if err := p.SetRoutes([]Route{{Zone: ".", Upstream: up, Cache: rootCache}, {Zone: "cluster.local.", Upstream: up, Cache: clusterCache}}); err != nil {
+		t.Fatal(err)
+	}
+	reply := func(name, addr string) []byte {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		m.Response, m.RecursionAvailable = true, true
+		rr, err := dns.NewRR(name + " 30 IN A " + addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Answer = []dns.RR{rr}
+		raw, err := m.Pack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	w := p.NewWorker()
+	replies := [][]byte{reply("a.cluster.local.", "10.0.0.1"), reply("www.example.", "192.0.2.1"), reply("b.cluster.local.", "10.0.0.2")}
+	for i := range replies {
+		w.PrefetchMirror(replies[i])
+		if i > 0 {
+			if err := w.InsertMirror(replies[i-1]); err != nil {
+				t.Fatalf("reply %d: %v", i-1, err)
+			}
+		}
+	}
+	if err := w.InsertMirror(replies[len(replies)-1]); err != nil {
+		t.Fatalf("last reply: %v", err)
+	}
+	if clusterCache.Len() != 2 || rootCache.Len() != 1 {
+		t.Fatalf("entries: cluster.local cache %d, root cache %d; want 2 and 1", clusterCache.Len(), rootCache.Len())
+	}
+
+	// A reply shown ahead and never filed (the tap rejected it), then,
+	// two replies later, other bytes of its length in its place: they are
+	// parsed as they are: c.cluster.local and abcdefg.example are as long.
+	place := reply("c.cluster.local.", "10.0.0.3")
+	w.PrefetchMirror(place)
+	w.PrefetchMirror(replies[0])
+	w.PrefetchMirror(replies[1])
+	other := reply("abcdefg.example.", "192.0.2.3")
+	if len(other) != len(place) {
+		t.Fatalf("the two replies are %d and %d bytes: the test needs one length", len(other), len(place))
+	}
+	copy(place, other)
+	if err := w.InsertMirror(place); err != nil {
+		t.Fatalf("the bytes put in the place: %v", err)
+	}
+	if clusterCache.Len() != 2 || rootCache.Len() != 2 {
+		t.Fatalf("after abcdefg.example: cluster.local cache %d, root cache %d; want 2 and 2 (filed by its own question)", clusterCache.Len(), rootCache.Len())
+	}
+	if allocs := testing.AllocsPerRun(100, func() { w.PrefetchMirror(replies[0]); w.InsertMirror(replies[2]) }); allocs != 0 {
+		t.Errorf("a repeated reply, prefetched: %v allocations, want 0", allocs)
+	}
+}

@@ -60,12 +60,14 @@ func (c *consumer) pending() bool { return atomic.LoadUint64(c.prod) != atomic.L
 // each calls fn with every committed record, oldest first, and then gives
 // their room back; it returns how many there were. It stops at a record
 // still being written: the kernel wakes the reader once that one is
-// committed (its position is then the consumer's). rec is valid only
-// during the call.
-func (c *consumer) each(fn func(rec []byte)) int {
+// committed (its position is then the consumer's). ahead, when not nil,
+// is shown each record before fn gets the one before it: one record ahead.
+// rec is valid only during the call.
+func (c *consumer) each(fn, ahead func(rec []byte)) int {
 	cons, prod := atomic.LoadUint64(c.cons), atomic.LoadUint64(c.prod)
 	mask := c.size - 1
 	n := 0
+	var last []byte // the record shown to ahead, not yet to fn
 	for cons < prod {
 		// The length word is written last, by an atomic exchange: loaded
 		// atomically, it orders the record's bytes before it.
@@ -79,10 +81,22 @@ func (c *consumer) each(fn func(rec []byte)) int {
 		}
 		if hdr&ringDiscardBit == 0 {
 			start := cons&mask + ringHeaderSize
-			fn(c.data[start : start+l])
+			rec := c.data[start : start+l]
+			if ahead != nil {
+				ahead(rec)
+				if last != nil {
+					fn(last)
+				}
+				last = rec
+			} else {
+				fn(rec)
+			}
 			n++
 		}
 		cons += (ringHeaderSize + l + 7) &^ 7
+	}
+	if last != nil {
+		fn(last)
 	}
 	atomic.StoreUint64(c.cons, cons)
 	return n

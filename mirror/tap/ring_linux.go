@@ -624,7 +624,11 @@ func (t *Tap) drainRing() int {
 		return 0
 	}
 	r.offset = r.mono.offset()
-	n := r.rd.each(t.handleRecord)
+	var ahead func([]byte)
+	if t.ahead != nil && t.enabled.Load() {
+		ahead = t.prefetchRecord
+	}
+	n := r.rd.each(t.handleRecord, ahead)
 	if n > 0 {
 		t.stats.reads.Add(1)
 	}
@@ -662,6 +666,18 @@ func (t *Tap) handleRecord(b []byte) {
 		t.stats.queriesMatched.Add(1)
 	}
 	t.handle(pkt[:min(whole, len(pkt))], a)
+}
+
+// prefetchRecord shows the reply in ring record b, if it is one the sink
+// may get, to Config.Prefetch.
+func (t *Tap) prefetchRecord(b []byte) {
+	if len(b) < recHeader || binary.NativeEndian.Uint32(b[recKind:]) != recordReply ||
+		int(binary.NativeEndian.Uint32(b[recLen:])) > len(b)-recHeader {
+		return
+	}
+	if _, _, payload, r := parsePacket(b[recHeader:]); r == reasonNone {
+		t.ahead(payload)
+	}
 }
 
 // sweepPending shows the observer each query that has waited in its

@@ -401,7 +401,7 @@ func BenchmarkRingPrograms(b *testing.B) {
 		if _, _, err := tt.prog.Benchmark(frameOf(tt.pkt), 10000, nil); err != nil {
 			b.Skipf("BPF_PROG_TEST_RUN: %v", err)
 		}
-		r.rd.each(func([]byte) {})
+		r.rd.each(func([]byte) {}, nil)
 	}
 	for _, tt := range tests {
 		b.Run(tt.name, func(b *testing.B) {
@@ -415,7 +415,7 @@ func BenchmarkRingPrograms(b *testing.B) {
 					b.Skipf("BPF_PROG_TEST_RUN: %v", err)
 				}
 				per += d * time.Duration(n)
-				r.rd.each(func([]byte) {})
+				r.rd.each(func([]byte) {}, nil)
 			}
 			b.ReportMetric(float64(per.Nanoseconds())/float64(b.N), "ns/run")
 		})
@@ -568,7 +568,7 @@ func TestCgroupPrograms(t *testing.T) {
 // the queries held in pending slots, as records of their own.
 func takeRecords(r *ring) [][]byte {
 	var recs [][]byte
-	r.rd.each(func(b []byte) { recs = append(recs, append([]byte(nil), b...)) })
+	r.rd.each(func(b []byte) { recs = append(recs, append([]byte(nil), b...)) }, nil)
 	if r.pend != nil {
 		r.pend.sweep(math.MaxInt64, func(at int64, pkt []byte) {
 			rec := make([]byte, recHeader, recHeader+len(pkt))
@@ -639,7 +639,7 @@ func TestCgroupMatching(t *testing.T) {
 				t.Errorf("query time %d after the reply's %d", qt, binary.NativeEndian.Uint64(b[recTime:]))
 			}
 			got = append(got, rec{binary.NativeEndian.Uint32(b[recKind:]), qt != 0})
-		})
+		}, nil)
 		return got
 	}
 	want := func(step string, got []rec, w ...rec) {

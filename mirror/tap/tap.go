@@ -79,6 +79,12 @@ type Config struct {
 	// Observer, when not nil, sees every query (with Queries) and every
 	// reply the tap takes, with its kernel receive time and endpoints.
 	Observer Observer
+	// Prefetch, when not nil, is shown each reply the ring holds before
+	// the sink gets the reply before it, so that the sink can parse it
+	// and have the CPU fetch what it will read meanwhile
+	// (pipeline.Worker.PrefetchMirror). It runs on the tap's goroutine;
+	// the slice stays where it is until the sink has had the reply.
+	Prefetch func(reply []byte)
 	// RingSize is the ring mode's BPF ring buffer in bytes: a power of
 	// two, at least a page. 0 keeps the tap in packet mode for good.
 	// The tap starts in ring mode, reading queries only, and reads
@@ -179,6 +185,7 @@ type Sink func(resp []byte) error
 // Tap is a running packet tap.
 type Tap struct {
 	sink  Sink         // always non-nil
+	ahead func([]byte) // Config.Prefetch; nil: none
 	obs   Observer     // nil: none
 	drain Drainer      // obs, if it is one; else nil
 	log   *slog.Logger // always non-nil
@@ -261,6 +268,7 @@ func start(ctx context.Context, cfg Config, sink Sink, load localLoader) (*Tap, 
 	}
 	t := &Tap{
 		sink:   sink,
+		ahead:  cfg.Prefetch,
 		obs:    cfg.Observer,
 		log:    log.With("component", "tap"),
 		spec:   spec,
