@@ -141,6 +141,26 @@ func (c *Controller) natStep() {
 	c.nat = on
 	c.mu.Unlock()
 	c.reportFallback()
+	if !on {
+		c.clearFallbackFlows()
+	}
+}
+
+// clearFallbackFlows deletes the conntrack entries the nat fallback left
+// on the listen addresses (dnat.ClearListenFlows): kept up to 120 s, each
+// would rewrite the source port of LocalDNS's replies to a client port it
+// saw, and glibc's connected socket drops those (the lab's aks-fallback-nat
+// lost one lookup in about three runs so, both its tries).
+func (c *Controller) clearFallbackFlows() {
+	if c.parts.clearFlows == nil {
+		return
+	}
+	n, err := c.parts.clearFlows(c.udpAddrs)
+	if err != nil {
+		c.log.Warn("AKS LocalDNS fallback gone, but its conntrack entries of the listen addresses stay: replies to a client port it saw may be rewritten until they expire", slog.Any("err", err))
+		return
+	}
+	c.log.Info("AKS LocalDNS fallback's conntrack entries of the listen addresses deleted", "entries", n)
 }
 
 // udpListen returns the UDP listen addresses of socks, each once (those

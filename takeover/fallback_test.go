@@ -159,6 +159,11 @@ func TestControllerFallbackNAT(t *testing.T) {
 			c.QueryCounts = func() dnat.Counts { return dnat.Counts{Seen: seen.Load(), Received: received.Load()} }
 		})
 		r.c.parts.flows = func() ([]dnat.Flow, error) { return flows.Load().([]dnat.Flow), nil }
+		var cleared [][]netip.AddrPort
+		r.c.parts.clearFlows = func(addrs []netip.AddrPort) (int, error) {
+			cleared = append(cleared, addrs)
+			return 2, nil
+		}
 		// traffic: n queries a second for d, of which ours reach our sockets.
 		traffic := func(d time.Duration, n, ours uint64) {
 			for range int(d / time.Second) {
@@ -199,8 +204,13 @@ func TestControllerFallbackNAT(t *testing.T) {
 		if st := r.c.Status(); st.LocalDNSFallback != "" {
 			t.Errorf("served again for 3 s: fallback %q", st.LocalDNSFallback)
 		}
-		if got, want := logged.take(), []string{"WARN AKS LocalDNS fallback seen design=nat", "INFO AKS LocalDNS fallback gone design=nat"}; !slices.Equal(got, want) {
+		if got, want := logged.take(), []string{"WARN AKS LocalDNS fallback seen design=nat", "INFO AKS LocalDNS fallback gone design=nat",
+			"INFO AKS LocalDNS fallback's conntrack entries of the listen addresses deleted"}; !slices.Equal(got, want) {
 			t.Errorf("log %q, want %q", got, want)
+		}
+		// Its entries deleted once, when it went, on the listen addresses.
+		if len(cleared) != 1 || !slices.Equal(cleared[0], []netip.AddrPort{listenAddr}) {
+			t.Errorf("conntrack entries cleared %v, want once, of %v", cleared, listenAddr)
 		}
 	})
 }

@@ -70,6 +70,9 @@ type parts struct {
 	openProcess func(pid int) (peerProcess, error)
 	socketInode func(syscall.RawConn) (uint64, error)
 	flows       func() ([]dnat.Flow, error) // conntrack, for the nat detector
+	// clearFlows deletes the conntrack entries of the listen addresses,
+	// once the nat fallback is gone; nil in tests that do not look.
+	clearFlows func([]netip.AddrPort) (int, error)
 }
 
 // realParts are the parts of a running dnsstandby. Each constructor's
@@ -113,5 +116,6 @@ func realParts() parts {
 		},
 		socketInode: peer.SocketInode,
 		flows:       dnat.Flows,
+		clearFlows:  dnat.ClearListenFlows,
 	}
 }

@@ -40,3 +40,44 @@ func addrPort(ip net.IP, port uint16) netip.AddrPort {
 	a, _ := netip.AddrFromSlice(ip)
 	return netip.AddrPortFrom(a.Unmap(), port)
 }
+
+// ClearListenFlows deletes the node's conntrack entries of the listen
+// addresses addrs, UDP and TCP: those a client's query to one of them
+// started (only a DNAT of them leaves such entries: LocalDNS's queries are
+// NOTRACK), and those one of their replies started. It is for the moment
+// a DNAT of the listen addresses ends (AKS's nat fallback gone): an entry
+// it left, for up to 120 s, holds the query's tuple, so a later reply
+// from LocalDNS to a client port it saw collides with it, and netfilter
+// rewrites that reply's source port (53 to another), which a client's
+// connected socket (glibc's) drops; every retry from that port then goes
+// the same way. Entries of replies with a rewritten port are deleted with
+// the rest. Needs CAP_NET_ADMIN and nf_conntrack_netlink.
+func ClearListenFlows(addrs []netip.AddrPort) (int, error) {
+	f := listenFlows(addrs)
+	n := 0
+	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		k, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
+		n += int(k)
+		if err != nil {
+			return n, fmt.Errorf("delete conntrack entries of the listen addresses: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// listenFlows matches the conntrack entries ClearListenFlows deletes.
+type listenFlows []netip.AddrPort
+
+func (l listenFlows) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
+	if p := f.Forward.Protocol; p != unix.IPPROTO_UDP && p != unix.IPPROTO_TCP {
+		return false
+	}
+	dst, src := addrPort(f.Forward.DstIP, f.Forward.DstPort), addrPort(f.Forward.SrcIP, f.Forward.SrcPort)
+	for _, a := range l {
+		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+		if dst == a || src == a {
+			return true
+		}
+	}
+	return false
+}

@@ -170,3 +170,90 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestClearListenFlows builds what AKS's nat fallback leaves behind on a
+// node whose nat table stays in use (kube-proxy's): a client port that
+// asked 169.254.10.11 through the DNAT holds a conntrack entry with that
+// query's tuple, and once the DNAT is gone and LocalDNS's NOTRACK rules are
+// back, LocalDNS's reply to the same port collides with it and can have its
+// source port rewritten, which the client's connected socket drops, then
+// and at every retry. ClearListenFlows deletes the entries: the next try
+// from that port is answered, from port 53.
+func TestClearListenFlows(t *testing.T) {
+	nstest.RequireRoot(t)
+	bin := nstest.CoreDNSBinary(t)
+	node := nstest.New(t, "node")
+	must(t, node.AddLink("localdns", "", testkit.PodListener+"/32"))
+	must(t, node.AddLink("kubedns", "", kubeDNS+"/32"))
+	nstest.StartCoreDNS(t, node, nstest.CoreDNSConfig{Binary: bin, Probe: kubeDNS + ":53", Corefile: `.:53 {
+	bind ` + kubeDNS + `
+	template IN A test {
+		answer "{{ .Name }} 60 IN A 192.0.2.53"
+	}
+}`})
+	nstest.StartCoreDNS(t, node, nstest.CoreDNSConfig{Binary: bin, Probe: listen.String(), Corefile: `.:53 {
+	bind ` + testkit.PodListener + `
+	template IN A test {
+		answer "{{ .Name }} 60 IN A 192.0.2.11"
+	}
+}`})
+	// kube-proxy's rules match conntrack states (its INVALID drop), which
+	// keeps conntrack on for every packet; one such rule does here.
+	nstest.Run(t, node, "iptables", "-w", "-t", "mangle", "-A", "POSTROUTING", "-m", "conntrack", "--ctstate", "INVALID", "-j", "RETURN")
+	notrack := func(op string) {
+		for _, chain := range []string{"OUTPUT", "PREROUTING"} {
+			nstest.Run(t, node, "iptables", "-w", "-t", "raw", op, chain, "-d", testkit.PodListener, "-p", "udp", "--dport", "53", "-j", "NOTRACK")
+		}
+	}
+	// ask asks from a connected socket on port, as glibc does, and
+	// returns the answer's address, or "" if nothing came.
+	ask := func(port int) string {
+		var answer string
+		must(t, node.Do(func() error {
+			c := &dns.Client{Net: "udp", Timeout: 500 * time.Millisecond, Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{Port: port}}}
+			q := new(dns.Msg)
+			q.SetQuestion("a.test.", dns.TypeA)
+			r, _, err := c.Exchange(q, listen.String())
+			if err == nil && len(r.Answer) == 1 {
+				answer = r.Answer[0].(*dns.A).A.String()
+			}
+			return nil
+		}))
+		return answer
+	}
+	// Ports: LocalDNS's reply to a port makes an entry whose reply
+	// direction is that port's next query, which no DNAT then touches.
+	const before, during = 40001, 40000
+	notrack("-A")
+	if a := ask(before); a != "192.0.2.11" {
+		t.Fatalf("before the fallback: answered by %q, want LocalDNS", a)
+	}
+	// The fallback: LocalDNS's cleanup removed its NOTRACK rules, and the
+	// chain DNATs the listen address to kube-dns.
+	notrack("-D")
+	nstest.Run(t, node, "iptables", "-w", "-t", "nat", "-N", "LOCALDNS-FALLBACK")
+	nstest.Run(t, node, "iptables", "-w", "-t", "nat", "-A", "LOCALDNS-FALLBACK", "-d", testkit.PodListener, "-p", "udp", "--dport", "53",
+		"-j", "DNAT", "--to-destination", kubeDNS+":53")
+	nstest.Run(t, node, "iptables", "-w", "-t", "nat", "-I", "OUTPUT", "1", "-j", "LOCALDNS-FALLBACK")
+	if a := ask(during); a != "192.0.2.53" {
+		t.Fatalf("during the fallback: answered by %q, want kube-dns", a)
+	}
+	// The hand-back: the chain gone, LocalDNS's NOTRACK rules back.
+	nstest.Run(t, node, "iptables", "-w", "-t", "nat", "-D", "OUTPUT", "-j", "LOCALDNS-FALLBACK")
+	nstest.Run(t, node, "iptables", "-w", "-t", "nat", "-F", "LOCALDNS-FALLBACK")
+	nstest.Run(t, node, "iptables", "-w", "-t", "nat", "-X", "LOCALDNS-FALLBACK")
+	notrack("-A")
+	if a := ask(during); a != "" {
+		t.Logf("after the hand-back, before the entries went: answered by %s (this kernel kept the reply's port)", a)
+	} else {
+		t.Logf("after the hand-back, before the entries went: no answer (the reply's port rewritten)")
+	}
+	var n int
+	must(t, node.Do(func() (err error) { n, err = dnat.ClearListenFlows([]netip.AddrPort{listen}); return err }))
+	if n == 0 {
+		t.Errorf("ClearListenFlows deleted no entry; the fallback's query left one")
+	}
+	if a := ask(during); a != "192.0.2.11" {
+		t.Errorf("after ClearListenFlows (%d entries): answered by %q, want LocalDNS", n, a)
+	}
+}

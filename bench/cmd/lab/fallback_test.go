@@ -88,3 +88,19 @@ func TestChainPackets(t *testing.T) {
 		t.Errorf("chainPackets = %d, want 123", got)
 	}
 }
+
+func TestNatEvidenceParsers(t *testing.T) {
+	table := `ipv4     2 udp      17 29 src=10.244.0.7 dst=169.254.10.11 sport=40000 dport=53 src=10.0.0.10 dst=10.244.0.7 sport=53 dport=40000 mark=0 zone=0 use=2
+ipv4     2 udp      17 25 src=169.254.10.11 dst=10.244.0.7 sport=53 dport=40001 src=10.244.0.7 dst=169.254.10.11 sport=40001 dport=53 mark=0 zone=0 use=2
+ipv4     2 udp      17 25 src=169.254.10.10 dst=10.224.0.4 sport=53 dport=40002 src=10.224.0.4 dst=169.254.10.10 sport=40002 dport=1031 mark=0 zone=0 use=2
+ipv4     2 tcp      6 431999 ESTABLISHED src=10.224.0.4 dst=10.224.0.5 sport=5000 dport=443 src=10.224.0.5 dst=10.224.0.4 sport=443 dport=5000 [ASSURED] mark=0 zone=0 use=2
+ipv4     2 udp      17 3 src=10.224.0.4 dst=168.63.129.16 sport=5353 dport=53 src=168.63.129.16 dst=10.224.0.4 sport=53 dport=5353 mark=0 zone=0 use=2
+`
+	if entries, rewritten := conntrackDNS(table); entries != 3 || rewritten != 1 {
+		t.Errorf("conntrackDNS = %d entries, %d rewritten; want 3 (a query DNATed, two replies), 1 (the reply expecting port 1031)", entries, rewritten)
+	}
+	snmp := "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams\nUdp: 100 7 2 99\nUdpLite: InDatagrams NoPorts\nUdpLite: 0 0\n"
+	if got, want := udpCounters(snmp, "NoPorts", "InErrors"), "NoPorts 7, InErrors 2"; got != want {
+		t.Errorf("udpCounters = %q, want %q", got, want)
+	}
+}
