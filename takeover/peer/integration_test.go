@@ -366,14 +366,34 @@ func TestWatcher(t *testing.T) {
 	waitNoPeerGoroutines(t)
 }
 
+// portNamespace is a namespace holding the pod listener's address, and
+// the address on port 5300 where a test binds plain sockets (ours, not
+// excluded: stand-ins for LocalDNS's, held by this process).
+func portNamespace(t *testing.T, name string) (*nstest.Namespace, netip.AddrPort) {
+	nstest.RequireRoot(t)
+	ns := nstest.New(t, name)
+	must(t, ns.AddLink("localdns", "", podListener+"/32"))
+	return ns, netip.MustParseAddrPort(podListener + ":5300")
+}
+
+// listenIn binds a UDP socket with SO_REUSEPORT on addr in ns, closed at
+// the test's end if not before.
+func listenIn(t *testing.T, ns *nstest.Namespace, addr netip.AddrPort) net.PacketConn {
+	var conn net.PacketConn
+	must(t, ns.Do(func() error {
+		var err error
+		conn, err = (&net.ListenConfig{Control: reusePortControl}).ListenPacket(context.Background(), "udp4", addr.String())
+		return err
+	}))
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // TestWatcherRebindLatency binds and closes a plain socket (ours, not
 // excluded: a stand-in for LocalDNS whose bind time is known) and measures
 // how long the watcher takes to see each change by rescan alone.
 func TestWatcherRebindLatency(t *testing.T) {
-	nstest.RequireRoot(t)
-	ns := nstest.New(t, "rebind")
-	must(t, ns.AddLink("localdns", "", podListener+"/32"))
-	addr := netip.MustParseAddrPort(podListener + ":5300")
+	ns, addr := portNamespace(t, "rebind")
 	const rescan = 200 * time.Millisecond
 	cfg := watcherConfig(t, addr)
 	// Rescan throughout: the socket's holder (this process) is watched by
@@ -387,12 +407,7 @@ func TestWatcherRebindLatency(t *testing.T) {
 		// A random moment between two rescans: the test reacts to the
 		// last update, which came right after a rescan.
 		time.Sleep(rand.N(rescan))
-		var conn net.PacketConn
-		must(t, ns.Do(func() error {
-			var err error
-			conn, err = (&net.ListenConfig{Control: reusePortControl}).ListenPacket(context.Background(), "udp4", addr.String())
-			return err
-		}))
+		conn := listenIn(t, ns, addr)
 		bound := time.Now()
 		_, at := stateWait(t, w, 2*rescan, "bound", boundBy(os.Getpid()))
 		bindLat = append(bindLat, at.Sub(bound))
@@ -414,31 +429,18 @@ func TestWatcherRebindLatency(t *testing.T) {
 // bound, and a second socket of the same, pidfd-watched holder (a reload's)
 // is not seen while RescanSettled runs.
 func TestWatcherSettled(t *testing.T) {
-	nstest.RequireRoot(t)
-	ns := nstest.New(t, "settled")
-	must(t, ns.AddLink("localdns", "", podListener+"/32"))
-	addr := netip.MustParseAddrPort(podListener + ":5300")
+	ns, addr := portNamespace(t, "settled")
 	const rescan = 20 * time.Millisecond
 	cfg := watcherConfig(t, addr)
 	cfg.Rescan, cfg.RescanSettled = rescan, time.Hour
 	w := startWatcher(t, ns, cfg)
 	stateWait(t, w, time.Second, "nothing bound", notBound)
 
-	listen := func() net.PacketConn {
-		var conn net.PacketConn
-		must(t, ns.Do(func() error {
-			var err error
-			conn, err = (&net.ListenConfig{Control: reusePortControl}).ListenPacket(context.Background(), "udp4", addr.String())
-			return err
-		}))
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	listen()
+	listenIn(t, ns, addr)
 	first, _ := stateWait(t, w, 10*rescan, "bound while unsettled", boundBy(os.Getpid()))
 	// Two scans alike settle it: give it many.
 	time.Sleep(25 * rescan)
-	listen()
+	listenIn(t, ns, addr)
 	select {
 	case s := <-w.Updates():
 		t.Fatalf("settled, a new socket was seen within %v: %+v (before: %+v)", 25*rescan, s, first)
