@@ -67,7 +67,7 @@ func (c *consumer) each(fn, ahead func(rec []byte)) int {
 	cons, prod := atomic.LoadUint64(c.cons), atomic.LoadUint64(c.prod)
 	mask := c.size - 1
 	n := 0
-	var last []byte // the record shown to ahead, not yet to fn
+	var last []byte // the record read last, not yet shown to fn
 	for cons < prod {
 		// The length word is written last, by an atomic exchange: loaded
 		// atomically, it orders the record's bytes before it.
@@ -84,13 +84,11 @@ func (c *consumer) each(fn, ahead func(rec []byte)) int {
 			rec := c.data[start : start+l]
 			if ahead != nil {
 				ahead(rec)
-				if last != nil {
-					fn(last)
-				}
-				last = rec
-			} else {
-				fn(rec)
 			}
+			if last != nil {
+				fn(last)
+			}
+			last = rec
 			n++
 		}
 		cons += (ringHeaderSize + l + 7) &^ 7

@@ -277,6 +277,7 @@ func natEvidence(ctx context.Context, t *topology) string {
 // direction expects another port: netfilter rewrote the reply's source
 // port, and a client's connected socket drops it.
 func conntrackDNS(table string) (entries, rewritten int) {
+	listen := func(a string) bool { return a == lab.LocalDNSNodeIP || a == lab.LocalDNSPodIP }
 	for _, l := range strings.Split(table, "\n") {
 		var src, dst, sport, dport []string
 		for _, f := range strings.Fields(l) {
@@ -298,7 +299,6 @@ func conntrackDNS(table string) (entries, rewritten int) {
 		if len(src) < 2 || len(dst) < 2 || len(sport) < 2 || len(dport) < 2 {
 			continue
 		}
-		listen := func(a string) bool { return a == lab.LocalDNSNodeIP || a == lab.LocalDNSPodIP }
 		switch {
 		case listen(dst[0]) && dport[0] == "53":
 			entries++
