@@ -110,3 +110,18 @@ func (c *Coarse) Now() time.Time {
 	}
 	return time.Unix(0, c.now.Load()+int64(Resolution))
 }
+
+// UntilNext returns how long until the wall clock next reaches a whole
+// multiple of d, in (0, d]. Periodic work that waits with it instead of
+// a ticker of its own wakes at the same instants as the rest: on a
+// virtual machine each wake-up of an idle process costs the runtime and
+// the kernel some hundreds of microseconds (threads woken, sysmon's
+// polling restarted), so the heartbeat, the controller's tick and probe,
+// the peer rescan and the reload check share theirs. A step of the wall
+// clock misplaces one wait, no more.
+func UntilNext(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return d - time.Duration(time.Now().UnixNano()%int64(d))
+}

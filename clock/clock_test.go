@@ -117,3 +117,31 @@ func TestCoarseAdvance(t *testing.T) {
 		}
 	})
 }
+
+// TestUntilNext: waits end at whole multiples of the period on the wall
+// clock (the bubble's starts at midnight), so periodic work of periods
+// that divide one another wakes together.
+func TestUntilNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		steps := []struct {
+			sleep time.Duration // before asking
+			d     time.Duration
+			want  time.Duration
+		}{
+			{0, time.Second, time.Second},
+			{0, 250 * time.Millisecond, 250 * time.Millisecond},
+			{300 * time.Millisecond, time.Second, 700 * time.Millisecond},
+			{0, 250 * time.Millisecond, 200 * time.Millisecond},
+			{0, 200 * time.Millisecond, 100 * time.Millisecond},
+			{700 * time.Millisecond, time.Second, time.Second},
+			{1, time.Second, time.Second - 1},
+			{0, 0, 0},
+		}
+		for _, st := range steps {
+			time.Sleep(st.sleep)
+			if got := UntilNext(st.d); got != st.want {
+				t.Errorf("%v after midnight: UntilNext(%v) = %v, want %v", time.Now().Sub(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)), st.d, got, st.want)
+			}
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/clock"
 	"github.com/dnsstandby/dnsstandby/corefile"
 )
 
@@ -76,11 +77,14 @@ const (
 // life ends. It runs on its own goroutine, owned by Run.
 func (d *Daemon) watch(life context.Context) {
 	cfg := d.cfg
+	// The check waits for the instants the other periodic work shares
+	// (clock.UntilNext).
 	var tick <-chan time.Time
+	var reloadT *time.Timer
 	if cfg.ReloadInterval > 0 {
-		t := time.NewTicker(cfg.ReloadInterval)
-		defer t.Stop()
-		tick = t.C
+		reloadT = time.NewTimer(clock.UntilNext(cfg.ReloadInterval))
+		defer reloadT.Stop()
+		tick = reloadT.C
 	}
 	sd := notify{d.log}
 	last := d.watched
@@ -107,6 +111,7 @@ func (d *Daemon) watch(life context.Context) {
 		case <-life.Done():
 			return
 		case now = <-tick:
+			reloadT.Reset(clock.UntilNext(cfg.ReloadInterval))
 		case <-d.reloads:
 			now, asked = time.Now(), true
 		}

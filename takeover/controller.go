@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/clock"
 	"github.com/dnsstandby/dnsstandby/takeover/anchor"
 	"github.com/dnsstandby/dnsstandby/takeover/dnat"
 	"github.com/dnsstandby/dnsstandby/takeover/peer"
@@ -129,9 +130,20 @@ const (
 // (Config.CountReads) lose their traffic within steer's UnreadAfter of
 // packets waiting unread; the heartbeat still covers TCP, and a
 // dnsstandby that finds its own loops stuck (Healthy) and stops beating.
+//
+// heartbeatStandby is the beat while the steering sends LocalDNS the
+// traffic (mirror). Then only a LocalDNS with no socket in the map makes
+// the program look at ours: a fresh heartbeat sends us those queries, a
+// stale one leaves them to the kernel's hash, which finds ours too once
+// LocalDNS's sockets are closed. A beat a second keeps the heartbeat
+// fresh with half a second to spare, and each beat is a wake-up of an
+// otherwise idle process: three fewer a second halved what an idle
+// dnsstandby costs (bench/README.md). Steering to us beats at once and
+// then every heartbeatEvery.
 const (
-	heartbeatEvery = 250 * time.Millisecond
-	stallAfter     = 1500 * time.Millisecond
+	heartbeatEvery   = 250 * time.Millisecond
+	heartbeatStandby = time.Second
+	stallAfter       = 1500 * time.Millisecond
 )
 
 // operatorWait bounds how long Hold and Release wait for the controller's
@@ -174,6 +186,8 @@ type Controller struct {
 
 	ops       chan operatorCmd
 	silent    chan Silence    // LocalDNS seen answering nothing; buffered, never blocks the sender
+	toUs      atomic.Bool     // the steering was last set to send us the traffic (apply)
+	beatNow   chan struct{}   // apply's word to the heartbeat that it did; buffered
 	ctx       context.Context // the goroutines': Start's ctx, ended early by Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -259,7 +273,7 @@ func start(ctx context.Context, cfg Config, p parts) (c *Controller, err error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	c = &Controller{cfg: cfg, log: log.With("component", "takeover"), parts: p, ops: make(chan operatorCmd),
-		silent:  make(chan Silence, 1),
+		silent: make(chan Silence, 1), beatNow: make(chan struct{}, 1),
 		adopted: map[string][]uint64{}, mptcp: map[string]int{}, stats: newStats(), safe: -1}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	defer func() {
@@ -433,7 +447,7 @@ func (c *Controller) ensureProber() bool {
 // heartbeat tells the steering program we are alive while our read loops
 // make progress: a stalled dnsstandby must not keep the traffic.
 func (c *Controller) heartbeat(ctx context.Context) {
-	t := time.NewTicker(heartbeatEvery)
+	t := time.NewTimer(clock.UntilNext(c.beatEvery()))
 	defer t.Stop()
 	for {
 		if err := c.cfg.Healthy(); err == nil {
@@ -445,15 +459,28 @@ func (c *Controller) heartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-c.beatNow:
+			t.Stop()
 		}
+		t.Reset(clock.UntilNext(c.beatEvery()))
 	}
+}
+
+// beatEvery is the heartbeat's period: heartbeatEvery while the steering
+// sends us the traffic, heartbeatStandby otherwise.
+func (c *Controller) beatEvery() time.Duration {
+	if c.toUs.Load() {
+		return heartbeatEvery
+	}
+	return heartbeatStandby
 }
 
 // run feeds the machine: peer updates, probes, operator commands, ticks.
 func (c *Controller) run(ctx context.Context) {
-	probe := time.NewTimer(c.cfg.ProbeInterval)
+	// The probe and the tick wait for the shared instants (clock.UntilNext).
+	probe := time.NewTimer(clock.UntilNext(c.cfg.ProbeInterval))
 	defer probe.Stop()
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTimer(clock.UntilNext(time.Second))
 	defer tick.Stop()
 	// One probe at a time: the timer is reset only once its result is in,
 	// so the buffer always has room for it.
@@ -476,7 +503,7 @@ func (c *Controller) run(ctx context.Context) {
 			bound := c.peer.Bound
 			c.mu.Unlock()
 			if !bound {
-				probe.Reset(c.cfg.ProbeInterval)
+				probe.Reset(clock.UntilNext(c.cfg.ProbeInterval))
 				continue
 			}
 			if !c.ensureProber() {
@@ -519,7 +546,7 @@ func (c *Controller) run(ctx context.Context) {
 			// after HungAfter failures in a row, and those should take
 			// a second or two, not HungAfter intervals.
 			if res.OK {
-				probe.Reset(c.cfg.ProbeInterval)
+				probe.Reset(clock.UntilNext(c.cfg.ProbeInterval))
 			} else {
 				probe.Reset(min(c.cfg.ProbeInterval, retryProbeAfter))
 			}
@@ -546,6 +573,7 @@ func (c *Controller) run(ctx context.Context) {
 			})
 			op.done <- was
 		case <-tick.C:
+			tick.Reset(clock.UntilNext(time.Second))
 			c.handle(func(m *Machine, now time.Time) *Transition { return m.Tick(now) })
 			c.natStep()
 		}
@@ -650,6 +678,15 @@ func (c *Controller) apply(m Mode) error {
 	want := steer.ToUs
 	if m == Mirror {
 		want = steer.ToPeer // at level own this is the kernel's hash
+	}
+	// Beating once a second (heartbeatStandby), the heartbeat is at most
+	// a second old here, fresh for half a second more: the heartbeat
+	// goroutine beats again long before that.
+	if c.toUs.Swap(want == steer.ToUs) != (want == steer.ToUs) {
+		select {
+		case c.beatNow <- struct{}{}:
+		default:
+		}
 	}
 	return c.steer.SetMode(want)
 }

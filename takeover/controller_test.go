@@ -43,6 +43,9 @@ type fakeSteer struct {
 	mu    sync.Mutex
 	mode  steer.Mode
 	beats int
+	// log is the heartbeats and mode changes in order, at the bubble's
+	// time.
+	log   []steerCall
 	probe netip.AddrPort
 	peers map[string]int // group -> sockets adopted
 	left  bool
@@ -62,7 +65,15 @@ func (s *fakeSteer) SetMode(m steer.Mode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.mode = m
+	s.log = append(s.log, steerCall{at: time.Now(), mode: m})
 	return nil
+}
+
+// steerCall is a Heartbeat (beat) or a SetMode (mode).
+type steerCall struct {
+	at   time.Time
+	beat bool
+	mode steer.Mode
 }
 
 func (s *fakeSteer) SetProbe(src netip.AddrPort) error {
@@ -76,6 +87,7 @@ func (s *fakeSteer) Heartbeat() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.beats++
+	s.log = append(s.log, steerCall{at: time.Now(), beat: true})
 	return nil
 }
 
@@ -728,6 +740,77 @@ func TestHeartbeatFollowsHealthy(t *testing.T) {
 		_, again, _ := r.steer.state()
 		if healthy == 0 || unhealthy != healthy || again <= unhealthy {
 			t.Errorf("heartbeats: %d while healthy, %d after 5s unhealthy, %d healthy again; want none while unhealthy", healthy, unhealthy, again)
+		}
+	})
+}
+
+// TestHeartbeatCadence: while the steering sends LocalDNS the traffic
+// the heartbeat is written once a second; steered to us it is written at
+// once and then every 250 ms, and back in mirror once a second again. At
+// no time is it older than a second, half a second inside the stall
+// limit.
+func TestHeartbeatCadence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, true, steer.Adopt)
+		r.do("wait:5s")
+		r.do("hold")
+		r.do("wait:3s")
+		r.do("release")
+		r.do("wait:5s")
+		r.steer.mu.Lock()
+		calls := slices.Clone(r.steer.log)
+		r.steer.mu.Unlock()
+
+		// The beats in each period of one steering mode.
+		type period struct {
+			mode  steer.Mode
+			start time.Time
+			beats []time.Time
+		}
+		var ps []period
+		for _, c := range calls {
+			switch {
+			case !c.beat:
+				ps = append(ps, period{mode: c.mode, start: c.at})
+			case len(ps) > 0:
+				ps[len(ps)-1].beats = append(ps[len(ps)-1].beats, c.at)
+			}
+		}
+		var modes []steer.Mode
+		for _, p := range ps {
+			modes = append(modes, p.mode)
+		}
+		if want := []steer.Mode{steer.ToPeer, steer.ToUs, steer.ToPeer}; !slices.Equal(modes, want) {
+			t.Fatalf("modes set %v, want %v", modes, want)
+		}
+		last := calls[0].at
+		for _, c := range calls {
+			if c.beat {
+				if gap := c.at.Sub(last); gap > time.Second {
+					t.Errorf("a beat %v after the one before it, want at most 1s", gap)
+				}
+				last = c.at
+			}
+		}
+		for i, p := range ps {
+			if len(p.beats) < 2 {
+				t.Fatalf("%v from %v: beats %v, want several", p.mode, p.start, p.beats)
+			}
+			want := time.Second
+			if p.mode == steer.ToUs {
+				want = 250 * time.Millisecond
+			}
+			if i > 0 && p.beats[0] != p.start {
+				t.Errorf("%v: first beat %v after the mode was set, want at once", p.mode, p.beats[0].Sub(p.start))
+			}
+			for j := 2; j < len(p.beats); j++ {
+				if gap := p.beats[j].Sub(p.beats[j-1]); gap != want {
+					t.Errorf("%v: beats %v apart, want %v", p.mode, gap, want)
+				}
+			}
+		}
+		if stallAfter-time.Second < 500*time.Millisecond {
+			t.Errorf("a heartbeat a second old leaves less than half a second of the stall limit %v", stallAfter)
 		}
 	})
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dnsstandby/dnsstandby/clock"
 )
 
 // WatcherConfig says what a Watcher watches. Start from
@@ -240,7 +242,7 @@ func (w *Watcher) run(ctx context.Context) {
 	defer close(w.done)
 	defer w.diag.close()
 	defer w.closeProcs()
-	rescan := time.NewTimer(w.cfg.Rescan)
+	rescan := time.NewTimer(clock.UntilNext(w.cfg.Rescan))
 	defer rescan.Stop()
 	for {
 		select {
@@ -259,7 +261,8 @@ func (w *Watcher) run(ctx context.Context) {
 			w.logChange(prev, next)
 			w.publish(next)
 		}
-		rescan.Reset(w.rescanAfter(prev, next))
+		// At the instants the daemon's other periodic work shares.
+		rescan.Reset(clock.UntilNext(w.rescanAfter(prev, next)))
 	}
 }
 
