@@ -72,9 +72,9 @@ func (o observer) Reply(p *tap.Packet) bool {
 // Drained ticks the hedger, and moves the coarse clock on: the tap reads
 // at least every 50 ms while queries come, so the clock need not wake for
 // the mirror's reads of it.
-func (o observer) Drained(now int64) int64 {
+func (o observer) Drained(now, unseen int64) int64 {
 	o.clk.Advance(now)
-	return o.h.Drained(now)
+	return o.h.Drained(now, unseen)
 }
 
 // The hedger ticks on the tap's reads.

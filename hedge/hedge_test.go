@@ -733,7 +733,7 @@ func TestTicksFollowTheTap(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		h.Reply(time.Now().UnixNano(), podA, answer(q, "10.0.0.1"))
 		time.Sleep(time.Millisecond)
-		h.Drained(time.Now().UnixNano())
+		h.Drained(time.Now().UnixNano(), 0)
 	}
 	// (A sleep stretched past 2 Ticks by a loaded machine lets the timer
 	// in now and then; on its own it would have woken about 60 times.)
@@ -754,7 +754,7 @@ func TestTicksFollowTheTap(t *testing.T) {
 			t.Fatal("no hedge within 2 s of ticks on the tap's reads")
 		}
 		time.Sleep(2 * time.Millisecond)
-		h.Drained(time.Now().UnixNano())
+		h.Drained(time.Now().UnixNano(), 0)
 	}
 	if got, tap := ticks(tickTimer), ticks(tickTap); got > tap/10 {
 		t.Errorf("the timer woke %d times while the tap read (%d ticks)", got, tap)
@@ -777,9 +777,10 @@ func TestTicksFollowTheTap(t *testing.T) {
 }
 
 // TestDrainedNext: Drained tells the tap to come back when the first
-// deadline can fall due: the oldest waiting query's cache deadline, or,
-// with none waiting, a whole cache deadline after now (a query not yet
-// read has that much ahead of it).
+// deadline can fall due: the oldest waiting query's cache deadline, that
+// of a query the tap holds unseen if it came first, or, with none, a
+// whole cache deadline after now (a query not yet read has that much
+// ahead of it).
 func TestDrainedNext(t *testing.T) {
 	ans := newFakeAnswerer("hit.example.")
 	cfg := DefaultConfig()
@@ -791,24 +792,32 @@ func TestDrainedNext(t *testing.T) {
 	}
 	runHedger(t, h)
 	t0 := time.Now().UnixNano()
-	h.Drained(t0) // the first tick sets the deadlines
+	h.Drained(t0, 0) // the first tick sets the deadlines
 	q1, q2 := query(1, "hit.example."), query(2, "hit.example.")
 	ms := int64(time.Millisecond)
 	steps := []struct {
-		name string
-		do   func()
-		at   int64 // Drained's now, after t0
-		want int64 // its answer, after t0
+		name   string
+		do     func()
+		at     int64 // Drained's now, after t0
+		unseen int64 // a query the tap holds unseen since, after t0; 0 none
+		want   int64 // its answer, after t0
 	}{
-		{"nothing waits", func() {}, 1 * ms, 1*ms + int64(d1)},
-		{"q1 waits from 2 ms", func() { h.Query(t0+2*ms, podA, q1) }, 3 * ms, 2*ms + int64(d1)},
-		{"q2 waits from 4 ms: q1 still first", func() { h.Query(t0+4*ms, podB, q2) }, 5 * ms, 2*ms + int64(d1)},
-		{"q1 answered: q2 first", func() { h.Reply(t0+6*ms, podA, answer(q1, "10.0.0.1")) }, 7 * ms, 4*ms + int64(d1)},
-		{"q2 answered: nothing waits", func() { h.Reply(t0+8*ms, podB, answer(q2, "10.0.0.1")) }, 9 * ms, 9*ms + int64(d1)},
+		{"nothing waits", func() {}, 1 * ms, 0, 1*ms + int64(d1)},
+		{"q1 waits from 2 ms", func() { h.Query(t0+2*ms, podA, q1) }, 3 * ms, 0, 2*ms + int64(d1)},
+		{"q2 waits from 4 ms: q1 still first", func() { h.Query(t0+4*ms, podB, q2) }, 5 * ms, 0, 2*ms + int64(d1)},
+		{"q1 answered: q2 first", func() { h.Reply(t0+6*ms, podA, answer(q1, "10.0.0.1")) }, 7 * ms, 0, 4*ms + int64(d1)},
+		{"one unseen since 3 ms: first", func() {}, 7 * ms, 3 * ms, 3*ms + int64(d1)},
+		{"one unseen since 5 ms: q2 first", func() {}, 7 * ms, 5 * ms, 4*ms + int64(d1)},
+		{"q2 answered: nothing waits", func() { h.Reply(t0+8*ms, podB, answer(q2, "10.0.0.1")) }, 9 * ms, 0, 9*ms + int64(d1)},
+		{"nothing seen waits, one unseen since 8 ms", func() {}, 9 * ms, 8 * ms, 8*ms + int64(d1)},
 	}
 	for _, st := range steps {
 		st.do()
-		if got := h.Drained(t0+st.at) - t0; got != st.want {
+		unseen := int64(0)
+		if st.unseen != 0 {
+			unseen = t0 + st.unseen
+		}
+		if got := h.Drained(t0+st.at, unseen) - t0; got != st.want {
 			t.Errorf("%s: Drained at +%v says come back at +%v, want +%v", st.name,
 				time.Duration(st.at), time.Duration(got), time.Duration(st.want))
 		}
@@ -828,7 +837,7 @@ func TestDrainedBeforeRun(t *testing.T) {
 	}
 	h.Query(time.Now().UnixNano(), podA, query(1, "hit.example."))
 	time.Sleep(20 * time.Millisecond)
-	h.Drained(time.Now().UnixNano())
+	h.Drained(time.Now().UnixNano(), 0)
 	if n := ans.sentCount(); n != 0 {
 		t.Fatalf("%d hedges before Run", n)
 	}
@@ -837,7 +846,7 @@ func TestDrainedBeforeRun(t *testing.T) {
 	stop()
 	h.Query(time.Now().UnixNano(), podB, query(2, "hit.example."))
 	time.Sleep(20 * time.Millisecond)
-	h.Drained(time.Now().UnixNano())
+	h.Drained(time.Now().UnixNano(), 0)
 	if n := ans.sentCount(); n != 1 {
 		t.Fatalf("%d hedges after Run returned, want the 1 from before", n)
 	}

@@ -70,12 +70,13 @@ func (h *Hedger) Run(ctx context.Context, onSilent func(unanswered int, since ti
 }
 
 // Drained is the tap's word that it has read every packet queued until
-// now (unix ns): the tick is done here, on the tap's goroutine, if one is
-// due and Run runs. (A tap behind on its queue does not call it: replies
-// still unread would be taken for missing.) It returns when the tap
-// should read and call it again (unix ns): the earliest time a deadline
-// can come.
-func (h *Hedger) Drained(now int64) (next int64) {
+// now (unix ns), but for queries it holds unseen, the first of which
+// arrived at unseen (unix ns; 0 if none): the tick is done here, on the
+// tap's goroutine, if one is due and Run runs. (A tap behind on its queue
+// does not call it: replies still unread would be taken for missing.) It
+// returns when the tap should read and call it again (unix ns): the
+// earliest time a deadline can come, an unseen query's included.
+func (h *Hedger) Drained(now, unseen int64) (next int64) {
 	if now-h.lastTick.Load() >= int64(h.cfg.Tick) && h.tickMu.TryLock() {
 		// Not when Run's fallback ticks right now.
 		if h.running {
@@ -89,7 +90,7 @@ func (h *Hedger) Drained(now int64) (next int64) {
 	// gone quiet.
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	next = h.nextDeadline(now)
+	next = h.nextDeadline(now, unseen)
 	if h.armed {
 		h.fallback.Reset(time.Duration(next-now) + h.drainedGrace())
 	}
@@ -98,9 +99,14 @@ func (h *Hedger) Drained(now int64) (next int64) {
 
 // nextDeadline is the earliest time, at or after now, that work may fall
 // due: a waiting entry's deadline, a need to judge, a linger to end, or
-// the cache deadline of a query not yet seen. Called with h.mu held.
-func (h *Hedger) nextDeadline(now int64) int64 {
-	next := now + h.d1
+// the cache deadline of a query not yet seen (one that arrived at unseen,
+// if not 0, or one yet to come). Called with h.mu held.
+func (h *Hedger) nextDeadline(now, unseen int64) int64 {
+	first := now
+	if unseen != 0 {
+		first = min(first, unseen)
+	}
+	next := first + h.d1
 	head := func(q int, due func(e *entry) int64) {
 		if i := h.tab.q[q].head; i >= 0 {
 			next = min(next, due(&h.tab.e[i]))

@@ -89,10 +89,10 @@ func (p *pendSlotMaps) word(off int) *uint32 { return (*uint32)(unsafe.Pointer(&
 
 // sweep hands fn each query that has waited in its slot since before
 // oldest (CLOCK_MONOTONIC ns), taking it from the slot, and returns how
-// many it took and how many wait still. A slot the egress program frees
-// meanwhile (its reply came) is left to it. pkt is valid during the call
-// only.
-func (p *pendSlotMaps) sweep(oldest int64, fn func(at int64, pkt []byte)) (took, waiting int) {
+// many it took, how many wait still and when the first of those came (0
+// if none). A slot the egress program frees meanwhile (its reply came)
+// is left to it. pkt is valid during the call only.
+func (p *pendSlotMaps) sweep(oldest int64, fn func(at int64, pkt []byte)) (took, waiting int, first int64) {
 	for i := range pendSlots {
 		off := i * pendMeta
 		state := p.word(off + pendState)
@@ -104,6 +104,9 @@ func (p *pendSlotMaps) sweep(oldest int64, fn func(at int64, pkt []byte)) (took,
 		// (an atomic exchange), and the load above orders these after it.
 		at := int64(binary.NativeEndian.Uint64(p.mem[off+pendTime:]))
 		if at > oldest {
+			if waiting == 0 || at < first {
+				first = at
+			}
 			waiting++
 			continue
 		}
@@ -116,7 +119,7 @@ func (p *pendSlotMaps) sweep(oldest int64, fn func(at int64, pkt []byte)) (took,
 		took++
 		fn(at, p.buf[:n])
 	}
-	return took, waiting
+	return took, waiting, first
 }
 
 // anyWaiting reports whether a query waits in a slot.

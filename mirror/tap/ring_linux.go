@@ -683,21 +683,25 @@ func (t *Tap) prefetchRecord(b []byte) {
 // sweepPending shows the observer each query that has waited in its
 // pending slot for pendAge, before the ring's records (a reply that
 // came too late for the egress program to match follows it there), and
-// returns how many it showed and how many still wait.
-func (t *Tap) sweepPending() (took, waiting int) {
+// returns how many it showed, how many still wait, and when the first of
+// those arrived (unix ns; 0 if none).
+func (t *Tap) sweepPending() (took, waiting int, unseen int64) {
 	r := t.ring
 	if r == nil || r.pend == nil || !(r.pendLive || r.atLocalDNS.Load()) {
-		return 0, 0
+		return 0, 0, 0
 	}
 	mono := r.mono.now()
 	r.offset = r.mono.offset()
-	took, waiting = r.pend.sweep(mono-int64(pendAge), func(at int64, pkt []byte) {
+	took, waiting, first := r.pend.sweep(mono-int64(pendAge), func(at int64, pkt []byte) {
 		t.handle(pkt, arrival{at: at + r.offset, query: true, once: true})
 	})
+	if waiting > 0 {
+		unseen = first + r.offset
+	}
 	// Only the ingress program fills the slots: once it is detached, they
 	// are swept until none waits.
 	r.pendLive = waiting > 0
-	return took, waiting
+	return took, waiting, unseen
 }
 
 // sleeping tells the ingress program whether the reader is about to wait

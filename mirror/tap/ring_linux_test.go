@@ -678,10 +678,18 @@ func TestCgroupMatching(t *testing.T) {
 	out(udpPacket(l4, pod4, rb))
 	want("the other question's reply", ring(), rec{recordReply, false})
 	waiting("the other question's reply", true)
+	// A sweep for queries older than any leaves it, and says when it came.
+	took, still, since := r.pend.sweep(0, func(int64, []byte) { t.Error("a sweep took a query younger than its limit") })
 	var taken [][]byte
-	r.pend.sweep(math.MaxInt64, func(_ int64, pkt []byte) { taken = append(taken, append([]byte(nil), pkt...)) })
+	var takenAt int64
+	r.pend.sweep(math.MaxInt64, func(at int64, pkt []byte) {
+		taken, takenAt = append(taken, append([]byte(nil), pkt...)), at
+	})
 	if len(taken) != 1 || !bytes.Equal(taken[0], udpPacket(pod4, l4, qa)) {
 		t.Errorf("swept %d queries (%x), want the waiting one", len(taken), taken)
+	}
+	if took != 0 || still != 1 || since == 0 || since != takenAt {
+		t.Errorf("the sweep before: took %d, %d waiting, the first since %d; want 0, 1, since %d (when it was taken)", took, still, since, takenAt)
 	}
 	out(udpPacket(l4, pod4, ra))
 	want("a reply after the sweep", ring(), rec{recordReply, false})

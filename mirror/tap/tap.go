@@ -171,10 +171,13 @@ type Observer interface {
 // that emptied the socket's queue, that it has been shown every packet
 // queued until now (unix ns): periodic work done then runs on the tap's
 // goroutine, which is awake anyway, instead of waking one of its own, and
-// sees every packet up to now. It returns when it wants the next word
-// (unix ns); the tap reads again then, within its batch pauses' bounds.
+// sees every packet up to now, but for the queries still held in their
+// pending slots (ring mode), the first of which arrived at unseen (unix
+// ns; 0 if none). It returns when it wants the next word (unix ns); the
+// tap reads again then, within its batch pauses' bounds, and shows the
+// held queries that have waited pendAge.
 type Drainer interface {
-	Drained(now int64) (next int64)
+	Drained(now, unseen int64) (next int64)
 }
 
 // Sink takes one DNS response, usually (*cache.Cache).Insert. It is called
@@ -441,7 +444,7 @@ func (t *Tap) run() {
 		// The pending slots are swept before the ring is read: a reply
 		// that came too late for the egress program to match its query
 		// is in the ring, and must follow the query.
-		took, waiting := t.sweepPending()
+		took, waiting, unseen := t.sweepPending()
 		// The ring is read to its end each time.
 		r := t.drainRing() + took
 		full := n == len(t.b.hdrs)
@@ -456,11 +459,14 @@ func (t *Tap) run() {
 		if standby {
 			wait = maxBatchPause
 		}
-		if t.drain != nil && n+r > 0 && !full {
+		if t.drain != nil && (n+r > 0 || waiting > 0) && !full {
 			// The queues are empty: everything sent or received until
 			// now has been shown (a full batch leaves more queued, and
-			// judging then would take replies still unread for missing).
-			next := time.Duration(t.drain.Drained(now) - now)
+			// judging then would take replies still unread for missing),
+			// but for the queries waiting in their slots, the first of
+			// which arrived at unseen. The next read comes when its
+			// deadline does, and shows it then.
+			next := time.Duration(t.drain.Drained(now, unseen) - now)
 			if standby {
 				wait = next
 			}
