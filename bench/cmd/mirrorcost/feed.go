@@ -503,7 +503,7 @@ func (n *node) snapshot(ctx context.Context, standbyPid, localDNSPid int) (s sna
 // LocalDNS's address and turns the differences into a result.
 func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld *nstest.CoreDNS, start snapshot, w warmup) (result, error) {
 	run := dnsperf.Run{Server: listenAddr, QueryFile: n.QueryFile, Duration: n.o.duration,
-		Outstanding: n.o.outstanding, MaxQPS: n.o.qps, CPU: n.o.clientCPU}
+		Outstanding: n.o.outstanding, MaxQPS: n.o.qps, CPU: n.o.clientCPU, Verbose: n.o.latency}
 	var perf *exec.Cmd
 	if n.o.perfDir != "" {
 		var err error
@@ -534,6 +534,10 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 		}
 	}
 	res := newResult(feed, r, start, before, after)
+	if n.o.latency {
+		res.LatencySamples = len(r.Latencies)
+		res.P50Us, res.P99Us = dnsperf.LatencyPercentiles(r.Latencies)
+	}
 	if perf != nil {
 		benchcmd.StopPerf(perf)
 		perf = nil

@@ -44,6 +44,7 @@ type options struct {
 	clientCPU   int           // CPU dnsperf, the upstream and this program run on
 	target      float64       // the ratio dnsstandby ÷ LocalDNS must not exceed
 	perfDir     string        // perf record both servers during each measurement into this directory
+	latency     bool          // dnsperf -v: each answer's latency, for p50 and p99
 }
 
 func parseFlags() (*options, error) {
@@ -61,6 +62,7 @@ func parseFlags() (*options, error) {
 	flag.Float64Var(&o.target, "target", 0.15, "the most dnsstandby's CPU may be, as a fraction of LocalDNS's")
 	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over (every other round in reverse order; each round's feeds but dnstap beside one LocalDNS process, dnstap last with its own), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
 	flag.StringVar(&o.perfDir, "perf", "", "record dnsstandby and LocalDNS with perf during each measurement into DIR/FEED.perf.data, and count LocalDNS's samples in the feeds' code (perturbs the numbers)")
+	flag.BoolVar(&o.latency, "latency", false, "run dnsperf with -v and report each feed's p50 and p99 answer latency, and the p99 over the round's baseline (dnsperf then does more on its own CPU; the servers' does not change)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())

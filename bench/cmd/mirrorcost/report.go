@@ -52,10 +52,15 @@ type result struct {
 	// because a feed watches it (attribute.go): times LocalDNSCPUUs, the
 	// feed's cost to LocalDNS measured within the window.
 	LocalDNSFeedShare float64 `json:"localdns_feed_share,omitempty"`
-	Warmup            warmup  `json:"warmup"`
-	Profiled          bool    `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
-	Dnsperf           string  `json:"dnsperf"`            // the measurement's command line
-	StandbyCommand    string  `json:"dnsstandby"`         // dnsstandby's command line
+	// P50Us and P99Us, with -latency, are the answers' latencies as
+	// dnsperf saw them (-v), over LatencySamples answers.
+	P50Us          uint32 `json:"p50_us,omitempty"`
+	P99Us          uint32 `json:"p99_us,omitempty"`
+	LatencySamples int    `json:"latency_samples,omitempty"`
+	Warmup         warmup `json:"warmup"`
+	Profiled       bool   `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
+	Dnsperf        string `json:"dnsperf"`            // the measurement's command line
+	StandbyCommand string `json:"dnsstandby"`         // dnsstandby's command line
 }
 
 // warmup is what the warm-up showed.
@@ -173,12 +178,13 @@ func printTable(w io.Writer, results []result, target float64) {
 		if len(rounds) > 1 {
 			label = fmt.Sprintf("Round %d: against", round)
 		}
-		fmt.Fprintf(w, "%s the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query):\n",
-			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs)
+		fmt.Fprintf(w, "%s the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query%s):\n",
+			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs, latencies(rc.base))
 		for _, c := range rc.feeds {
-			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s%s\n",
+			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s%s%s\n",
 				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn,
-				programs(c.programUs, c.allInPrograms), profiled(c.profiled, c.attributedUs, c.allInAttributed))
+				programs(c.programUs, c.allInPrograms), profiled(c.profiled, c.attributedUs, c.allInAttributed),
+				p99Over(c.latency, c.p99Us))
 		}
 	}
 	if len(rounds) < 2 {
@@ -186,8 +192,8 @@ func printTable(w io.Writer, results []result, target float64) {
 	}
 	fmt.Fprintf(w, "\nMedians over %d rounds (each against its own round's baseline):\n", len(rounds))
 	for _, mirror := range feedOrder(results) {
-		var feed, ld, all, prog, allProg, attr, allAttr []float64
-		everyProfiled := true
+		var feed, ld, all, prog, allProg, attr, allAttr, p99 []float64
+		everyProfiled, everyLatency := true, true
 		for _, round := range rounds {
 			for _, c := range byRound[round].feeds {
 				if c.mirror == mirror {
@@ -195,6 +201,7 @@ func printTable(w io.Writer, results []result, target float64) {
 					prog, allProg = append(prog, c.programUs), append(allProg, c.allInPrograms)
 					attr, allAttr = append(attr, c.attributedUs), append(allAttr, 100*c.allInAttributed)
 					everyProfiled = everyProfiled && c.profiled
+					p99, everyLatency = append(p99, c.p99Us), everyLatency && c.latency
 				}
 			}
 		}
@@ -206,6 +213,9 @@ func printTable(w io.Writer, results []result, target float64) {
 			profiled(everyProfiled, median(attr), median(allAttr)/100))
 		if everyProfiled {
 			fmt.Fprintf(w, "  (all in with LocalDNS's profiled share, rounds: %s)\n", percents(allAttr))
+		}
+		if everyLatency {
+			fmt.Fprintf(w, "  (p99 over the baseline's: %+.0f µs, rounds: %s)\n", median(p99), micros(p99))
 		}
 	}
 }
@@ -228,6 +238,10 @@ type feedCost struct {
 	// with it for LocalDNS's extra.
 	profiled                      bool
 	attributedUs, allInAttributed float64
+	// latency: both ran with -latency, and p99Us is the feed's p99 less
+	// the baseline's (µs).
+	latency bool
+	p99Us   float64
 }
 
 // roundCosts are a round's baseline and its feeds' costs.
@@ -253,6 +267,9 @@ func costs(results []result) map[int]roundCosts {
 		c := feedCost{mirror: r.Mirror, feedUs: r.StandbyCPUUs - rc.base.StandbyCPUUs, localDNSUs: ld,
 			allIn: (r.StandbyCPUUs + ld) / rc.base.LocalDNSCPUUs, programUs: r.ProgramUs,
 			allInPrograms: (r.StandbyCPUUs + r.ProgramUs) / rc.base.LocalDNSCPUUs}
+		if r.LatencySamples > 0 && rc.base.LatencySamples > 0 {
+			c.latency, c.p99Us = true, float64(r.P99Us)-float64(rc.base.P99Us)
+		}
 		if r.Profiled && rc.base.Profiled {
 			c.profiled = true
 			c.attributedUs = r.LocalDNSFeedShare*r.LocalDNSCPUUs - rc.base.LocalDNSFeedShare*rc.base.LocalDNSCPUUs
@@ -278,6 +295,31 @@ func profiled(on bool, us, allIn float64) string {
 		return ""
 	}
 	return fmt.Sprintf("; LocalDNS's samples in the feed's code (perf) make %+.2f µs/query: with that as LocalDNS's extra, all in %.1f%%", us, 100*allIn)
+}
+
+// latencies describes a result's p50 and p99, when dnsperf reported them.
+func latencies(r result) string {
+	if r.LatencySamples == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; answers p50 %d µs, p99 %d µs", r.P50Us, r.P99Us)
+}
+
+// p99Over describes a feed's p99 over its baseline's, when both are known.
+func p99Over(on bool, us float64) string {
+	if !on {
+		return ""
+	}
+	return fmt.Sprintf("; p99 %+.0f µs over the baseline's", us)
+}
+
+// micros spells vs as "+12, -3" (µs).
+func micros(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%+.0f", v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // feedOrder is the feeds of results in the order first measured.

@@ -105,6 +105,21 @@ func TestPrintTable(t *testing.T) {
 				"(all in with LocalDNS's profiled share, rounds: 3.0%, 4.0%)",
 			},
 		},
+		{
+			name: "two rounds, latency",
+			results: []result{
+				{Mirror: "tap", Round: 1, LocalDNSCPUUs: 60, StandbyCPUUs: 1, P50Us: 90, P99Us: 400, LatencySamples: 1000, Warmup: filled},
+				{Mirror: "none", Round: 1, LocalDNSCPUUs: 60, StandbyCPUUs: 0.4, P50Us: 88, P99Us: 380, LatencySamples: 1000, Warmup: filled},
+				{Mirror: "none", Round: 2, LocalDNSCPUUs: 50, StandbyCPUUs: 0.4, P50Us: 85, P99Us: 350, LatencySamples: 1000, Warmup: filled},
+				{Mirror: "tap", Round: 2, LocalDNSCPUUs: 50, StandbyCPUUs: 1, P50Us: 84, P99Us: 340, LatencySamples: 1000, Warmup: filled},
+			},
+			want: []string{
+				"(--mirror none: dnsstandby idle at 0.40 µs/query, LocalDNS 60.00 µs/query; answers p50 88 µs, p99 380 µs)",
+				"all in, 1.7% of LocalDNS's baseline CPU; p99 +20 µs over the baseline's",
+				"all in, 2.0% of LocalDNS's baseline CPU; p99 -10 µs over the baseline's",
+				"(p99 over the baseline's: +5 µs, rounds: +20, -10)",
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
