@@ -120,19 +120,15 @@ func (c *Cache) Insert(resp []byte) error {
 func (c *Cache) InsertMirror(resp []byte) error {
 	var q wire.Query
 	if wire.ParseQuery(resp, &q) != nil {
-		return c.insertMirror(resp, nil)
+		return c.InsertMirrorParsed(resp, nil)
 	}
-	return c.insertMirror(resp, &q)
+	return c.InsertMirrorParsed(resp, &q)
 }
 
 // InsertMirrorParsed is InsertMirror for a caller that parsed resp
-// already: q is what wire.ParseQuery returned for it, with no error.
-func (c *Cache) InsertMirrorParsed(resp []byte, q *wire.Query) error {
-	return c.insertMirror(resp, q)
-}
-
-// insertMirror is InsertMirror, parsed nil if resp did not parse.
-func (c *Cache) insertMirror(resp []byte, parsed *wire.Query) error {
+// already: parsed is what wire.ParseQuery returned for it, nil if that
+// was an error.
+func (c *Cache) InsertMirrorParsed(resp []byte, parsed *wire.Query) error {
 	var sum uint32
 	if parsed != nil && parsed.Flags&wire.FlagQR != 0 && parsed.Flags&wire.FlagTC == 0 {
 		q := *parsed // its DO is set below: the caller's stays as parsed

@@ -53,7 +53,10 @@ func addrPort(ip net.IP, port uint16) netip.AddrPort {
 // the same way. Entries of replies with a rewritten port are deleted with
 // the rest. Needs CAP_NET_ADMIN and nf_conntrack_netlink.
 func ClearListenFlows(addrs []netip.AddrPort) (int, error) {
-	f := listenFlows(addrs)
+	f := make(listenFlows, len(addrs))
+	for i, a := range addrs {
+		f[i] = netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) // as addrPort gives the flows'
+	}
 	n := 0
 	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
 		k, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, f)
@@ -65,7 +68,8 @@ func ClearListenFlows(addrs []netip.AddrPort) (int, error) {
 	return n, nil
 }
 
-// listenFlows matches the conntrack entries ClearListenFlows deletes.
+// listenFlows matches the conntrack entries ClearListenFlows deletes: its
+// addresses unmapped.
 type listenFlows []netip.AddrPort
 
 func (l listenFlows) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
@@ -74,7 +78,6 @@ func (l listenFlows) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	}
 	dst, src := addrPort(f.Forward.DstIP, f.Forward.DstPort), addrPort(f.Forward.SrcIP, f.Forward.SrcPort)
 	for _, a := range l {
-		a = netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 		if dst == a || src == a {
 			return true
 		}
