@@ -229,7 +229,7 @@ func (n *node) measureFeed(ctx context.Context, feed string, shared *localDNS) (
 		}
 		return err
 	}
-	if err := procstat.Pin(sb.Pid(), n.o.serverCPU); err != nil {
+	if err := procstat.Pin(sb.Pid(), n.o.standbyCPU); err != nil {
 		return res, withOutput(err)
 	}
 	if err := n.waitStandbyUp(ctx, sb, dnstapPath); err != nil {
@@ -252,8 +252,8 @@ func (n *node) measureFeed(ctx context.Context, feed string, shared *localDNS) (
 	}
 	// Threads created since the first pin inherited it; this catches any
 	// that raced with it.
-	for _, pid := range []int{sb.Pid(), ld.Pid()} {
-		if err := procstat.Pin(pid, n.o.serverCPU); err != nil {
+	for pid, cpu := range n.pins(sb.Pid(), ld.Pid()) {
+		if err := procstat.Pin(pid, cpu); err != nil {
 			return res, withOutput(err)
 		}
 	}
@@ -516,6 +516,18 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 			}
 		}()
 	}
+	var sched *exec.Cmd
+	if n.o.schedDir != "" {
+		var err error
+		if sched, err = startSched(n.o.schedDir, feed, n.o.serverCPU, n.o.clientCPU); err != nil {
+			return result{}, err
+		}
+		defer func() {
+			if sched != nil {
+				stopSched(sched)
+			}
+		}()
+	}
 	before, err := n.snapshot(ctx, sb.Pid(), ld.Pid())
 	if err != nil {
 		return result{}, err
@@ -528,8 +540,8 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 	if err != nil {
 		return result{}, err
 	}
-	for _, pid := range []int{sb.Pid(), ld.Pid()} {
-		if err := procstat.CheckPinned(pid, n.o.serverCPU); err != nil {
+	for pid, cpu := range n.pins(sb.Pid(), ld.Pid()) {
+		if err := procstat.CheckPinned(pid, cpu); err != nil {
 			return result{}, err
 		}
 	}
@@ -537,6 +549,14 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 	if n.o.latency {
 		res.LatencySamples = len(r.Latencies)
 		res.P50Us, res.P99Us = dnsperf.LatencyPercentiles(r.Latencies)
+	}
+	if sched != nil {
+		stopSched(sched)
+		sched = nil
+		// Read before the next round's window writes the file again.
+		if res.Sched, err = readSched(ctx, schedFile(n.o.schedDir, feed), sb.Pid(), ld.Pid()); err != nil {
+			return result{}, err
+		}
 	}
 	if perf != nil {
 		benchcmd.StopPerf(perf)

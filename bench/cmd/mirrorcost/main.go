@@ -40,11 +40,13 @@ type options struct {
 	outstanding int           // dnsperf -q of the measurement
 	duration    time.Duration // dnsperf -l of the measurement
 	names       int           // distinct names served and queried
-	serverCPU   int           // CPU LocalDNS and dnsstandby share
+	serverCPU   int           // CPU LocalDNS (and dnsstandby, unless standbyCPU) is pinned to
+	standbyCPU  int           // CPU dnsstandby is pinned to; -1: serverCPU
 	clientCPU   int           // CPU dnsperf, the upstream and this program run on
 	target      float64       // the ratio dnsstandby ÷ LocalDNS must not exceed
 	perfDir     string        // perf record both servers during each measurement into this directory
 	latency     bool          // dnsperf -v: each answer's latency, for p50 and p99
+	schedDir    string        // perf sched record the servers' CPU during each measurement into this directory
 }
 
 func parseFlags() (*options, error) {
@@ -58,17 +60,22 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measurement (whole seconds)")
 	flag.IntVar(&o.names, "names", 5000, "distinct A names the upstream serves and the load asks for")
 	flag.IntVar(&o.serverCPU, "server-cpu", 0, "CPU LocalDNS and dnsstandby are pinned to")
+	flag.IntVar(&o.standbyCPU, "standby-cpu", -1, "CPU dnsstandby is pinned to; -1: LocalDNS's (-server-cpu). Another CPU shows what dnsstandby costs LocalDNS through the kernel alone, not through sharing its CPU")
 	flag.IntVar(&o.clientCPU, "client-cpu", 1, "CPU dnsperf, the upstream and this program are pinned to")
 	flag.Float64Var(&o.target, "target", 0.15, "the most dnsstandby's CPU may be, as a fraction of LocalDNS's")
 	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over (every other round in reverse order; each round's feeds but dnstap beside one LocalDNS process, dnstap last with its own), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
 	flag.StringVar(&o.perfDir, "perf", "", "record dnsstandby and LocalDNS with perf during each measurement into DIR/FEED.perf.data, and count LocalDNS's samples in the feeds' code (perturbs the numbers)")
 	flag.BoolVar(&o.latency, "latency", false, "run dnsperf with -v and report each feed's p50 and p99 answer latency, and the p99 over the round's baseline (dnsperf then does more on its own CPU; the servers' does not change)")
+	flag.StringVar(&o.schedDir, "sched", "", "record the scheduling of LocalDNS's CPU with perf sched during each measurement into DIR/FEED.sched.data, and report how long dnsstandby held that CPU at a time and how long LocalDNS's threads waited for it (perturbs the numbers)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
 	}
 	if err := benchcmd.CheckSplit(o.duration, o.serverCPU, o.clientCPU); err != nil {
 		return nil, err
+	}
+	if o.standbyCPU < 0 {
+		o.standbyCPU = o.serverCPU
 	}
 	if o.names < 1 || o.qps < 1 || o.outstanding < 1 || o.rounds < 1 {
 		return nil, errors.New("-names, -qps, -outstanding and -rounds must be at least 1")
@@ -87,14 +94,14 @@ func run(ctx context.Context, o *options) (err error) {
 	}
 	pre := benchcmd.Preflight{
 		RootFor:  "it creates a network namespace, pins processes to CPUs, and dnsstandby steers with eBPF",
-		CPUs:     []int{o.serverCPU, o.clientCPU},
+		CPUs:     []int{o.serverCPU, o.standbyCPU, o.clientCPU},
 		CoreDNS:  &o.coredns,
 		Tools:    []string{"dnsperf", "taskset"},
 		Packages: "dnsperf util-linux",
 		Binaries: []*string{&o.dnsstandby, &o.coredns},
 		Make:     "bench-mirror",
 	}
-	if o.perfDir != "" {
+	if o.perfDir != "" || o.schedDir != "" {
 		pre.Tools = append(pre.Tools, "perf")
 	}
 	if err := pre.Check(); err != nil {

@@ -47,3 +47,9 @@ func newNode(o *options) (*node, error) {
 	}
 	return &node{Bed: bed, o: o}, nil
 }
+
+// pins maps dnsstandby's and LocalDNS's processes to the CPU each is
+// pinned to.
+func (n *node) pins(standbyPid, localDNSPid int) map[int]int {
+	return map[int]int{standbyPid: n.o.standbyCPU, localDNSPid: n.o.serverCPU}
+}

@@ -57,10 +57,13 @@ type result struct {
 	P50Us          uint32 `json:"p50_us,omitempty"`
 	P99Us          uint32 `json:"p99_us,omitempty"`
 	LatencySamples int    `json:"latency_samples,omitempty"`
-	Warmup         warmup `json:"warmup"`
-	Profiled       bool   `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
-	Dnsperf        string `json:"dnsperf"`            // the measurement's command line
-	StandbyCommand string `json:"dnsstandby"`         // dnsstandby's command line
+	// Sched, with -sched, is the servers' CPU's scheduling over the
+	// window.
+	Sched          *schedStats `json:"sched,omitempty"`
+	Warmup         warmup      `json:"warmup"`
+	Profiled       bool        `json:"profiled,omitempty"` // perf record ran beside the servers: numbers perturbed
+	Dnsperf        string      `json:"dnsperf"`            // the measurement's command line
+	StandbyCommand string      `json:"dnsstandby"`         // dnsstandby's command line
 }
 
 // warmup is what the warm-up showed.
@@ -179,12 +182,12 @@ func printTable(w io.Writer, results []result, target float64) {
 			label = fmt.Sprintf("Round %d: against", round)
 		}
 		fmt.Fprintf(w, "%s the baseline (--mirror none: dnsstandby idle at %.2f µs/query, LocalDNS %.2f µs/query%s):\n",
-			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs, latencies(rc.base))
+			label, rc.base.StandbyCPUUs, rc.base.LocalDNSCPUUs, latencies(rc.base)+schedNote(rc.base.Sched))
 		for _, c := range rc.feeds {
-			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s%s%s\n",
+			fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby (%.1f%% of LocalDNS's baseline) and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU%s%s%s%s\n",
 				c.mirror, c.feedUs, 100*c.feedUs/rc.base.LocalDNSCPUUs, c.localDNSUs, 100*c.allIn,
 				programs(c.programUs, c.allInPrograms), profiled(c.profiled, c.attributedUs, c.allInAttributed),
-				p99Over(c.latency, c.p99Us))
+				p99Over(c.latency, c.p99Us), schedNote(c.sched))
 		}
 	}
 	if len(rounds) < 2 {
@@ -242,6 +245,7 @@ type feedCost struct {
 	// the baseline's (µs).
 	latency bool
 	p99Us   float64
+	sched   *schedStats // the feed's window's, with -sched
 }
 
 // roundCosts are a round's baseline and its feeds' costs.
@@ -266,7 +270,7 @@ func costs(results []result) map[int]roundCosts {
 		ld := r.LocalDNSCPUUs - rc.base.LocalDNSCPUUs
 		c := feedCost{mirror: r.Mirror, feedUs: r.StandbyCPUUs - rc.base.StandbyCPUUs, localDNSUs: ld,
 			allIn: (r.StandbyCPUUs + ld) / rc.base.LocalDNSCPUUs, programUs: r.ProgramUs,
-			allInPrograms: (r.StandbyCPUUs + r.ProgramUs) / rc.base.LocalDNSCPUUs}
+			allInPrograms: (r.StandbyCPUUs + r.ProgramUs) / rc.base.LocalDNSCPUUs, sched: r.Sched}
 		if r.LatencySamples > 0 && rc.base.LatencySamples > 0 {
 			c.latency, c.p99Us = true, float64(r.P99Us)-float64(rc.base.P99Us)
 		}

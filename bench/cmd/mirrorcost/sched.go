@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// schedStats is what perf sched timehist of the servers' CPU shows over a
+// measurement (-sched): how long dnsstandby held that CPU each time it ran
+// there, and how long LocalDNS's threads waited for it from wake-up to
+// running. A query LocalDNS has to answer while dnsstandby runs waits for
+// the rest of that run (unless the scheduler preempts it), so dnsstandby's
+// longest runs bound what sharing the CPU adds to any answer.
+type schedStats struct {
+	StandbyRuns     int     `json:"standby_runs"`
+	StandbyRunP99Us float64 `json:"standby_run_p99_us"`
+	StandbyRunMaxUs float64 `json:"standby_run_max_us"`
+	// StandbyCPUPct is dnsstandby's time on the CPU in the recording, % of
+	// the recording's span.
+	StandbyCPUPct       float64 `json:"standby_cpu_pct"`
+	LocalDNSWakeups     int     `json:"localdns_wakeups"`
+	LocalDNSDelayP99Us  float64 `json:"localdns_delay_p99_us"`
+	LocalDNSDelayP999Us float64 `json:"localdns_delay_p999_us"`
+}
+
+// schedFile is where startSched(dir, feed, ...) records.
+func schedFile(dir, feed string) string { return filepath.Join(dir, feed+".sched.data") }
+
+// startSched records the scheduler's events on serverCPU into
+// DIR/FEED.sched.data; perf runs on clientCPU. Stop it with stopSched.
+func startSched(dir, feed string, serverCPU, clientCPU int) (*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("perf sched: %w", err)
+	}
+	cmd := exec.Command("taskset", "-c", strconv.Itoa(clientCPU), "perf", "sched", "record", "-q",
+		"-C", strconv.Itoa(serverCPU), "-o", schedFile(dir, feed))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf sched: %w", err)
+	}
+	return cmd, nil
+}
+
+// stopSched ends perf sched record with SIGINT, which makes it write its
+// file.
+func stopSched(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+}
+
+// readSched runs perf sched timehist over file and sums it up for
+// dnsstandby's and LocalDNS's processes.
+func readSched(ctx context.Context, file string, standbyPid, localDNSPid int) (*schedStats, error) {
+	cmd := exec.CommandContext(ctx, "perf", "sched", "timehist", "-i", file)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("perf sched timehist: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("perf sched timehist: %w", err)
+	}
+	s, perr := parseTimehist(out, standbyPid, localDNSPid)
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("perf sched timehist %s: %w", file, err)
+	}
+	if perr != nil {
+		return nil, fmt.Errorf("perf sched timehist %s: %w", file, perr)
+	}
+	return s, nil
+}
+
+// timehistTask is a timehist line's task: comm[tid/pid], or comm[pid] for
+// a process of one thread.
+var timehistTask = regexp.MustCompile(`\[(\d+)(?:/(\d+))?\]$`)
+
+// parseTimehist reads perf sched timehist's lines: the time a task was
+// switched out, its CPU, the task, then its wait time, its scheduling
+// delay (wake-up to running) and its run time, in ms.
+func parseTimehist(r io.Reader, standbyPid, localDNSPid int) (*schedStats, error) {
+	var runs, delays []float64
+	var first, last, ran float64
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || !strings.HasPrefix(f[1], "[") {
+			continue
+		}
+		at, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue // the header
+		}
+		m := timehistTask.FindStringSubmatch(strings.Join(f[2:len(f)-3], " "))
+		if m == nil {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		if m[2] != "" {
+			pid, _ = strconv.Atoi(m[2])
+		}
+		var ms [3]float64
+		for i := range ms {
+			if ms[i], err = strconv.ParseFloat(f[len(f)-3+i], 64); err != nil {
+				return nil, fmt.Errorf("line %q: %w", sc.Text(), err)
+			}
+		}
+		if first == 0 {
+			first = at
+		}
+		last = at
+		switch pid {
+		case standbyPid:
+			runs = append(runs, 1000*ms[2])
+			ran += ms[2] / 1000
+		case localDNSPid:
+			delays = append(delays, 1000*ms[1])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(delays) == 0 {
+		return nil, fmt.Errorf("no switch of LocalDNS's (pid %d) threads recorded", localDNSPid)
+	}
+	s := &schedStats{StandbyRuns: len(runs), LocalDNSWakeups: len(delays),
+		LocalDNSDelayP99Us: percentile(delays, 99), LocalDNSDelayP999Us: percentile(delays, 99.9)}
+	if len(runs) > 0 {
+		s.StandbyRunP99Us, s.StandbyRunMaxUs = percentile(runs, 99), slices.Max(runs)
+	}
+	if last > first {
+		s.StandbyCPUPct = 100 * ran / (last - first)
+	}
+	return s, nil
+}
+
+// percentile is the nearest-rank p-th percentile of vs (not empty).
+func percentile(vs []float64, p float64) float64 {
+	s := slices.Sorted(slices.Values(vs))
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// schedNote describes r's scheduling on the servers' CPU, when recorded.
+func schedNote(s *schedStats) string {
+	if s == nil {
+		return ""
+	}
+	return fmt.Sprintf("; on LocalDNS's CPU dnsstandby ran %.2f%% of the time, %d times, at most %.0f µs at a time (p99 %.0f), and LocalDNS's threads waited p99 %.0f µs, p99.9 %.0f µs from wake-up to running",
+		s.StandbyCPUPct, s.StandbyRuns, s.StandbyRunMaxUs, s.StandbyRunP99Us, s.LocalDNSDelayP99Us, s.LocalDNSDelayP999Us)
+}
