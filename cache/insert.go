@@ -120,20 +120,24 @@ func (c *Cache) Insert(resp []byte) error {
 func (c *Cache) InsertMirror(resp []byte) error {
 	var q wire.Query
 	if wire.ParseQuery(resp, &q) != nil {
-		return c.InsertMirrorParsed(resp, nil)
+		return c.InsertMirrorParsed(resp, nil, 0)
 	}
-	return c.InsertMirrorParsed(resp, &q)
+	return c.InsertMirrorParsed(resp, &q, 0)
 }
 
 // InsertMirrorParsed is InsertMirror for a caller that parsed resp
 // already: parsed is what wire.ParseQuery returned for it, nil if that
-// was an error.
-func (c *Cache) InsertMirrorParsed(resp []byte, parsed *wire.Query) error {
+// was an error; hint is what PrefetchMirror returned for parsed, 0 if it
+// was not called.
+func (c *Cache) InsertMirrorParsed(resp []byte, parsed *wire.Query, hint uint64) error {
 	var sum uint32
 	if parsed != nil && parsed.Flags&wire.FlagQR != 0 && parsed.Flags&wire.FlagTC == 0 {
 		q := *parsed // its DO is set below: the caller's stays as parsed
 		q.DO, sum = c.mirrorFacts(resp, q.QEnd)
-		if c.repeat(&q, sum) {
+		if q.DO {
+			hint = 0 // the hint hashed the key with DO clear
+		}
+		if c.repeat(&q, sum, hint) {
 			c.rejects[ReasonHaveFresh].Add(1)
 			return errHaveFresh // shared: this path runs for almost every mirrored reply
 		}
@@ -154,14 +158,17 @@ func (c *Cache) InsertMirrorParsed(resp []byte, parsed *wire.Query) error {
 // InsertMirror). A caller with several replies calls it for the next one
 // before it inserts the current one: with LocalDNS on the same core the
 // set is seldom in the CPU's cache, and at 20,000 queries a second waiting
-// for it was a fifth of the tap's cost (bench-mirror with -perf).
-func (c *Cache) PrefetchMirror(q *wire.Query) {
+// for it was a fifth of the tap's cost (bench-mirror with -perf). It
+// returns the key's hash as a hint for InsertMirrorParsed, which then does
+// not hash the key again; 0 for a query without a question.
+func (c *Cache) PrefetchMirror(q *wire.Query) (hint uint64) {
 	if len(q.QName) == 0 {
-		return
+		return 0
 	}
 	var kb [maxKeyLen]byte
 	h := c.hash(kb[:putKey(&kb, q.QName, q.QType, q.QClass, false, q.Flags&wire.FlagCD != 0)])
 	c.shardFor(h).memo.prefetch(h)
+	return h
 }
 
 // mirrorFacts reads, in one walk over the records of msg (a reply that
@@ -317,19 +324,26 @@ func canonicalName(dst *[wire.MaxNameLen]byte, msg []byte, off int) (int, bool) 
 
 // repeat reports whether the cache holds a fresh entry for q, not in its
 // refresh window, whose content sum is sum; if so, it takes the entry off
-// probation. It does not allocate, takes the write lock only for that, and
-// no lock at all for a repeat the shard's memo holds.
-func (c *Cache) repeat(q *wire.Query, sum uint32) bool {
+// probation. h is q's key's hash, 0 if not known. It does not allocate,
+// takes the write lock only for that, and no lock at all (nor the key) for
+// a repeat the shard's memo holds.
+func (c *Cache) repeat(q *wire.Query, sum uint32, h uint64) bool {
 	if q.Opcode() != 0 || len(q.QName) == 0 || sum == 0 {
 		return false
 	}
 	var kb [maxKeyLen]byte
-	key := kb[:queryKey(&kb, q)]
-	h := c.hash(key)
+	var key []byte
+	if h == 0 {
+		key = kb[:queryKey(&kb, q)]
+		h = c.hash(key)
+	}
 	s := c.shardFor(h)
 	now := c.now().UnixNano()
 	if s.memo.repeats(h, sum, now) {
 		return true
+	}
+	if key == nil {
+		key = kb[:queryKey(&kb, q)]
 	}
 	s.mu.RLock()
 	e, ok := s.lru.Peek(h)

@@ -208,7 +208,11 @@ func BenchmarkInsertMirrorRepeatNames(b *testing.B) {
 	for _, tc := range []struct {
 		name           string
 		memo, prefetch bool
-	}{{"memo=true", true, false}, {"memo=false", false, false}, {"memo=true,prefetch", true, true}} {
+		parsed, hint   bool
+	}{{"memo=true", true, false, false, false}, {"memo=false", false, false, false, false},
+		{"memo=true,prefetch", true, true, false, false},
+		{"memo=true,prefetch,parsed", true, true, true, false}, // the tap's path before the hint
+		{"memo=true,prefetch,parsed,hint", true, true, true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			c, _ := newTestCache(b, nil)
 			raws := make([][]byte, 5000)
@@ -233,15 +237,27 @@ func BenchmarkInsertMirrorRepeatNames(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			var hint, next uint64
 			for i := range b.N {
 				if tc.prefetch {
 					// As the tap does: the next reply's set asked for
 					// before this one is checked.
-					c.PrefetchMirror(&qs[((i+1)*7919)%len(raws)])
+					next = c.PrefetchMirror(&qs[((i+1)*7919)%len(raws)])
 				}
-				if err := c.InsertMirror(raws[(i*7919)%len(raws)]); err != errHaveFresh {
+				if !tc.hint {
+					hint = 0
+				}
+				j := (i * 7919) % len(raws)
+				var err error
+				if tc.parsed {
+					err = c.InsertMirrorParsed(raws[j], &qs[j], hint)
+				} else {
+					err = c.InsertMirror(raws[j])
+				}
+				if err != errHaveFresh {
 					b.Fatalf("repeat: %v", err)
 				}
+				hint = next
 			}
 		})
 	}
@@ -259,11 +275,36 @@ func TestPrefetchMirror(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, func() { c.PrefetchMirror(&q) }); allocs != 0 {
 		t.Errorf("PrefetchMirror: %v allocations, want 0", allocs)
 	}
-	c.PrefetchMirror(&wire.Query{}) // no question: nothing to fetch
+	if h := c.PrefetchMirror(&wire.Query{}); h != 0 { // no question: nothing to fetch
+		t.Errorf("PrefetchMirror without a question: hint %#x, want 0", h)
+	}
 	for i, want := range []error{nil, errHaveFresh} {
 		c.PrefetchMirror(&q)
 		if err := c.InsertMirror(raw); !errors.Is(err, want) {
 			t.Errorf("insert %d after the hint: %v, want %v", i+1, err, want)
 		}
+	}
+	// The hint is the key's hash: a repeat it finds is the one found
+	// without it, for a name filed with and without one.
+	other := mirrorA(t, "b.example.", 1)
+	var oq wire.Query
+	if err := wire.ParseQuery(other, &oq); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []error{nil, errHaveFresh, errHaveFresh} {
+		hint := c.PrefetchMirror(&oq)
+		if i == 2 {
+			hint = 0
+		}
+		if err := c.InsertMirrorParsed(other, &oq, hint); !errors.Is(err, want) {
+			t.Errorf("b.example. insert %d (hint %#x): %v, want %v", i+1, hint, err, want)
+		}
+	}
+	if err := c.InsertMirrorParsed(raw, &q, c.PrefetchMirror(&q)); !errors.Is(err, errHaveFresh) {
+		t.Errorf("a.example. with the hint: %v, want a repeat", err)
+	}
+	hint := c.PrefetchMirror(&q)
+	if allocs := testing.AllocsPerRun(100, func() { _ = c.InsertMirrorParsed(raw, &q, hint) }); allocs != 0 {
+		t.Errorf("InsertMirrorParsed with a hint: %v allocations, want 0", allocs)
 	}
 }

@@ -119,7 +119,7 @@ func (p *Pipeline) InsertMirror(resp []byte) error {
 	if r == nil || r.Cache == nil {
 		return errNoRoute
 	}
-	return r.Cache.InsertMirrorParsed(resp, &q)
+	return r.Cache.InsertMirrorParsed(resp, &q, 0)
 }
 
 // parsedReply is a reply Worker.PrefetchMirror parsed and routed.
@@ -127,6 +127,7 @@ type parsedReply struct {
 	resp []byte // nil: none
 	q    wire.Query
 	r    *Route
+	hint uint64 // cache.PrefetchMirror's, for cache.InsertMirrorParsed
 }
 
 // PrefetchMirror parses resp, a reply the mirror feed files next but one
@@ -142,7 +143,7 @@ func (w *Worker) PrefetchMirror(resp []byte) {
 	}
 	if r := w.p.route(a.q.QName); r != nil && r.Cache != nil {
 		a.resp, a.r = resp, r
-		r.Cache.PrefetchMirror(&a.q)
+		a.hint = r.Cache.PrefetchMirror(&a.q)
 	}
 }
 
@@ -157,7 +158,7 @@ func (w *Worker) InsertMirror(resp []byte) error {
 		a := &w.ahead[i]
 		if a.resp != nil && len(a.resp) == len(resp) && unsafe.SliceData(a.resp) == unsafe.SliceData(resp) {
 			a.resp = nil
-			return a.r.Cache.InsertMirrorParsed(resp, &a.q)
+			return a.r.Cache.InsertMirrorParsed(resp, &a.q, a.hint)
 		}
 	}
 	return w.p.InsertMirror(resp)
