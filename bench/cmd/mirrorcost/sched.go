@@ -154,6 +154,11 @@ func schedNote(s *schedStats) string {
 	if s == nil {
 		return ""
 	}
-	return fmt.Sprintf("; on LocalDNS's CPU dnsstandby ran %.2f%% of the time, %d times, at most %.0f µs at a time (p99 %.0f), and LocalDNS's threads waited p99 %.0f µs, p99.9 %.0f µs from wake-up to running",
-		s.StandbyCPUPct, s.StandbyRuns, s.StandbyRunMaxUs, s.StandbyRunP99Us, s.LocalDNSDelayP99Us, s.LocalDNSDelayP999Us)
+	ran := "dnsstandby did not run on LocalDNS's CPU"
+	if s.StandbyRuns > 0 {
+		ran = fmt.Sprintf("on LocalDNS's CPU dnsstandby ran %.2f%% of the time, %d times, at most %.0f µs at a time (p99 %.0f)",
+			s.StandbyCPUPct, s.StandbyRuns, s.StandbyRunMaxUs, s.StandbyRunP99Us)
+	}
+	return fmt.Sprintf("; %s, and LocalDNS's threads waited p99 %.0f µs, p99.9 %.0f µs from wake-up to running",
+		ran, s.LocalDNSDelayP99Us, s.LocalDNSDelayP999Us)
 }

@@ -67,3 +67,25 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+func TestSchedNote(t *testing.T) {
+	tests := []struct {
+		name string
+		s    *schedStats
+		want string
+	}{
+		{"not recorded", nil, ""},
+		{"beside LocalDNS", &schedStats{StandbyRuns: 2, StandbyRunP99Us: 450, StandbyRunMaxUs: 450, StandbyCPUPct: 0.05,
+			LocalDNSWakeups: 3, LocalDNSDelayP99Us: 300, LocalDNSDelayP999Us: 310},
+			"; on LocalDNS's CPU dnsstandby ran 0.05% of the time, 2 times, at most 450 µs at a time (p99 450), and LocalDNS's threads waited p99 300 µs, p99.9 310 µs from wake-up to running"},
+		{"elsewhere", &schedStats{LocalDNSWakeups: 3, LocalDNSDelayP99Us: 300, LocalDNSDelayP999Us: 310},
+			"; dnsstandby did not run on LocalDNS's CPU, and LocalDNS's threads waited p99 300 µs, p99.9 310 µs from wake-up to running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := schedNote(tt.s); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
