@@ -519,12 +519,12 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 	var sched *exec.Cmd
 	if n.o.schedDir != "" {
 		var err error
-		if sched, err = startSched(n.o.schedDir, feed, n.o.serverCPU, n.o.clientCPU); err != nil {
+		if sched, err = benchcmd.StartPerfSched(n.o.schedDir, feed, n.o.clientCPU, n.o.serverCPU); err != nil {
 			return result{}, err
 		}
 		defer func() {
 			if sched != nil {
-				stopSched(sched)
+				benchcmd.StopPerf(sched)
 			}
 		}()
 	}
@@ -551,10 +551,10 @@ func (n *node) measure(ctx context.Context, feed string, sb *nstest.Process, ld 
 		res.P50Us, res.P99Us = dnsperf.LatencyPercentiles(r.Latencies)
 	}
 	if sched != nil {
-		stopSched(sched)
+		benchcmd.StopPerf(sched)
 		sched = nil
 		// Read before the next round's window writes the file again.
-		if res.Sched, err = readSched(ctx, schedFile(n.o.schedDir, feed), sb.Pid(), ld.Pid()); err != nil {
+		if res.Sched, err = readSched(ctx, benchcmd.SchedFile(n.o.schedDir, feed), sb.Pid(), ld.Pid()); err != nil {
 			return result{}, err
 		}
 	}

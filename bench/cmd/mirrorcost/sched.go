@@ -5,14 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // schedStats is what perf sched timehist of the servers' CPU shows over a
@@ -31,31 +28,6 @@ type schedStats struct {
 	LocalDNSWakeups     int     `json:"localdns_wakeups"`
 	LocalDNSDelayP99Us  float64 `json:"localdns_delay_p99_us"`
 	LocalDNSDelayP999Us float64 `json:"localdns_delay_p999_us"`
-}
-
-// schedFile is where startSched(dir, feed, ...) records.
-func schedFile(dir, feed string) string { return filepath.Join(dir, feed+".sched.data") }
-
-// startSched records the scheduler's events on serverCPU into
-// DIR/FEED.sched.data; perf runs on clientCPU. Stop it with stopSched.
-func startSched(dir, feed string, serverCPU, clientCPU int) (*exec.Cmd, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("perf sched: %w", err)
-	}
-	cmd := exec.Command("taskset", "-c", strconv.Itoa(clientCPU), "perf", "sched", "record", "-q",
-		"-C", strconv.Itoa(serverCPU), "-o", schedFile(dir, feed))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("perf sched: %w", err)
-	}
-	return cmd, nil
-}
-
-// stopSched ends perf sched record with SIGINT, which makes it write its
-// file.
-func stopSched(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	_ = cmd.Wait()
 }
 
 // readSched runs perf sched timehist over file and sums it up for

@@ -134,16 +134,29 @@ func PerfFile(dir, name string) string { return filepath.Join(dir, name+".perf.d
 // than one, `perf report --sort comm,dso,sym` tells them apart); perf runs
 // on cpu, the client's, so as not to take the servers'. StopPerf ends it.
 func StartPerf(dir, name string, cpu int, pids ...int) (*exec.Cmd, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	out := PerfFile(dir, name)
 	list := make([]string, len(pids))
 	for i, pid := range pids {
 		list[i] = strconv.Itoa(pid)
 	}
-	cmd := exec.Command("taskset", "-c", strconv.Itoa(cpu), "perf", "record", "-q", "-g",
-		"-F", "999", "-p", strings.Join(list, ","), "-o", out)
+	return startPerf(dir, cpu, "record", "-q", "-g", "-F", "999", "-p", strings.Join(list, ","), "-o", PerfFile(dir, name))
+}
+
+// SchedFile is where StartPerfSched(dir, name, ...) records.
+func SchedFile(dir, name string) string { return filepath.Join(dir, name+".sched.data") }
+
+// StartPerfSched records the scheduler's events on recordCPU into
+// DIR/NAME.sched.data, for perf sched timehist; perf runs on cpu.
+// StopPerf ends it.
+func StartPerfSched(dir, name string, cpu, recordCPU int) (*exec.Cmd, error) {
+	return startPerf(dir, cpu, "sched", "record", "-q", "-C", strconv.Itoa(recordCPU), "-o", SchedFile(dir, name))
+}
+
+// startPerf starts perf with args on cpu, its output going to dir.
+func startPerf(dir string, cpu int, args ...string) (*exec.Cmd, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	cmd := exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu), "perf"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
@@ -151,7 +164,7 @@ func StartPerf(dir, name string, cpu int, pids ...int) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// StopPerf ends perf record with SIGINT, which makes it write its file.
+// StopPerf ends perf (record, or sched record) with SIGINT, which makes it write its file.
 func StopPerf(cmd *exec.Cmd) {
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	_ = cmd.Wait()
