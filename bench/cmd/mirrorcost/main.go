@@ -60,7 +60,7 @@ func parseFlags() (*options, error) {
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "length of each measurement (whole seconds)")
 	flag.IntVar(&o.names, "names", 5000, "distinct A names the upstream serves and the load asks for")
 	flag.IntVar(&o.serverCPU, "server-cpu", 0, "CPU LocalDNS and dnsstandby are pinned to")
-	flag.IntVar(&o.standbyCPU, "standby-cpu", -1, "CPU dnsstandby is pinned to; -1: LocalDNS's (-server-cpu). Another CPU shows what dnsstandby costs LocalDNS through the kernel alone, not through sharing its CPU")
+	flag.IntVar(&o.standbyCPU, "standby-cpu", -1, "CPU dnsstandby is pinned to; -1: LocalDNS's (-server-cpu). A CPU of its own shows what dnsstandby costs LocalDNS through the kernel alone, not through sharing its CPU; the client's CPU also mixes in what dnsstandby does to the load")
 	flag.IntVar(&o.clientCPU, "client-cpu", 1, "CPU dnsperf, the upstream and this program are pinned to")
 	flag.Float64Var(&o.target, "target", 0.15, "the most dnsstandby's CPU may be, as a fraction of LocalDNS's")
 	flag.IntVar(&o.rounds, "rounds", 1, "measure the feeds this many times over (every other round in reverse order; each round's feeds but dnstap beside one LocalDNS process, dnstap last with its own), and report each feed's medians: LocalDNS's own CPU per query moves by several percent from one measurement to the next")
