@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/dnsstandby/dnsstandby/bench/internal/stats"
 )
 
 // ReportDefaultStep is the timeline's bin width.
@@ -331,13 +333,13 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		}
 	}
 	slices.Sort(latencies)
-	a.P99Ms = reportMs(reportPercentile(latencies, 0.99))
+	a.P99Ms = reportMs(stats.Percentile(latencies, 0.99))
 	if len(latencies) > 0 {
 		a.MaxMs = reportMs(latencies[len(latencies)-1])
 	}
 	if f := a.Fresh; f != nil && len(freshLatencies) > 0 {
 		slices.Sort(freshLatencies)
-		f.P99Ms = reportMs(reportPercentile(freshLatencies, 0.99))
+		f.P99Ms = reportMs(stats.Percentile(freshLatencies, 0.99))
 		f.MaxMs = reportMs(freshLatencies[len(freshLatencies)-1])
 	}
 	if f := a.Fresh; f != nil {
@@ -433,8 +435,8 @@ func Summarize(load LoadResult, probe ProbeResult) Summary {
 		s.AnsweredBy.add(r.By)
 	}
 	slices.Sort(latencies)
-	s.P50Ms = reportMs(reportPercentile(latencies, 0.50))
-	s.P99Ms = reportMs(reportPercentile(latencies, 0.99))
+	s.P50Ms = reportMs(stats.Percentile(latencies, 0.50))
+	s.P99Ms = reportMs(stats.Percentile(latencies, 0.99))
 	from, gap := MaxGap(load)
 	s.MaxGapMs, s.MaxGapFromMs = reportMs(gap), reportMs(from)
 	for rcode, n := range load.BadRcodes {
@@ -539,16 +541,6 @@ func BuildTimeline(load LoadResult, probe ProbeResult, step time.Duration) Timel
 		}
 	}
 	return t
-}
-
-// reportPercentile is the nearest-rank percentile of sorted values; 0 for
-// none.
-func reportPercentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // reportMs is d in milliseconds at microsecond precision.

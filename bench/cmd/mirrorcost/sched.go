@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dnsstandby/dnsstandby/bench/internal/stats"
 )
 
 // schedStats is what perf sched timehist of the servers' CPU shows over a
@@ -103,22 +105,17 @@ func parseTimehist(r io.Reader, standbyPid, localDNSPid int) (*schedStats, error
 	if len(delays) == 0 {
 		return nil, fmt.Errorf("no switch of LocalDNS's (pid %d) threads recorded", localDNSPid)
 	}
+	slices.Sort(runs)
+	slices.Sort(delays)
 	s := &schedStats{StandbyRuns: len(runs), LocalDNSWakeups: len(delays),
-		LocalDNSDelayP99Us: percentile(delays, 99), LocalDNSDelayP999Us: percentile(delays, 99.9)}
+		LocalDNSDelayP99Us: stats.Percentile(delays, 0.99), LocalDNSDelayP999Us: stats.Percentile(delays, 0.999)}
 	if len(runs) > 0 {
-		s.StandbyRunP99Us, s.StandbyRunMaxUs = percentile(runs, 99), slices.Max(runs)
+		s.StandbyRunP99Us, s.StandbyRunMaxUs = stats.Percentile(runs, 0.99), runs[len(runs)-1]
 	}
 	if last > first {
 		s.StandbyCPUPct = 100 * ran / (last - first)
 	}
 	return s, nil
-}
-
-// percentile is the nearest-rank p-th percentile of vs (not empty).
-func percentile(vs []float64, p float64) float64 {
-	s := slices.Sorted(slices.Values(vs))
-	i := int(float64(len(s))*p/100+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 // schedNote describes r's scheduling on the servers' CPU, when recorded.

@@ -56,18 +56,6 @@ func TestParseTimehist(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	vs := make([]float64, 1000)
-	for i := range vs {
-		vs[i] = float64(1000 - i) // 1000 down to 1
-	}
-	for _, tt := range []struct{ p, want float64 }{{50, 500}, {99, 990}, {99.9, 999}, {100, 1000}, {0, 1}} {
-		if got := percentile(vs, tt.p); got != tt.want {
-			t.Errorf("percentile(1..1000, %v) = %v, want %v", tt.p, got, tt.want)
-		}
-	}
-}
-
 func TestSchedNote(t *testing.T) {
 	tests := []struct {
 		name string

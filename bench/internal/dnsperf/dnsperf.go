@@ -9,13 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dnsstandby/dnsstandby/bench/internal/stats"
 	"github.com/dnsstandby/dnsstandby/internal/nstest"
 )
 
@@ -221,18 +221,8 @@ func firstUint(val string) (uint64, error) {
 	return strconv.ParseUint(f[0], 10, 64)
 }
 
-// percentile returns the nearest-rank p-th percentile (0 < p ≤ 100) of
-// sorted, or 0 if it is empty.
-func percentile(sorted []uint32, p float64) uint32 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[max(rank, 1)-1]
-}
-
 // LatencyPercentiles sorts lat in place and returns its p50 and p99.
 func LatencyPercentiles(lat []uint32) (p50, p99 uint32) {
 	slices.Sort(lat)
-	return percentile(lat, 50), percentile(lat, 99)
+	return stats.Percentile(lat, 0.50), stats.Percentile(lat, 0.99)
 }

@@ -76,11 +76,11 @@ func TestPercentile(t *testing.T) {
 	if p50 != 5 || p99 != 100 {
 		t.Errorf("p50 %d p99 %d, want 5 and 100", p50, p99)
 	}
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("percentile of nothing = %d", got)
+	if p50, p99 := LatencyPercentiles(nil); p50 != 0 || p99 != 0 {
+		t.Errorf("no samples: p50 %d p99 %d, want 0", p50, p99)
 	}
-	if got := percentile([]uint32{7}, 1); got != 7 {
-		t.Errorf("p1 of one sample = %d", got)
+	if p50, p99 := LatencyPercentiles([]uint32{7}); p50 != 7 || p99 != 7 {
+		t.Errorf("one sample: p50 %d p99 %d, want 7", p50, p99)
 	}
 }
 
