@@ -212,13 +212,13 @@ func printTable(w io.Writer, results []result, target float64) {
 			continue
 		}
 		fmt.Fprintf(w, "- %s: the feed adds %.2f µs/query to dnsstandby and %+.2f µs/query to LocalDNS; all in, %.1f%% of LocalDNS's baseline CPU (rounds: %s)%s%s\n",
-			mirror, median(feed), median(ld), median(all), percents(all), programs(median(prog), median(allProg)),
+			mirror, median(feed), median(ld), median(all), spell("%.1f%%", all), programs(median(prog), median(allProg)),
 			profiled(everyProfiled, median(attr), median(allAttr)/100))
 		if everyProfiled {
-			fmt.Fprintf(w, "  (all in with LocalDNS's profiled share, rounds: %s)\n", percents(allAttr))
+			fmt.Fprintf(w, "  (all in with LocalDNS's profiled share, rounds: %s)\n", spell("%.1f%%", allAttr))
 		}
 		if everyLatency {
-			fmt.Fprintf(w, "  (p99 over the baseline's: %+.0f µs, rounds: %s)\n", median(p99), micros(p99))
+			fmt.Fprintf(w, "  (p99 over the baseline's: %+.0f µs, rounds: %s)\n", median(p99), spell("%+.0f", p99))
 		}
 	}
 }
@@ -317,15 +317,6 @@ func p99Over(on bool, us float64) string {
 	return fmt.Sprintf("; p99 %+.0f µs over the baseline's", us)
 }
 
-// micros spells vs as "+12, -3" (µs).
-func micros(vs []float64) string {
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = fmt.Sprintf("%+.0f", v)
-	}
-	return strings.Join(parts, ", ")
-}
-
 // feedOrder is the feeds of results in the order first measured.
 func feedOrder(results []result) []string {
 	var out []string
@@ -347,11 +338,12 @@ func median(vs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// percents spells vs as "6.4%, 9.4%".
-func percents(vs []float64) string {
+// spell writes each of vs with format and joins them with commas:
+// "%.1f%%" gives "6.4%, 9.4%".
+func spell(format string, vs []float64) string {
 	parts := make([]string, len(vs))
 	for i, v := range vs {
-		parts[i] = fmt.Sprintf("%.1f%%", v)
+		parts[i] = fmt.Sprintf(format, v)
 	}
 	return strings.Join(parts, ", ")
 }
