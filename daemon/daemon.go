@@ -718,11 +718,14 @@ func (d *Daemon) queryCounts() dnat.Counts {
 }
 
 // setFallback follows the AKS LocalDNS fallback takeover sees: while
-// its nat design has the queries, the taps' queries warm the caches.
+// its nat design has the queries, the taps' queries warm the caches, so
+// the taps show them though paused (otherwise they only count them).
 func (d *Daemon) setFallback(design string) {
+	nat := design == takeover.FallbackNAT
 	for _, v := range d.views {
 		if v.warm != nil {
-			v.warm.on.Store(design == takeover.FallbackNAT)
+			v.warm.on.Store(nat)
+			v.tap.WatchQueries(nat)
 		}
 	}
 }

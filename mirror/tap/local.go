@@ -83,18 +83,22 @@ func localProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 }
 
 // queryRingProgram translates prog (built for queries) into the ring
-// mode's query filter: a query it would pass is copied into the ring and
-// dropped, and so is everything else; the socket never queues a packet.
+// mode's query filter: a query it would pass is taken once
+// (queryOnceBlock), counted or copied into the ring, as the query mode
+// map says (queryModeBlock), and dropped, as is everything else; the
+// socket never queues a packet.
 func queryRingProgram(prog []bpf.Instruction) (asm.Instructions, error) {
 	insns, err := translate(prog, func(val uint32) asm.Instructions {
 		if val == snapQuery {
-			return asm.Instructions{asm.Ja.Label(recordLabel)}
+			return asm.Instructions{asm.Ja.Label(queryOnceLabel)}
 		}
 		return asm.Instructions{asm.Mov.Imm32(regA, 0), asm.Return()}
 	})
 	if err != nil {
 		return nil, err
 	}
+	insns = append(insns, queryOnceBlock(queryOnceLabel, queryModeLabel)...)
+	insns = append(insns, queryModeBlock(queryModeLabel, recordLabel)...)
 	return append(insns, recordBlock(recordLabel, recordQuery, 0, false)...), nil
 }
 

@@ -150,13 +150,17 @@ func (t *Tap) pollKernelStats() {
 		// What the ring's programs passed counts as the filter's: a
 		// record lost for a full ring, as a packet dropped for a full
 		// buffer.
-		taken, lost, repeated := t.ring.countsSince()
-		t.stats.kernelPackets.Add(taken + lost)
-		t.stats.kernelDrops.Add(lost)
+		c := t.ring.countsSince()
+		t.stats.kernelPackets.Add(c.taken + c.lost)
+		t.stats.kernelDrops.Add(c.lost)
 		// A query's retransmission the ingress program dropped while the
 		// first waits in its pending slot is seen, and a duplicate.
-		t.stats.seen.Add(repeated)
-		t.stats.queryRejects[reasonDuplicate].Add(repeated)
+		t.stats.seen.Add(c.repeated)
+		t.stats.queryRejects[reasonDuplicate].Add(c.repeated)
+		// A query the query socket's filter only counted is seen, and a
+		// query: it went to a listen address and port.
+		t.stats.seen.Add(c.counted)
+		t.stats.queries.Add(c.counted)
 	}
 }
 

@@ -29,13 +29,22 @@ import (
 //     program matches its reply to it, rather than recording it (see
 //     "Matching in the kernel", below).
 //   - queries, while dnsstandby answers (the tap paused): a packet socket
-//     bound to ETH_P_IP (or ETH_P_IPV6) sees only received packets, not
-//     sent ones, and so clones nothing on the transmit path. Its filter is
-//     the tap's own filter (localProgram) whose query exit copies the
-//     packet into the ring and then drops it: nothing is ever queued on
-//     the socket. It sees a pod's query before netfilter, as the nat
-//     fallback's detection needs (a query DNATed away reaches no socket),
-//     but its filter runs for every IP packet the node receives.
+//     bound to ETH_P_ALL with PACKET_IGNORE_OUTGOING, which the kernel
+//     skips on the transmit path before it clones anything, and on the
+//     receive path runs before any protocol handler. (One bound to
+//     ETH_P_IP is handed each packet after IP's handler on recent kernels,
+//     where packet sockets are on per-namespace lists, so ip_rcv finds the
+//     packet shared and clones it: on Linux 6.18 every IP packet the node
+//     received was cloned while dnsstandby answered.) Its filter is the
+//     tap's own filter (localProgram) whose query exit drops the packet:
+//     nothing is ever queued on the socket. It sees a pod's query before
+//     netfilter, as the nat fallback's detection needs (a query DNATed
+//     away reaches no socket), but its filter runs for every frame the
+//     node receives. What the detection needs is a count, so the exit
+//     takes each query once (queryOnceBlock) and only counts it
+//     (countCounted) unless the query mode map asks for the query itself
+//     (queryModeBlock): only then is it copied into the ring for the
+//     observer, and only then does the reader wake for it.
 //
 // A record is a header and the packet from its IP header on, up to the
 // record's size class: a reservation in a ring buffer must have a size
@@ -69,13 +78,23 @@ const ringbufForceWakeup = 2
 
 // The counts map: a per-CPU array of u64, records written by kind, then
 // records lost for want of room in the ring by kind, then queries held in
-// a pending slot, and queries dropped as retransmissions of one held.
+// a pending slot, queries dropped as retransmissions of one held, and
+// queries the query socket's filter counted without recording them.
 const (
 	countRecorded = 0
 	countLost     = 2
 	countPended   = 4
 	countRepeated = 5
-	numCounts     = 6
+	countCounted  = 6
+	numCounts     = 7
+)
+
+// The query mode map: one u32, read by the query socket's filter for
+// each query it takes. queryRecord, the map's initial zero, copies the
+// query into the ring; queryCount only counts it.
+const (
+	queryRecord = 0
+	queryCount  = 1
 )
 
 // recordClasses are the record sizes the programs reserve, smallest
@@ -87,10 +106,12 @@ var recordClasses = [...]int32{256, 1024, 4096, slotSize}
 // Map names the programs reference; the loader binds them with
 // asm.Instructions.AssociateMap.
 const (
-	ringMapName     = "ring"   // BPF_MAP_TYPE_RINGBUF
-	countsMapName   = "counts" // BPF_MAP_TYPE_PERCPU_ARRAY of numCounts u64
-	pendMapName     = "pend"   // BPF_MAP_TYPE_ARRAY of pendSlots pendMeta slots, mmapable
-	pendDataMapName = "pendq"  // BPF_MAP_TYPE_ARRAY of pendSlots queries, mmapable
+	ringMapName      = "ring"   // BPF_MAP_TYPE_RINGBUF
+	countsMapName    = "counts" // BPF_MAP_TYPE_PERCPU_ARRAY of numCounts u64
+	pendMapName      = "pend"   // BPF_MAP_TYPE_ARRAY of pendSlots pendMeta slots, mmapable
+	pendDataMapName  = "pendq"  // BPF_MAP_TYPE_ARRAY of pendSlots queries, mmapable
+	queryModeMapName = "qmode"  // BPF_MAP_TYPE_ARRAY of one u32: queryRecord or queryCount
+	queryOnceMapName = "qonce"  // BPF_MAP_TYPE_PERCPU_ARRAY of one queryOnceLen-byte entry
 )
 
 // Offsets in struct __sk_buff not named in local.go.
@@ -109,6 +130,9 @@ const (
 	stackKeyQ4     = -104 // u32: the question's first 4 bytes
 	stackKeyFam    = -108 // u32: 4 or 6
 	stackState     = -120 // u64: the slot's state word as claimed
+	// stackOnce: the query filter's queryOnceLen bytes of a query
+	// (queryOnceBlock).
+	stackOnce = -32
 )
 
 // Registers the record block uses. r6 holds the context throughout; r7
@@ -204,8 +228,103 @@ func reserveRecord(size int32, full string) asm.Instructions {
 	}
 }
 
-// recordLabel starts the record block of the query program.
-const recordLabel = "record"
+// recordLabel starts the record block of the query program,
+// queryModeLabel its query mode block and queryOnceLabel its block that
+// takes each query once.
+const (
+	recordLabel    = "record"
+	queryModeLabel = "query_mode"
+	queryOnceLabel = "query_once"
+)
+
+// queryOnceLen is how much of a query queryOnceBlock compares: 8 bytes
+// of the IP header that hold the source address (IPv4: the source and
+// destination addresses; IPv6: the source address's second half), the
+// UDP header (ports, length, checksum) and the DNS header's first 8
+// bytes (ID, flags, question and answer counts).
+const queryOnceLen = 24
+
+// queryOnceBlock (the query socket's filter, for a query it takes) makes
+// the filter take each query once. Bound to ETH_P_ALL, the socket sees a
+// frame a pod sends through a Linux bridge twice where the bridge has
+// the port's MAC address (a bridge without one of its own takes its
+// lowest port's): on the port, addressed to this host, and again on the
+// bridge. The bridge hands it up in the same softirq on the same CPU, so
+// the block keeps the last query's queryOnceLen bytes per CPU and drops
+// the same bytes again at once, counted as a repeat (countRepeated). A
+// client's identical retry that comes next on that CPU is one too, as
+// the tap's duplicate check in user space took it. Anything unreadable
+// goes on to next.
+func queryOnceBlock(start, next string) asm.Instructions {
+	v4, load, store, repeated := start+"_v4", start+"_load", start+"_store", start+"_repeated"
+	const (
+		regOff  = asm.R8 // the UDP header's offset (regTmp: the translation is done with it)
+		regAddr = asm.R9 // the source address's bytes' offset
+	)
+	ins := asm.Instructions{
+		asm.LoadAbs(0, asm.Byte).WithSymbol(start).WithSource(asm.Comment("A = version, IHL")),
+		asm.Mov.Reg(asm.R1, asm.R0),
+		asm.RSh.Imm(asm.R1, 4),
+		asm.JEq.Imm(asm.R1, 4, v4),
+		asm.Mov.Imm(regOff, ipv6Header),
+		asm.Mov.Imm(regAddr, 16),
+		asm.Ja.Label(load),
+		asm.Mov.Reg(regOff, asm.R0).WithSymbol(v4),
+		asm.And.Imm(regOff, 0x0f),
+		asm.LSh.Imm(regOff, 2),
+		asm.Mov.Imm(regAddr, 12),
+		asm.Mov.Reg(asm.R1, regCtx).WithSymbol(load).WithSource(asm.Comment("8 bytes of the addresses")),
+		asm.Mov.Reg(asm.R2, regAddr),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, stackOnce),
+		asm.Mov.Imm(asm.R4, 8),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, next),
+		asm.Mov.Reg(asm.R1, regCtx).WithSource(asm.Comment("the UDP header and the DNS header's first 8 bytes")),
+		asm.Mov.Reg(asm.R2, regOff),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, stackOnce+8),
+		asm.Mov.Imm(asm.R4, queryOnceLen-8),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, next),
+		asm.StoreImm(asm.RFP, stackCountKey, 0, asm.Word),
+	}
+	ins = append(ins, lookup(queryOnceMapName, stackCountKey, next)...)
+	for off := int16(0); off < queryOnceLen; off += 8 {
+		ins = append(ins,
+			asm.LoadMem(asm.R1, asm.R0, off, asm.DWord),
+			asm.LoadMem(asm.R2, asm.RFP, stackOnce+off, asm.DWord),
+			asm.JNE.Reg(asm.R1, asm.R2, store),
+		)
+	}
+	ins = append(ins, asm.Ja.Label(repeated))
+	for off := int16(0); off < queryOnceLen; off += 8 {
+		in := asm.LoadMem(asm.R1, asm.RFP, stackOnce+off, asm.DWord)
+		if off == 0 {
+			in = in.WithSymbol(store).WithSource(asm.Comment("a new query: remember it"))
+		}
+		ins = append(ins, in, asm.StoreMem(asm.R0, off, asm.R1, asm.DWord))
+	}
+	ins = append(ins, asm.Ja.Label(next))
+	ins = append(ins, countBlock(repeated, countRepeated, repeated+"_drop")...)
+	return append(ins, asm.Mov.Imm(asm.R0, 0).WithSymbol(repeated+"_drop"), asm.Return())
+}
+
+// queryModeBlock (the query socket's filter, for a query it takes) goes
+// to record unless the query mode map says queryCount; then it counts
+// the query as countCounted and drops it, leaving the ring and its
+// reader alone.
+func queryModeBlock(start, record string) asm.Instructions {
+	counted := start + "_counted"
+	ins := asm.Instructions{asm.StoreImm(asm.RFP, stackCountKey, 0, asm.Word).WithSymbol(start)}
+	ins = append(ins, lookup(queryModeMapName, stackCountKey, record)...)
+	ins = append(ins,
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		asm.JNE.Imm(asm.R1, queryCount, record),
+	)
+	ins = append(ins, countBlock(counted+"_count", countCounted, counted)...)
+	return append(ins, asm.Mov.Imm(asm.R0, 0).WithSymbol(counted), asm.Return())
+}
 
 // cgroupProgram is a cgroup skb program on LocalDNS's cgroup that records
 // LocalDNS's traffic of one kind: attached at egress, the replies its
@@ -213,7 +332,7 @@ const recordLabel = "record"
 // of spec's addresses and its port); at ingress, the queries its sockets
 // receive (kind recordQuery: to one of those addresses and the port).
 // Either must not be a fragment nor carry IPv6 extension headers (IPv4
-// options are read past, as the query sockets' filter does). With
+// options are read past, as the query socket's filter does). With
 // netns not 0 it takes only packets of that network namespace (its
 // cookie, SO_NETNS_COOKIE): a cgroup's processes may use several, and a
 // LocalDNS of another namespace on the same address is not this one. It

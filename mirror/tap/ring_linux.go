@@ -19,12 +19,14 @@ import (
 )
 
 // ring is the ring mode's kernel side: the ring buffer and its counters,
-// the query sockets (one per address family, parked while the tap is in
-// packet mode or reads the queries at LocalDNS's cgroups), and the cgroup
-// programs with their attachments to LocalDNS's cgroups.
+// the query socket (parked while the tap is in packet mode or reads the
+// queries at LocalDNS's cgroups), and the cgroup programs with their
+// attachments to LocalDNS's cgroups.
 type ring struct {
 	buf     *ebpf.Map // the ring
 	counts  *ebpf.Map // per CPU: records by kind, then those lost by kind
+	qmode   *ebpf.Map // the query socket's filter's mode (nil without queries)
+	qonce   *ebpf.Map // per CPU, the last query it took (nil without queries)
 	egress  *ebpf.Program
 	ingress *ebpf.Program // nil without queries
 	query   *ebpf.Program // nil without queries
@@ -37,15 +39,17 @@ type ring struct {
 	// pendLive: a query waited in a slot at the last sweep (the tap's
 	// goroutine only).
 	pendLive bool
-	qfds     []int    // query sockets
-	qprotos  []uint16 // the EtherType each binds to in ring mode
+	qfd      int // the query socket; -1 without queries
 	// cgroups are LocalDNS's cgroups the programs are attached to, by
 	// path and inode.
 	cgroups map[string]*cgroupLinks
 	// atLocalDNS: the queries are read at the cgroups' ingress, and the
-	// query sockets are parked.
+	// query socket is parked.
 	atLocalDNS atomic.Bool
-	seen       [numCounts]uint64 // counts already added to the tap's counters
+	// counting: the query socket's filter counts the queries it takes
+	// rather than recording them (countQueries).
+	counting atomic.Bool
+	seen     [numCounts]uint64 // counts already added to the tap's counters
 	// offset turns the programs' CLOCK_MONOTONIC times into unix
 	// nanoseconds; set from mono before each drain.
 	offset int64
@@ -55,7 +59,7 @@ type ring struct {
 	netnsChecked bool
 }
 
-// newRing loads the programs and opens the query sockets (hooked to
+// newRing loads the programs and opens the query socket (hooked to
 // nothing until bindQueries). It
 // fails, and the tap stays in packet mode for good, where the kernel
 // refuses any of it (no CAP_BPF, a kernel before 5.8). netns is the
@@ -63,7 +67,7 @@ type ring struct {
 // the kernel has no bpf_get_netns_cookie for it (before 6.x) or netns is
 // 0, it takes those of any namespace (netnsChecked false).
 func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring, err error) {
-	r := &ring{cgroups: map[string]*cgroupLinks{}}
+	r := &ring{cgroups: map[string]*cgroupLinks{}, qfd: -1}
 	if r.mono, err = newMonoClock(); err != nil {
 		return nil, err
 	}
@@ -136,6 +140,12 @@ func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring
 	if r.ingress, err = loadCgroup(netns, recordQuery); err != nil {
 		return nil, fmt.Errorf("load ingress program: %w", err)
 	}
+	if r.qmode, err = ebpf.NewMap(&ebpf.MapSpec{Name: "dnsstandby_qmod", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("create query mode map: %w", err)
+	}
+	if r.qonce, err = ebpf.NewMap(&ebpf.MapSpec{Name: "dnsstandby_qone", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: queryOnceLen, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("create query memo map: %w", err)
+	}
 	classic, err := spec.program(kernelLoads)
 	if err != nil {
 		return nil, fmt.Errorf("build query filter: %w", err)
@@ -144,31 +154,29 @@ func newRing(spec filterSpec, size int, load localLoader, netns uint64) (_ *ring
 	if err != nil {
 		return nil, fmt.Errorf("translate query filter: %w", err)
 	}
-	if err := bind(qi); err != nil {
+	if err := errors.Join(bind(qi), qi.AssociateMap(queryModeMapName, r.qmode), qi.AssociateMap(queryOnceMapName, r.qonce)); err != nil {
 		return nil, err
 	}
 	qprog, err := load(qi)
 	if err != nil {
 		return nil, fmt.Errorf("load query filter: %w", err)
 	}
-	r.query = qprog // kept for its run statistics; the sockets hold it too
-	for _, fam := range []struct {
-		n     int
-		proto uint16
-	}{{len(spec.v4), unix.ETH_P_IP}, {len(spec.v6), unix.ETH_P_IPV6}} {
-		if fam.n == 0 {
-			continue
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("query socket: %w", err)
-		}
-		r.qfds, r.qprotos = append(r.qfds, fd), append(r.qprotos, fam.proto)
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_BPF, qprog.FD()); err != nil {
-			return nil, fmt.Errorf("attach query filter: %w", err)
-		}
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_LOCK_FILTER, 1); err != nil {
-			return nil, fmt.Errorf("lock query filter: %w", err)
+	r.query = qprog // kept for its run statistics; the socket holds it too
+	// One socket for both families, on the receive side only: see
+	// "queries, while dnsstandby answers" above.
+	if r.qfd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0); err != nil {
+		return nil, fmt.Errorf("query socket: %w", err)
+	}
+	for _, o := range []struct {
+		level, name, value int
+		what               string
+	}{
+		{unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1, "ignore the transmit side on the query socket"},
+		{unix.SOL_SOCKET, unix.SO_ATTACH_BPF, qprog.FD(), "attach query filter"},
+		{unix.SOL_SOCKET, unix.SO_LOCK_FILTER, 1, "lock query filter"},
+	} {
+		if err := unix.SetsockoptInt(r.qfd, o.level, o.name, o.value); err != nil {
+			return nil, fmt.Errorf("%s: %w", o.what, err)
 		}
 	}
 	r.rd, err = newConsumer(r.buf)
@@ -188,17 +196,18 @@ const soNetnsCookie = 71
 // a packet socket costs the transmit path nothing.
 const parkedProto = 0x88b5
 
-// bindQueries hooks the query sockets to their EtherTypes (on) or parks
-// them.
+// bindQueries hooks the query socket to every packet the node receives
+// (on) or parks it.
 func (r *ring) bindQueries(on bool) error {
-	for i, fd := range r.qfds {
-		proto := uint16(parkedProto)
-		if on {
-			proto = r.qprotos[i]
-		}
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(proto)}); err != nil {
-			return fmt.Errorf("bind query socket: %w", err)
-		}
+	if r.qfd < 0 {
+		return nil
+	}
+	proto := uint16(parkedProto)
+	if on {
+		proto = unix.ETH_P_ALL
+	}
+	if err := unix.Bind(r.qfd, &unix.SockaddrLinklayer{Protocol: htons(proto)}); err != nil {
+		return fmt.Errorf("bind query socket: %w", err)
 	}
 	return nil
 }
@@ -277,8 +286,8 @@ func (r *ring) attach(dirs []string) (added []string, err error) {
 	return added, nil
 }
 
-// detach detaches the programs from every cgroup; the query sockets read
-// the queries, if they are hooked.
+// detach detaches the programs from every cgroup; the query socket reads
+// the queries, if it is hooked.
 func (r *ring) detach() {
 	for key, cg := range r.cgroups {
 		cg.close()
@@ -342,11 +351,23 @@ func (r *ring) detachIngress() {
 // pending reports whether the ring holds records, without a system call.
 func (r *ring) pending() bool { return r.rd.pending() }
 
-// countsSince returns, over every CPU since the last call, the packets
-// the programs took (recorded, held in a pending slot, or dropped as a
-// query's retransmission while it waits there), those lost (the ring
-// was full), and the retransmissions.
-func (r *ring) countsSince() (taken, lost, repeated uint64) {
+// ringCounts are what the programs counted, over every CPU, since the
+// last countsSince.
+type ringCounts struct {
+	// taken: packets the programs took (recorded, held in a pending
+	// slot, dropped as a query's retransmission while it waits there, or
+	// counted without a record).
+	taken uint64
+	lost  uint64 // records lost: the ring was full
+	// repeated: retransmissions of a query waiting in its pending slot.
+	repeated uint64
+	// counted: queries the query socket's filter counted without
+	// recording them (queryCount).
+	counted uint64
+}
+
+// countsSince returns what the programs counted since the last call.
+func (r *ring) countsSince() ringCounts {
 	var d [numCounts]uint64
 	for k := range d {
 		var perCPU []uint64
@@ -361,8 +382,29 @@ func (r *ring) countsSince() (taken, lost, repeated uint64) {
 			d[k], r.seen[k] = v-r.seen[k], v
 		}
 	}
-	return d[countRecorded+recordQuery] + d[countRecorded+recordReply] + d[countPended] + d[countRepeated],
-		d[countLost+recordQuery] + d[countLost+recordReply], d[countRepeated]
+	return ringCounts{
+		taken:    d[countRecorded+recordQuery] + d[countRecorded+recordReply] + d[countPended] + d[countRepeated] + d[countCounted],
+		lost:     d[countLost+recordQuery] + d[countLost+recordReply],
+		repeated: d[countRepeated],
+		counted:  d[countCounted],
+	}
+}
+
+// countQueries sets what the query socket's filter does with a query it
+// takes: counts it (on), or copies it into the ring.
+func (r *ring) countQueries(on bool) error {
+	if r.qmode == nil {
+		return nil
+	}
+	mode := uint32(queryRecord)
+	if on {
+		mode = queryCount
+	}
+	if err := r.qmode.Update(uint32(0), mode, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("set the query filter's mode: %w", err)
+	}
+	r.counting.Store(on)
+	return nil
 }
 
 // programStats returns, for each program, how often the kernel ran it and
@@ -383,8 +425,8 @@ func (r *ring) programStats() map[string]ProgramStats {
 
 func (r *ring) close() {
 	r.detach()
-	for _, fd := range r.qfds {
-		unix.Close(fd)
+	if r.qfd >= 0 {
+		unix.Close(r.qfd)
 	}
 	if r.rd != nil {
 		r.rd.close()
@@ -402,6 +444,11 @@ func (r *ring) close() {
 	}
 	if r.counts != nil {
 		r.counts.Close()
+	}
+	for _, m := range []*ebpf.Map{r.qmode, r.qonce} {
+		if m != nil {
+			m.Close()
+		}
 	}
 	if r.pend != nil {
 		r.pend.close()
@@ -523,17 +570,32 @@ func (t *Tap) SetLocalDNS(pids []int) {
 // settleQueries reads the queries where LocalDNS's sockets receive them
 // (its cgroups' ingress) while the tap stands by in ring mode, inserting:
 // LocalDNS then gets every query, and what the hedger needs is exactly
-// what reaches it. Otherwise, while dnsstandby answers, the query sockets
-// read them as the node receives them, before netfilter: the nat
+// what reaches it. Otherwise, while dnsstandby answers, the query socket
+// takes them as the node receives them, before netfilter: the nat
 // fallback's detection counts queries that reach no socket. The query
-// sockets' filter runs for every IP packet the node receives; the ingress
+// socket's filter runs for every frame the node receives; the ingress
 // program only for what LocalDNS's sockets receive. Called with modeMu
 // held.
+//
+// It also settles what the query socket does with a query: while paused,
+// and unless WatchQueries asked for them, it only counts it, in the
+// kernel; the observer gets no query then, and the reader no record.
+// Recording is set before the queries move back to LocalDNS's ingress,
+// and counting after they moved away from it.
 func (t *Tap) settleQueries() {
 	r := t.ring
 	if r == nil || t.ringClosed {
 		return
 	}
+	count := !t.enabled.Load() && !t.watch.Load()
+	if !count {
+		t.settleCounting(false)
+	}
+	defer func() {
+		if count {
+			t.settleCounting(true)
+		}
+	}()
 	was := r.atLocalDNS.Load()
 	if err := r.queriesAtLocalDNS(t.ringOn.Load() && t.enabled.Load()); err != nil {
 		if msg := err.Error(); msg != t.queryErr {
@@ -547,6 +609,23 @@ func (t *Tap) settleQueries() {
 	if now := r.atLocalDNS.Load(); now != was {
 		t.log.Info("packet tap reads the queries", "at", queriesAt(now))
 	}
+}
+
+// settleCounting makes the query socket count the queries it takes
+// (on) or record them, and logs a failure once. Called with modeMu held.
+func (t *Tap) settleCounting(on bool) {
+	if t.ring.counting.Load() == on {
+		return
+	}
+	if err := t.ring.countQueries(on); err != nil {
+		// Recording stays: it costs more, and loses nothing.
+		if msg := err.Error(); msg != t.countErr {
+			t.countErr = msg
+			t.log.Warn("packet tap: cannot switch the query socket between counting and recording the queries", "count", on, slog.Any("err", err))
+		}
+		return
+	}
+	t.countErr = ""
 }
 
 // queriesAt names where the queries are read, for the log.
@@ -588,7 +667,7 @@ func (t *Tap) attachLocalDNS(pids []int) ([]string, error) {
 // setRing switches mode: the sockets of the new one hooked first, then
 // those of the old one unhooked, so that no packet goes unseen (one seen
 // twice in between is dropped as a duplicate, or settles a hedge twice).
-// Ring mode starts with the queries read by the query sockets
+// Ring mode starts with the queries read by the query socket
 // (settleQueries moves them to LocalDNS's ingress).
 func (t *Tap) setRing(on bool) error {
 	all := unix.ETH_P_ALL
@@ -653,8 +732,9 @@ func (t *Tap) handleRecord(b []byte) {
 		at:    int64(binary.NativeEndian.Uint64(b[recTime:])) + t.ring.offset,
 		query: kind == recordQuery,
 		trunc: whole > len(pkt),
-		// A query is received once (ETH_P_IP sees neither a bridge's
-		// port nor the transmit side), a reply sent once.
+		// A query is taken once (the query socket ignores the transmit
+		// side, and its filter a bridge's second copy), a reply sent
+		// once.
 		once: true,
 	}
 	if q := int64(binary.NativeEndian.Uint64(b[recQueryTime:])); q != 0 {

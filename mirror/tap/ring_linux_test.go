@@ -184,14 +184,34 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 
 // TestTapRingQueriesAtLocalDNS: in ring mode, standing by (inserting),
 // the queries are read where LocalDNS's sockets receive them and the
-// query sockets are parked, so a query to a listen address where no
+// query socket are parked, so a query to a listen address where no
 // socket of LocalDNS's is bound (refused) is not seen; paused (dnsstandby
-// answers), they are read as the node receives them again, that one too
-// (the nat fallback's detection counts such queries); inserting again,
-// back at LocalDNS. Every answered exchange is seen, query and reply, in
-// each phase.
+// answers), they are taken as the node receives them again, that one too
+// (the nat fallback's detection counts such queries), and only counted
+// unless WatchQueries asks for them, when the observer gets them too;
+// inserting again, back at LocalDNS. Every answered exchange's reply is
+// seen in each phase, and its query wherever the observer gets queries.
+// Behind a bridge whose MAC address is its port's, where the query
+// socket sees a pod's query twice, each is still taken once.
 func TestTapRingQueriesAtLocalDNS(t *testing.T) {
-	b := newRingBed(t, false)
+	for _, bridged := range []bool{false, true} {
+		t.Run(map[bool]string{false: "veth", true: "bridge"}[bridged], func(t *testing.T) {
+			testTapRingQueriesAtLocalDNS(t, bridged)
+		})
+	}
+}
+
+func testTapRingQueriesAtLocalDNS(t *testing.T, bridged bool) {
+	b := newRingBed(t, bridged)
+	if bridged {
+		// The bridge's own address would be the port's anyway (the lowest
+		// of its ports'); set, it stays so.
+		fields := strings.Fields(nstest.Run(t, b.node, "ip", "-br", "link", "show", "veth-pod"))
+		if len(fields) < 3 {
+			t.Fatalf("ip -br link show veth-pod: %q", fields)
+		}
+		nstest.Run(t, b.node, "ip", "link", "set", "cbr0", "address", fields[2])
+	}
 	const unbound = "169.254.10.13" // a listen address nothing is bound to
 	nstest.Run(t, b.node, "ip", "addr", "add", unbound+"/32", "dev", "localdns")
 	obs := newNSObserver()
@@ -203,14 +223,10 @@ func TestTapRingQueriesAtLocalDNS(t *testing.T) {
 		t.Fatal("queries read at LocalDNS before LocalDNS was named")
 	}
 	toRing(t, b, tp)
-	boundTo := func() []uint16 {
-		var protos []uint16
-		for _, fd := range tp.ring.qfds {
-			sa, err := unix.Getsockname(fd)
-			must(t, err)
-			protos = append(protos, htons(sa.(*unix.SockaddrLinklayer).Protocol)) // htons is its own inverse
-		}
-		return protos
+	boundTo := func() uint16 {
+		sa, err := unix.Getsockname(tp.ring.qfd)
+		must(t, err)
+		return htons(sa.(*unix.SockaddrLinklayer).Protocol) // htons is its own inverse
 	}
 	refused := func(name string) {
 		t.Helper()
@@ -238,41 +254,58 @@ func TestTapRingQueriesAtLocalDNS(t *testing.T) {
 	phases := []struct {
 		name       string
 		enabled    bool
+		watch      bool // WatchQueries
 		atLocalDNS bool
 	}{
-		{"standing by", true, true},
-		{"paused", false, false},
-		{"standing by again", true, true},
+		{"standing by", true, false, true},
+		{"paused", false, false, false},
+		{"paused, watching the queries", false, true, false},
+		{"standing by again", true, false, true},
 	}
 	for i, ph := range phases {
+		tp.WatchQueries(ph.watch)
 		began := time.Now()
 		tp.SetEnabled(ph.enabled)
 		// What a switch costs the caller (takeover's goroutine): binding a
 		// parked packet socket waits for an RCU grace period.
 		t.Logf("%s: SetEnabled(%v) took %v", ph.name, ph.enabled, time.Since(began))
 		st := tp.Stats()
-		want := []uint16{unix.ETH_P_IP, unix.ETH_P_IPV6}
+		want := uint16(unix.ETH_P_ALL)
 		if ph.atLocalDNS {
-			want = []uint16{parkedProto, parkedProto}
+			want = parkedProto
 		}
-		if st.QueriesAtLocalDNS != ph.atLocalDNS || !st.Ring || fmt.Sprint(boundTo()) != fmt.Sprint(want) {
-			t.Fatalf("%s: queries at LocalDNS %v, ring %v, query sockets bound to %#x; want %v, true, %#x",
+		if st.QueriesAtLocalDNS != ph.atLocalDNS || !st.Ring || boundTo() != want {
+			t.Fatalf("%s: queries at LocalDNS %v, ring %v, query socket bound to %#x; want %v, true, %#x",
 				ph.name, st.QueriesAtLocalDNS, st.Ring, boundTo(), ph.atLocalDNS, want)
+		}
+		if counting := !ph.enabled && !ph.watch; tp.ring.counting.Load() != counting {
+			t.Fatalf("%s: the query socket count the queries: %v, want %v", ph.name, !counting, counting)
 		}
 		answered := fmt.Sprintf("answered-%d.%s", i, bedZone)
 		unseen := fmt.Sprintf("refused-%d.%s", i, bedZone)
+		queriesBefore := st.Queries
 		before := time.Now().UnixNano()
 		refused(unseen)
 		ask(t, b.pod, bedAddr4+":53", answered, dns.TypeA)
 		after := time.Now().UnixNano()
-		checkExchange(t, obs, answered, netip.MustParseAddr("10.211.0.2"), netip.MustParseAddrPort(bedAddr4+":53"), before, after, true)
-		drained(t, tp)
+		shown := ph.enabled || ph.watch
+		checkExchange(t, obs, answered, netip.MustParseAddr("10.211.0.2"), netip.MustParseAddrPort(bedAddr4+":53"), before, after, shown)
+		st = drained(t, tp)
 		wantRefused := 1
-		if ph.atLocalDNS {
+		if ph.atLocalDNS || !shown {
 			wantRefused = 0
 		}
 		if qs, _ := obs.get(unseen); len(qs) != wantRefused {
 			t.Errorf("%s: the refused query observed %d times, want %d", ph.name, len(qs), wantRefused)
+		}
+		// Counted or shown, every query the node took counts: both where
+		// the node receives them, the answered one at LocalDNS.
+		wantQueries := uint64(2)
+		if ph.atLocalDNS {
+			wantQueries = 1
+		}
+		if got := st.Queries - queriesBefore; got != wantQueries {
+			t.Errorf("%s: %d queries counted, want %d", ph.name, got, wantQueries)
 		}
 	}
 	t.Logf("%+v", tp.Stats())
@@ -357,7 +390,8 @@ func TestTapRingUnansweredQuery(t *testing.T) {
 // records, a packet LocalDNS sends that it only looks at (a forward to an
 // upstream), a query the ingress program records, and a packet LocalDNS
 // receives that it only looks at (an upstream's answer to a forward),
-// then a query the query filter records, and a packet it drops (a reply
+// then a query the query filter records, the same query only counted
+// (queryCount: while dnsstandby answers), and a packet it drops (a reply
 // to a node-local client received on lo). What the kernel adds per packet
 // LocalDNS sends or receives, or the node receives; the ring is drained
 // by a reader between rounds, as the tap drains it.
@@ -373,20 +407,22 @@ func BenchmarkRingPrograms(b *testing.B) {
 	defer r.close()
 	resp, q := dnsReply(b, "svc-1.default.svc.cluster.local"), dnsQuery(b, "svc-1.default.svc.cluster.local")
 	tests := []struct {
-		name string
-		prog *ebpf.Program
-		pkt  []byte
+		name  string
+		prog  *ebpf.Program
+		pkt   []byte
+		count bool // the query filter counts queries (queryCount)
 	}{
-		{"egress/reply", r.egress, udpPacket(local, pod, resp)},
-		{"egress/other", r.egress, udpPacket(netip.MustParseAddrPort("10.211.0.1:41000"), upstream, q)},
+		{"egress/reply", r.egress, udpPacket(local, pod, resp), false},
+		{"egress/other", r.egress, udpPacket(netip.MustParseAddrPort("10.211.0.1:41000"), upstream, q), false},
 		// The same query again and again: held once, then a
 		// retransmission of one waiting. What holding queries and
 		// matching their replies costs LocalDNS is in bench-mirror's
 		// profile (bench/README.md): a test run repeats one packet.
-		{"ingress/query again", r.ingress, udpPacket(pod, local, q)},
-		{"ingress/other", r.ingress, udpPacket(upstream, netip.MustParseAddrPort("10.211.0.1:41000"), resp)},
-		{"query/query", r.query, udpPacket(pod, local, q)},
-		{"query/other", r.query, udpPacket(local, pod, resp)},
+		{"ingress/query again", r.ingress, udpPacket(pod, local, q), false},
+		{"ingress/other", r.ingress, udpPacket(upstream, netip.MustParseAddrPort("10.211.0.1:41000"), resp), false},
+		{"query/query", r.query, udpPacket(pod, local, q), false},
+		{"query/query counted", r.query, udpPacket(pod, local, q), true},
+		{"query/other", r.query, udpPacket(local, pod, resp), false},
 	}
 	frameOf := func(pkt []byte) []byte {
 		// The packet socket's and the egress program's context both
@@ -398,6 +434,7 @@ func BenchmarkRingPrograms(b *testing.B) {
 	// Warm up first: the first case measured cold ran 2 to 5 times slower
 	// than the same case measured again.
 	for _, tt := range tests {
+		must(b, r.countQueries(tt.count))
 		if _, _, err := tt.prog.Benchmark(frameOf(tt.pkt), 10000, nil); err != nil {
 			b.Skipf("BPF_PROG_TEST_RUN: %v", err)
 		}
@@ -405,6 +442,7 @@ func BenchmarkRingPrograms(b *testing.B) {
 	}
 	for _, tt := range tests {
 		b.Run(tt.name, func(b *testing.B) {
+			must(b, r.countQueries(tt.count))
 			frame := frameOf(tt.pkt)
 			const batch = 1000
 			var per time.Duration
@@ -419,6 +457,69 @@ func BenchmarkRingPrograms(b *testing.B) {
 			}
 			b.ReportMetric(float64(per.Nanoseconds())/float64(b.N), "ns/run")
 		})
+	}
+}
+
+// TestQueryFilterModes runs the query socket's filter in the kernel
+// (BPF_PROG_TEST_RUN) in both of its modes: recording, a query to a
+// listen address is copied into the ring; counting (while dnsstandby
+// answers), it is counted and nothing is recorded; and back. The same
+// query again right after (a bridge's second copy) is a repeat in either
+// mode, and a query with the same UDP and DNS headers from the other
+// family is not. A packet that is not such a query is neither, in
+// either mode, and every packet is dropped: the socket never queues one.
+func TestQueryFilterModes(t *testing.T) {
+	nstest.RequireRoot(t)
+	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, 0, true)
+	must(t, err)
+	r, err := newRing(spec, 1<<16, loadLocal, 0)
+	must(t, err)
+	defer r.close()
+	l4, l6 := netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)
+	q, resp := dnsQuery(t, "a.example"), dnsReply(t, "a.example")
+	packets := []struct {
+		name          string
+		pkt           []byte
+		query, repeat bool
+	}{
+		{"v4 query", query(l4, q), true, false},
+		{"the same v4 query again", query(l4, q), true, true},
+		{"v6 query", query(l6, q), true, false},
+		{"reply", reply(l4, resp), false, false},
+		{"query to another port", query(netip.AddrPortFrom(localDNS, 5353), q), false, false},
+	}
+	for _, mode := range []struct {
+		name  string
+		count bool
+	}{{"recording", false}, {"counting", true}, {"recording again", false}} {
+		must(t, r.countQueries(mode.count))
+		for _, p := range packets {
+			if ret := runFilter(t, r.query, uint16(etherTypeOf(p.pkt)), p.pkt, 0, 0); ret != 0 {
+				t.Errorf("%s, %s: verdict %d, want 0 (dropped)", mode.name, p.name, ret)
+			}
+			recs, c := takeRecords(r), r.countsSince()
+			wantRecs, wantCounted, wantRepeated := 0, uint64(0), uint64(0)
+			switch {
+			case p.repeat:
+				wantRepeated = 1
+			case p.query && mode.count:
+				wantCounted = 1
+			case p.query:
+				wantRecs = 1
+			}
+			wantTaken := uint64(wantRecs) + wantCounted + wantRepeated
+			if len(recs) != wantRecs || c.counted != wantCounted || c.repeated != wantRepeated || c.taken != wantTaken {
+				t.Errorf("%s, %s: %d records, %d counted, %d repeats, %d taken; want %d, %d, %d, %d",
+					mode.name, p.name, len(recs), c.counted, c.repeated, c.taken, wantRecs, wantCounted, wantRepeated, wantTaken)
+			}
+			if wantRecs == 1 {
+				rec := recs[0]
+				whole := int(binary.NativeEndian.Uint32(rec[recLen:]))
+				if kind := binary.NativeEndian.Uint32(rec[recKind:]); kind != recordQuery || whole != len(p.pkt) || !bytes.Equal(rec[recHeader:recHeader+whole], p.pkt) {
+					t.Errorf("%s, %s: record of kind %d, length %d, %x; want a query, the packet", mode.name, p.name, kind, whole, rec[recHeader:])
+				}
+			}
+		}
 	}
 }
 
@@ -670,7 +771,7 @@ func TestCgroupMatching(t *testing.T) {
 	in(udpPacket(pod4, l4, qa))
 	in(udpPacket(pod4, l4, qa))
 	want("retransmission", ring())
-	if _, _, repeated := r.countsSince(); repeated != 1 {
+	if repeated := r.countsSince().repeated; repeated != 1 {
 		t.Errorf("retransmissions counted %d, want 1", repeated)
 	}
 	in(udpPacket(pod4, l4, qb)) // same client, port and ID: the same slot

@@ -232,6 +232,10 @@ type Tap struct {
 	procRoot   string      // /proc; tests give another
 	modeErr    string      // the last SetLocalDNS error logged, so a repeated one is not
 	queryErr   string      // the last settleQueries error logged, likewise
+	countErr   string      // the last settleCounting error logged, likewise
+	// watch: the observer gets the queries while paused too
+	// (WatchQueries).
+	watch atomic.Bool
 }
 
 // Start opens the tap in the calling goroutine's network namespace (the
@@ -346,6 +350,22 @@ func (t *Tap) SetEnabled(on bool) {
 		t.settleQueries()
 		t.modeMu.Unlock()
 	}
+}
+
+// WatchQueries says whether the observer needs the queries while the tap
+// is paused. Standing by it always gets them. Paused (dnsstandby
+// answers), in ring mode, the tap otherwise only counts them in the
+// kernel, for Stats' Queries (the nat fallback's detection): a query
+// then costs the query socket's filter a counter, and no record, no copy
+// and no wake-up of the reader. In packet mode the tap reads them
+// either way.
+func (t *Tap) WatchQueries(on bool) {
+	if t.watch.Swap(on) == on || t.ring == nil {
+		return
+	}
+	t.modeMu.Lock()
+	defer t.modeMu.Unlock()
+	t.settleQueries()
 }
 
 // Enabled reports whether the tap inserts what it reads.
