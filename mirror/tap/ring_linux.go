@@ -36,8 +36,8 @@ type ring struct {
 	// programs then record every query).
 	pend    *pendSlotMaps
 	pendErr error // why pend is nil, with queries
-	// pendLive: a query waited in a slot at the last sweep (the tap's
-	// goroutine only).
+	// pendLive: a query waited in a slot at the last sweep, or when the
+	// reader was about to sleep (sleepNow); the tap's goroutine only.
 	pendLive bool
 	qfd      int // the query socket; -1 without queries
 	// cgroups are LocalDNS's cgroups the programs are attached to, by

@@ -730,6 +730,39 @@ func exchange(t testing.TB, name string, id uint16) (q, resp []byte) {
 	return q, resp
 }
 
+// TestTapSweepsSlotsLeftBehind: a query the ingress program held just
+// before it was detached (the tap paused), after the sweep last looked,
+// waits in a slot the sweep no longer visits (the queries are not read
+// at LocalDNS, and no query waited at its last sweep). The reader, about
+// to sleep, finds it and must sweep it from then on: before, it went back
+// to read at once, forever, and spun without seeing Close.
+func TestTapSweepsSlotsLeftBehind(t *testing.T) {
+	nstest.RequireRoot(t)
+	spec, err := newFilterSpec([]netip.Addr{localDNS}, 53, 0, true)
+	must(t, err)
+	r, err := newRing(spec, 1<<16, loadLocal, 0)
+	must(t, err)
+	defer r.close()
+	if r.pend == nil {
+		t.Fatalf("no matching in the kernel: %v", r.pendErr)
+	}
+	tp := &Tap{ring: r}
+	q, _ := exchange(t, "left.example", 9)
+	runFilter(t, r.ingress, etherTypeIPv4, udpPacket(netip.AddrPortFrom(podAddr, 40000), netip.AddrPortFrom(localDNS, 53), q), 0, 0)
+	if r.atLocalDNS.Load() || r.pendLive {
+		t.Fatal("the ring starts reading the queries at LocalDNS, or with a query live")
+	}
+	if _, waiting, _ := tp.sweepPending(); waiting != 0 {
+		t.Fatalf("the sweep saw %d waiting before the reader looked; the state under test is one it does not see", waiting)
+	}
+	if !tp.sleepNow() {
+		t.Fatal("sleepNow: the reader would sleep with a query waiting in a slot")
+	}
+	if _, waiting, _ := tp.sweepPending(); waiting != 1 {
+		t.Errorf("after sleepNow found it, the sweep sees %d queries waiting, want 1: the reader would spin", waiting)
+	}
+}
+
 // TestCgroupMatching runs the cgroup programs in the kernel
 // (BPF_PROG_TEST_RUN) through what matching in the kernel must do: a
 // query held in its slot, not recorded; its reply recorded with the

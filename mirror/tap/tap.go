@@ -508,6 +508,12 @@ func (t *Tap) run() {
 			}
 		default:
 			if t.sleepNow() {
+				// Read again, but stop first if asked to.
+				select {
+				case <-t.quit:
+					return
+				default:
+				}
 				continue
 			}
 			stopped, err := t.w.forPackets()
@@ -532,13 +538,21 @@ func (t *Tap) run() {
 // with no timeout, so that a query it holds in a pending slot wakes the
 // reader, and reports awake if a query waits or a record came before the
 // program could be told: then the reader must read again, not wait.
+//
+// A query waiting then is swept from here on until none waits
+// (pendLive), even where the sweep had stopped: the ingress program may
+// have held it after the sweep last looked and just before it was
+// detached (the tap paused). Left unswept, it kept the reader from ever
+// waiting again, and it spun, never seeing Close.
 func (t *Tap) sleepNow() (awake bool) {
 	if t.ring == nil || t.ring.pend == nil {
 		return false
 	}
 	t.sleeping(true)
-	if t.ring.pend.anyWaiting() || t.ring.pending() {
+	waiting := t.ring.pend.anyWaiting()
+	if waiting || t.ring.pending() {
 		t.sleeping(false)
+		t.ring.pendLive = t.ring.pendLive || waiting
 		return true
 	}
 	return false
