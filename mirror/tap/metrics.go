@@ -255,7 +255,7 @@ var (
 	// descProgramRuns and descProgramSeconds are the ring's programs'
 	// runs and time in the kernel (kernel.bpf_stats_enabled=1).
 	descProgramRuns = prometheus.NewDesc("dnsstandby_mirror_tap_program_runs_total",
-		"Runs of the packet tap's eBPF programs in ring mode (egress: each packet LocalDNS sends; ingress: each packet LocalDNS receives, while standing by; query: each IP packet the node receives, while dnsstandby answers), counted while kernel.bpf_stats_enabled is 1.",
+		"Runs of the packet tap's eBPF programs in ring mode (egress: each packet LocalDNS sends; ingress: each packet LocalDNS receives, while standing by; query: each frame the node receives, while dnsstandby answers), counted while kernel.bpf_stats_enabled is 1.",
 		[]string{"program"}, nil)
 	descProgramSeconds = prometheus.NewDesc("dnsstandby_mirror_tap_program_seconds_total",
 		"Time the packet tap's eBPF programs ran in the kernel, counted while kernel.bpf_stats_enabled is 1.",
