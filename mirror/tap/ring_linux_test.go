@@ -70,6 +70,20 @@ func packetSocketStats(t *testing.T, taps ...*Tap) string {
 	return s
 }
 
+// newTestRing loads the ring's programs for queries to addrs on port 53
+// (mark: the probes' SO_MARK, 0 for none), closed when t ends. It needs
+// root.
+func newTestRing(t *testing.T, mark uint32, addrs ...netip.Addr) *ring {
+	t.Helper()
+	nstest.RequireRoot(t)
+	spec, err := newFilterSpec(addrs, 53, mark, true)
+	must(t, err)
+	r, err := newRing(spec, 1<<16, loadLocal, 0)
+	must(t, err)
+	t.Cleanup(r.close)
+	return r
+}
+
 // TestRingPrograms loads the ring mode's programs into the kernel, as the
 // tap builds them for each kind of address list: the verifier must take
 // every one.
@@ -499,12 +513,7 @@ func clearQueryOnce(t testing.TB, r *ring) {
 // family is not. A packet that is not such a query is neither, in
 // either mode, and every packet is dropped: the socket never queues one.
 func TestQueryFilterModes(t *testing.T) {
-	nstest.RequireRoot(t)
-	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, 0, true)
-	must(t, err)
-	r, err := newRing(spec, 1<<16, loadLocal, 0)
-	must(t, err)
-	defer r.close()
+	r := newTestRing(t, 0, localDNS, localDNS6)
 	l4, l6 := netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)
 	q, resp := dnsQuery(t, "a.example"), dnsReply(t, "a.example")
 	packets := []struct {
@@ -615,14 +624,9 @@ func TestCgroupProgramsNetns(t *testing.T) {
 // ingress program a query to one, each whole and of its kind; neither
 // records anything else, and both let every packet pass.
 func TestCgroupPrograms(t *testing.T) {
-	nstest.RequireRoot(t)
 	const mark = 0x1234
 	l4, l6 := netip.AddrPortFrom(localDNS, 53), netip.AddrPortFrom(localDNS6, 53)
-	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, mark, true)
-	must(t, err)
-	r, err := newRing(spec, 1<<16, loadLocal, 0)
-	must(t, err)
-	defer r.close()
+	r := newTestRing(t, mark, localDNS, localDNS6)
 	q, resp := dnsQuery(t, "a.example"), dnsReply(t, "a.example")
 	withOptions := func(p []byte) []byte {
 		o := append([]byte(nil), p[:ipv4MinHeader]...)
@@ -737,12 +741,7 @@ func exchange(t testing.TB, name string, id uint16) (q, resp []byte) {
 // to sleep, finds it and must sweep it from then on: before, it went back
 // to read at once, forever, and spun without seeing Close.
 func TestTapSweepsSlotsLeftBehind(t *testing.T) {
-	nstest.RequireRoot(t)
-	spec, err := newFilterSpec([]netip.Addr{localDNS}, 53, 0, true)
-	must(t, err)
-	r, err := newRing(spec, 1<<16, loadLocal, 0)
-	must(t, err)
-	defer r.close()
+	r := newTestRing(t, 0, localDNS)
 	if r.pend == nil {
 		t.Fatalf("no matching in the kernel: %v", r.pendErr)
 	}
@@ -772,12 +771,7 @@ func TestTapSweepsSlotsLeftBehind(t *testing.T) {
 // recorded as before; a sleeping reader woken once; and a slot claimed
 // again in a new generation.
 func TestCgroupMatching(t *testing.T) {
-	nstest.RequireRoot(t)
-	spec, err := newFilterSpec([]netip.Addr{localDNS, localDNS6}, 53, 0, true)
-	must(t, err)
-	r, err := newRing(spec, 1<<16, loadLocal, 0)
-	must(t, err)
-	defer r.close()
+	r := newTestRing(t, 0, localDNS, localDNS6)
 	if r.pend == nil {
 		t.Fatalf("no matching in the kernel: %v", r.pendErr)
 	}
