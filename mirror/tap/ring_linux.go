@@ -676,6 +676,8 @@ func (t *Tap) setRing(on bool) error {
 			return err
 		}
 		all = parkedProto
+	} else if err := stampPackets(t.fd, true); err != nil {
+		return err
 	}
 	if err := unix.Bind(t.fd, &unix.SockaddrLinklayer{Protocol: htons(uint16(all))}); err != nil {
 		if on {
@@ -683,7 +685,16 @@ func (t *Tap) setRing(on bool) error {
 		}
 		return fmt.Errorf("bind packet socket: %w", err)
 	}
-	if !on {
+	if on {
+		// Parked, the packet socket needs no receive times (the ring's
+		// records carry the programs' own), and while any socket asks for
+		// them the kernel stamps every packet the machine receives. What
+		// it queued before is read stamped when read, a little late:
+		// hedging's deadlines only move later.
+		if err := stampPackets(t.fd, false); err != nil {
+			t.log.Warn("packet tap: cannot stop the parked packet socket's receive times", slog.Any("err", err))
+		}
+	} else {
 		// The packet socket reads queries and replies now: none may come
 		// twice.
 		t.ring.detach()

@@ -178,6 +178,9 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 	if !tp.Stats().Ring {
 		t.Fatal("not in ring mode after the restart")
 	}
+	if stamping(t, tp) {
+		t.Error("the parked packet socket asks for receive times (the kernel then stamps every packet)")
+	}
 	second := askAll("second")
 	testkit.Eventually(t, 5*time.Second, "the restarted LocalDNS's replies", func() bool { return inserted(second) == len(second) })
 	if n := inserted(unseen); n != 0 {
@@ -189,11 +192,25 @@ func TestTapRingLocalDNSRestarts(t *testing.T) {
 	if tp.Stats().Ring {
 		t.Fatal("still in ring mode with LocalDNS's cgroup unknown")
 	}
+	if !stamping(t, tp) {
+		t.Error("the packet socket reads everything without the kernel's receive times")
+	}
 	third := askAll("packet")
 	if testkit.Poll(context.Background(), 5*time.Second, func() (bool, error) { return inserted(third) == len(third), nil }) != nil {
 		t.Fatalf("replies through the packet socket: %d of %d inserted; tap %+v", inserted(third), len(third), tp.Stats())
 	}
 	t.Logf("%d exchanges; ring, restart, packet mode: %+v", asked, tp.Stats())
+}
+
+// stamping says whether the tap's packet socket asks for the kernel's
+// receive times.
+func stamping(t *testing.T, tp *Tap) bool {
+	t.Helper()
+	v, err := unix.GetsockoptInt(tp.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS)
+	if err != nil {
+		t.Fatalf("SO_TIMESTAMPNS: %v", err)
+	}
+	return v != 0
 }
 
 // TestTapRingQueriesAtLocalDNS: in ring mode, standing by (inserting),

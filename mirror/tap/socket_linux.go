@@ -67,13 +67,8 @@ func openSocket(prog []bpf.Instruction, rcvbuf int, load localLoader) (fd int, r
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_LOCK_FILTER, 1); err != nil {
 		return fail(fmt.Errorf("lock filter: %w", err))
 	}
-	// The kernel's receive time of each packet (software, CLOCK_REALTIME),
-	// as a control message: when a query arrived and when its reply left,
-	// not when the tap got round to reading them (up to a batch pause
-	// later). The clone a packet socket gets of an outgoing packet is
-	// stamped as it is handed to the tap (dev_queue_xmit_nit).
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
-		return fail(fmt.Errorf("set SO_TIMESTAMPNS: %w", err))
+	if err := stampPackets(fd, true); err != nil {
+		return fail(err)
 	}
 	if rcvbuf > 0 {
 		// Past net.core.rmem_max when privileged; a smaller buffer only
@@ -86,6 +81,24 @@ func openSocket(prog []bpf.Instruction, rcvbuf int, load localLoader) (fd int, r
 		return fail(fmt.Errorf("bind packet socket: %w", err))
 	}
 	return fd, refused, nil
+}
+
+// stampPackets asks for the kernel's receive time of each packet
+// (software, CLOCK_REALTIME) as a control message, or stops asking: when
+// a query arrived and when its reply left, not when the tap got round to
+// reading them (up to a batch pause later). The clone a packet socket gets
+// of an outgoing packet is stamped as it is handed to the tap
+// (dev_queue_xmit_nit). While any socket asks, the kernel stamps every
+// packet the machine receives (netstamp_needed).
+func stampPackets(fd int, on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, v); err != nil {
+		return fmt.Errorf("set SO_TIMESTAMPNS to %d: %w", v, err)
+	}
+	return nil
 }
 
 // localLoader loads a translated filter into the kernel.
