@@ -129,6 +129,7 @@ type Timeline struct {
 type LabRun struct {
 	Scenario string `json:"scenario"`
 	Setup    string `json:"setup"`
+	Round    int    `json:"round,omitempty"` // with the lab's -rounds, which one (from 1); 0 without
 	Summary
 	Listener   string      `json:"listener,omitempty"`    // the address the client asked: 169.254.10.11, 169.254.10.10
 	Client     string      `json:"client,omitempty"`      // who asked: "pod", "node"
@@ -217,6 +218,9 @@ type AfterFault struct {
 	// the scenario had dnsstandby stopped for a cold start, with nothing
 	// listening: nil where it stops nothing.
 	GlibcWhileStopped *GlibcCounts `json:"glibc_while_stopped,omitempty"`
+	// Latencies are the answered queries' latencies (P99Ms's), in
+	// ascending order: what CompareLatency pools over rounds. Not written.
+	Latencies []time.Duration `json:"-"`
 }
 
 // GlibcCounts are finished glibc lookups by outcome.
@@ -333,6 +337,7 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 		}
 	}
 	slices.Sort(latencies)
+	a.Latencies = latencies
 	a.P99Ms = reportMs(stats.Percentile(latencies, 0.99))
 	if len(latencies) > 0 {
 		a.MaxMs = reportMs(latencies[len(latencies)-1])
@@ -370,6 +375,7 @@ func CountAfterFault(load LoadResult, probe ProbeResult, at time.Duration) After
 type Check struct {
 	Scenario string `json:"scenario"`
 	Setup    string `json:"setup"`
+	Round    int    `json:"round,omitempty"` // as LabRun's
 	Listener string `json:"listener"`
 	Client   string `json:"client"`
 	Require  string `json:"require"` // what the run must show
@@ -382,7 +388,15 @@ func (c Check) String() string {
 	if c.Pass {
 		verdict = "PASS"
 	}
-	return fmt.Sprintf("%s %s %s %s → %s: %s; found %s", verdict, c.Scenario, c.Setup, c.Client, c.Listener, c.Require, c.Found)
+	return fmt.Sprintf("%s %s %s %s → %s: %s; found %s", verdict, c.Scenario, roundSetup(c.Setup, c.Round), c.Client, c.Listener, c.Require, c.Found)
+}
+
+// roundSetup names a setup with its round, where there are rounds.
+func roundSetup(setup string, round int) string {
+	if round == 0 {
+		return setup
+	}
+	return fmt.Sprintf("%s (round %d)", setup, round)
 }
 
 // NewLabRun summarizes a load and its glibc probe (the zero ProbeResult if

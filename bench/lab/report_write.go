@@ -19,6 +19,8 @@ type LabFile struct {
 	Runs           []LabRun  `json:"runs"`
 	Checks         []Check   `json:"checks,omitempty"`
 	Skipped        []Skipped `json:"skipped,omitempty"`
+	// Latency compares the setups over the rounds, with -rounds.
+	Latency []LatencyComparison `json:"latency,omitempty"`
 }
 
 // Skipped is a scenario and setup the lab did not run, and why: it is
@@ -84,6 +86,7 @@ func WriteLabMarkdown(path string, f LabFile) error {
 	var b strings.Builder
 	b.WriteString("# Lab results\n")
 	reportChecks(&b, f.Checks)
+	reportLatency(&b, f.Latency)
 	scenarios := reportScenarios(f.Runs)
 	for _, s := range f.Skipped {
 		if !slices.Contains(scenarios, s.Scenario) {
@@ -127,6 +130,28 @@ func reportChecks(b *strings.Builder, checks []Check) {
 	}
 }
 
+// reportLatency writes the comparisons over rounds, a table each.
+func reportLatency(b *strings.Builder, comps []LatencyComparison) {
+	for _, c := range comps {
+		fmt.Fprintf(b, "\n## %s, %s → %s: latency from the fault on, every round pooled\n\n", reportCell(c.Scenario), reportCell(c.Client), reportCell(c.Listener))
+		b.WriteString("| setup | answered | p50 ms | p99 ms | p99 against the first, ms | its 90% interval | median of the rounds' own | rounds' p99 ms |\n")
+		b.WriteString("|---|--:|--:|--:|--:|---|--:|---|\n")
+		for i, s := range c.Setups {
+			diff, interval, median := "—", "—", "—"
+			if i > 0 {
+				diff = fmt.Sprintf("%+.3f", s.P99DiffMs)
+				interval = fmt.Sprintf("%+.3f to %+.3f", s.P99DiffLowMs, s.P99DiffHighMs)
+				median = fmt.Sprintf("%+.3f", s.RoundDiffMedianMs)
+			}
+			rounds := make([]string, len(s.RoundP99Ms))
+			for j, v := range s.RoundP99Ms {
+				rounds[j] = reportFloat(v, 2)
+			}
+			fmt.Fprintf(b, "| %s | %d | %.3f | %.3f | %s | %s | %s | %s |\n", reportCell(s.Setup), s.Answered, s.P50Ms, s.P99Ms, diff, interval, median, strings.Join(rounds, ", "))
+		}
+	}
+}
+
 // reportTable writes the scenario's runs as a table, a row per setup and
 // listener.
 func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
@@ -158,7 +183,7 @@ func reportTable(b *strings.Builder, scenario string, runs []LabRun) {
 			hedges = strconv.Itoa(h.Total)
 		}
 		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %d | %d | %s | %s | %d | %d | %s | %s | %s | %d | %d | %s | %s | %s | %d | %d | %d | %s |\n",
-			reportCell(r.Setup), reportCell(r.ListenerName()), reportFloat(r.QPS, 0), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry,
+			reportCell(roundSetup(r.Setup, r.Round)), reportCell(r.ListenerName()), reportFloat(r.QPS, 0), r.Sent, r.AnsweredFirstTry, r.AnsweredAfterRetry,
 			r.Unanswered, lostAfter, reportFloat(r.MaxGapMs, 0), r.AnsweredBy.ByLocalDNS(), r.AnsweredBy.Standby,
 			p50, p99, p99After, r.GlibcOK, r.GlibcFail, glibcAfter, glibcMax, hedges, r.Duplicates, r.Mismatched, r.ServFail, reportCell(r.Note))
 	}

@@ -38,6 +38,7 @@ type options struct {
 	scale     float64 // multiplies baseline and observation times
 	hedges    bool    // apply the hedge checks (hedgeRules)
 	alone     bool    // every scenario runs each setup's node alone, one after the other
+	rounds    int     // run the scenarios this many times, the setups' order reversed every other round
 	fallback  string  // auto, on, off: give dnsstandby --fallback-upstream (standbyOptions)
 	bins      binaries
 }
@@ -55,6 +56,7 @@ func parseFlags() *options {
 	flag.IntVar(&o.nodeQPS, "node-qps", 250, "queries per second each node itself (kubelet, hostNetwork pods) sends to 169.254.10.10; 0: no node load or probe")
 	flag.Float64Var(&o.scale, "scale", 1, "multiply every scenario's baseline and observation time by this (the faults' own timings are kept); a smoke run uses a small one")
 	flag.BoolVar(&o.alone, "alone", false, "run each setup's node alone, one after the other, in every scenario (upstream-blackhole and kube-dns-backend-dead always do): on a machine too small for the nodes side by side, which shows as senders seconds behind")
+	flag.IntVar(&o.rounds, "rounds", 1, "run the scenarios this many times, the setups' order reversed every other round (with -alone, which node runs first), and compare the setups' latency from the fault on over all rounds pooled")
 	flag.BoolVar(&o.hedges, "hedge-checks", true, "check the dnsstandby setup against the hedged-answer rules in hang, lossy, brownout and healthy (a dnsstandby that does not hedge fails the first three)")
 	flag.StringVar(&o.fallback, "standby-fallback", "auto", "give dnsstandby --fallback-upstream "+clusterIP+":53: on, off, or auto (when the dnsstandby binary has the option)")
 	flag.StringVar(&o.bins.coredns, "coredns", "", "coredns binary (default: $"+nstest.CoreDNSEnv+" or bin/coredns)")
@@ -145,7 +147,42 @@ func run(ctx context.Context, o *options) error {
 		chosen = append(chosen, s)
 	}
 
+	if o.rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
 	file := lab.LabFile{CoreDNSVersion: version}
+	for round := 1; round <= o.rounds; round++ {
+		order, label := chosen, 0 // runs carry no round without -rounds
+		if o.rounds > 1 {
+			fmt.Printf("round %d of %d\n", round, o.rounds)
+			label = round
+			if round%2 == 0 {
+				order = slices.Clone(chosen)
+				slices.Reverse(order)
+			}
+		}
+		if err := runRound(ctx, o, list, order, label, zones, mixes, &file); err != nil {
+			return err
+		}
+	}
+	file.Latency = lab.CompareLatency(file.Runs)
+	printLatency(file.Latency)
+	if err := lab.WriteLabJSON(filepath.Join(o.outDir, "lab.json"), file); err != nil {
+		return err
+	}
+	if err := lab.WriteLabMarkdown(filepath.Join(o.outDir, "lab.md"), file); err != nil {
+		return err
+	}
+	fmt.Printf("written to %s/lab.json, lab.md and timeline-*.svg\n", o.outDir)
+	if failed := file.Failed(); len(failed) > 0 {
+		return fmt.Errorf("%d of %d checks failed", len(failed), len(file.Checks))
+	}
+	return nil
+}
+
+// runRound runs each scenario of list once on the setups, in their order,
+// and adds the runs and checks to file; round is 0 without -rounds.
+func runRound(ctx context.Context, o *options, list []scenario, chosen []string, round int, zones *nstest.Zones, mixes nameMixes, file *lab.LabFile) error {
 	for _, sc := range list {
 		setups := chosen
 		if sc.standbyOnly {
@@ -166,33 +203,45 @@ func run(ctx context.Context, o *options) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
-		file.Runs = append(file.Runs, got...)
-		for _, r := range got {
-			printRun(r)
+		for i := range got {
+			got[i].Round = round
+			printRun(got[i])
 		}
+		file.Runs = append(file.Runs, got...)
 		checks := checkRuns(sc.name, setups, clientNames(o), got, o.hedges)
-		for _, c := range checks {
-			fmt.Printf("  %s\n", c)
+		for i := range checks {
+			checks[i].Round = round
+			fmt.Printf("  %s\n", checks[i])
 		}
 		file.Checks = append(file.Checks, checks...)
-		if err := lab.PlotTimeline(filepath.Join(o.outDir, "timeline-"+sc.name+".svg"), sc.name, got); err != nil {
+		timeline := "timeline-" + sc.name + ".svg"
+		if round > 0 {
+			timeline = fmt.Sprintf("timeline-%s-round%d.svg", sc.name, round)
+		}
+		if err := lab.PlotTimeline(filepath.Join(o.outDir, timeline), sc.name, got); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	if err := lab.WriteLabJSON(filepath.Join(o.outDir, "lab.json"), file); err != nil {
-		return err
-	}
-	if err := lab.WriteLabMarkdown(filepath.Join(o.outDir, "lab.md"), file); err != nil {
-		return err
-	}
-	fmt.Printf("written to %s/lab.json, lab.md and timeline-*.svg\n", o.outDir)
-	if failed := file.Failed(); len(failed) > 0 {
-		return fmt.Errorf("%d of %d checks failed", len(failed), len(file.Checks))
-	}
 	return nil
+}
+
+// printLatency prints each comparison over rounds: a line per setup, the
+// first the others are compared with.
+func printLatency(comps []lab.LatencyComparison) {
+	for _, c := range comps {
+		fmt.Printf("%s %s → %s, latency from the fault on, every round pooled:\n", c.Scenario, c.Client, c.Listener)
+		for i, s := range c.Setups {
+			fmt.Printf("  %-18s %7d answered  p50 %.3f ms  p99 %.3f ms", s.Setup, s.Answered, s.P50Ms, s.P99Ms)
+			if i > 0 {
+				fmt.Printf("  p99 %+.3f ms against %s (90%%: %+.3f to %+.3f; median of the rounds' own %+.3f)",
+					s.P99DiffMs, c.Setups[0].Setup, s.P99DiffLowMs, s.P99DiffHighMs, s.RoundDiffMedianMs)
+			}
+			fmt.Printf("\n  %-18s rounds' p99 (ms): %v\n", "", s.RoundP99Ms)
+		}
+	}
 }
 
 // useFallback says whether dnsstandby gets its fallback upstream, from the
