@@ -86,15 +86,18 @@ type Config struct {
 	// only to a flow's first packet, so flows that reached our sockets
 	// before the chain came (long-lived client sockets) keep doing so,
 	// and only the new ones go: what is missing can be a small part.
-	// The interval is clear when less than half of both is missing, and
-	// says nothing in between (no flapping at the edge).
+	// The interval is clear when less than half of both is missing; in
+	// between it is at the edge: conntrack is listed (no more often than
+	// Recheck allows), but the interval counts toward nothing else (no
+	// flapping at the edge). A DNAT that takes only a few new flows a
+	// second, beside many long-lived client sockets, can stay there.
 	Ratio float64
 	// Confirm is how many suspect intervals in a row stand for
 	// conntrack's confirmation when conntrack cannot be read.
 	Confirm int
-	// Recheck is how many suspect intervals pass, after conntrack showed
-	// no DNAT, before it is listed again: queries lost some other way
-	// (dropped by a firewall, a stalled dnsstandby) must not have the
+	// Recheck is how many suspect or edge intervals pass, after conntrack
+	// showed no DNAT, before it is listed again: queries lost some other
+	// way (dropped by a firewall, a stalled dnsstandby) must not have the
 	// whole table dumped every second.
 	Recheck int
 	// ClearAfter is how many clear intervals in a row, each with no flow
@@ -108,10 +111,11 @@ type Config struct {
 }
 
 // DefaultConfig: judged from 10 queries an interval, suspect with 10 and
-// 1% of those expected missing, 3 suspect intervals without conntrack,
-// conntrack listed again after 10 suspect intervals it did not confirm,
-// cleared by 3 clear intervals in a row without a new DNATed flow.
-// Conntrack decides: a suspect interval only makes it be listed.
+// 1% of those expected missing (at the edge from half that), 3 suspect
+// intervals without conntrack, conntrack listed again after 10 suspect or
+// edge intervals it did not confirm, cleared by 3 clear intervals in a
+// row without a new DNATed flow. Conntrack decides: a suspect or edge
+// interval only makes it be listed.
 func DefaultConfig() Config {
 	return Config{MinSeen: 10, Ratio: 0.01, Confirm: 3, Recheck: 10, ClearAfter: 3}
 }
@@ -144,6 +148,9 @@ const (
 	Suspect
 	// Clear: the sockets received about what they should.
 	Clear
+	// Edge: fewer received than expected, by less than a suspect's share
+	// but not by little enough to be clear.
+	Edge
 )
 
 // Judge says what one interval's deltas show, when the sockets should
@@ -161,7 +168,7 @@ func (c Config) Judge(seen, received uint64, share float64) Verdict {
 	case 2*missing < bar:
 		return Clear
 	}
-	return Unknown
+	return Edge
 }
 
 // Detector turns intervals into a state: diverted or not.
@@ -224,9 +231,11 @@ func (d *Detector) Step(now Counts, share float64, list func() ([]Flow, error), 
 		}
 		d.diverted, d.clears, d.flows = false, 0, nil
 		return true, Flow{}, err
-	case Suspect:
-		d.suspects++
-		d.clears = 0
+	case Suspect, Edge:
+		if v == Suspect {
+			d.suspects++
+			d.clears = 0
+		}
 		if d.diverted {
 			return false, Flow{}, nil
 		}
@@ -245,7 +254,9 @@ func (d *Detector) Step(now Counts, share float64, list func() ([]Flow, error), 
 			}
 			return ok, f, nil
 		}
-		if d.suspects >= d.cfg.Confirm {
+		// Without conntrack only suspects in a row stand for it; an
+		// edge interval neither adds to them nor ends them.
+		if v == Suspect && d.suspects >= d.cfg.Confirm {
 			d.diverted = true
 			return true, Flow{}, err
 		}
