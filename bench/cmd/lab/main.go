@@ -184,6 +184,7 @@ func run(ctx context.Context, o *options) error {
 // and adds the runs and checks to file; round is 0 without -rounds.
 func runRound(ctx context.Context, o *options, list []scenario, chosen []string, round int, zones *nstest.Zones, mixes nameMixes, file *lab.LabFile) error {
 	for _, sc := range list {
+		sc.round = round
 		setups := chosen
 		if sc.standbyOnly {
 			setups = slices.DeleteFunc(slices.Clone(chosen), func(s string) bool { return !isStandby(s) })
@@ -214,11 +215,7 @@ func runRound(ctx context.Context, o *options, list []scenario, chosen []string,
 			fmt.Printf("  %s\n", checks[i])
 		}
 		file.Checks = append(file.Checks, checks...)
-		timeline := "timeline-" + sc.name + ".svg"
-		if round > 0 {
-			timeline = fmt.Sprintf("timeline-%s-round%d.svg", sc.name, round)
-		}
-		if err := lab.PlotTimeline(filepath.Join(o.outDir, timeline), sc.name, got); err != nil {
+		if err := lab.PlotTimeline(filepath.Join(o.outDir, sc.fileName("timeline", ".svg")), sc.name, got); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -378,7 +375,7 @@ func runScenario(ctx context.Context, sc scenario, setups []string, o *options, 
 	for _, t := range tops {
 		// Evidence for whoever reads a failed check; the runs stand
 		// without it.
-		if err := saveJournal(o.outDir, sc.name, t); err != nil {
+		if err := saveJournal(o.outDir, sc, t); err != nil {
 			fmt.Fprintf(os.Stderr, "lab: %s %s: %v\n", sc.name, t.setup, err)
 		}
 	}
@@ -406,9 +403,9 @@ func (t *topology) fallbackCounts() (*lab.FallbackCounts, error) {
 
 // saveJournal writes the journal of a node that runs dnsstandby (all its
 // units: localdns, dnsstandby, systemd) to dir/journal-SCENARIO-SETUP.log
-// and dnsstandby's metrics page to dir/metrics-SCENARIO-SETUP.txt, before
-// the node is torn down.
-func saveJournal(dir, scenario string, t *topology) error {
+// and dnsstandby's metrics page to dir/metrics-SCENARIO-SETUP.txt (with
+// -rounds, SCENARIO-roundN), before the node is torn down.
+func saveJournal(dir string, sc scenario, t *topology) error {
 	if !isStandby(t.setup) || dir == "" {
 		return nil
 	}
@@ -418,7 +415,7 @@ func saveJournal(dir, scenario string, t *topology) error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	path := filepath.Join(dir, "journal-"+scenario+"-"+t.setup+".log")
+	path := filepath.Join(dir, sc.fileName("journal", "-"+t.setup+".log"))
 	if err := os.WriteFile(path, []byte(journal), 0o644); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
@@ -428,7 +425,7 @@ func saveJournal(dir, scenario string, t *topology) error {
 	if err != nil {
 		return fmt.Errorf("dnsstandby metrics: %w", err)
 	}
-	path = filepath.Join(dir, "metrics-"+scenario+"-"+t.setup+".txt")
+	path = filepath.Join(dir, sc.fileName("metrics", "-"+t.setup+".txt"))
 	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
 		return fmt.Errorf("dnsstandby metrics: %w", err)
 	}

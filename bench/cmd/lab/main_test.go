@@ -91,3 +91,24 @@ func TestStoppedSpan(t *testing.T) {
 		t.Error("no marks: a span")
 	}
 }
+
+// TestScenarioFileName: with -rounds each round's evidence has a name of
+// its own; without, the names are as they always were.
+func TestScenarioFileName(t *testing.T) {
+	tests := []struct {
+		round        int
+		prefix, rest string
+		want         string
+	}{
+		{0, "timeline", ".svg", "timeline-healthy.svg"},
+		{0, "journal", "-dnsstandby.log", "journal-healthy-dnsstandby.log"},
+		{3, "timeline", ".svg", "timeline-healthy-round3.svg"},
+		{12, "metrics", "-dnsstandby.txt", "metrics-healthy-round12-dnsstandby.txt"},
+	}
+	for _, tt := range tests {
+		sc := scenario{name: "healthy", round: tt.round}
+		if got := sc.fileName(tt.prefix, tt.rest); got != tt.want {
+			t.Errorf("round %d: %q, want %q", tt.round, got, tt.want)
+		}
+	}
+}

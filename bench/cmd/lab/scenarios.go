@@ -18,6 +18,7 @@ import (
 // scenario is one fault, applied the same way to every setup's node.
 type scenario struct {
 	name        string
+	round       int  // with -rounds, which one this run is (from 1); 0 without
 	standbyOnly bool // only setups that run dnsstandby
 	next        bool // installs the next build (binaries.next) in the nodes
 	// baseline is how long the load runs before the fault; observe is how
@@ -49,6 +50,15 @@ type scenario struct {
 	// LocalDNS, three kube-dns pods and two VNet DNS servers, share two
 	// CPUs badly when kube-dns's 30 s TTLs expire together in both.
 	alone bool
+}
+
+// fileName names a file of the run's evidence: prefix, the scenario and,
+// with -rounds, its round, then rest ("-SETUP.log", ".svg").
+func (sc scenario) fileName(prefix, rest string) string {
+	if sc.round > 0 {
+		return fmt.Sprintf("%s-%s-round%d%s", prefix, sc.name, sc.round, rest)
+	}
+	return prefix + "-" + sc.name + rest
 }
 
 // spec is what the scenario asks of setup's node.
