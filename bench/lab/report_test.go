@@ -245,6 +245,13 @@ func TestCountAfterFault(t *testing.T) {
 				t.Errorf("%d answers by NSID, %d answered", got.AnsweredBy.Total(), got.FirstTry+got.AfterRetry)
 			}
 			got.AnsweredBy = AnsweredBy{}
+			// The latencies CompareLatency pools: one per answered query,
+			// in order, the slowest the max.
+			if len(got.Latencies) != got.FirstTry+got.AfterRetry || !slices.IsSorted(got.Latencies) ||
+				len(got.Latencies) > 0 && reportMs(got.Latencies[len(got.Latencies)-1]) != got.MaxMs {
+				t.Errorf("latencies %v for %d answered, max %v ms", got.Latencies, got.FirstTry+got.AfterRetry, got.MaxMs)
+			}
+			got.Latencies = nil
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
