@@ -29,10 +29,10 @@ type SetupLatency struct {
 	P50Ms      float64   `json:"p50_ms"`
 	P99Ms      float64   `json:"p99_ms"`
 	RoundP99Ms []float64 `json:"round_p99_ms"` // each round's own, in round order
-	// Against the first setup, over the rounds both ran (zero for the
-	// first): the pooled p99's difference; its 90% interval from
-	// resampling those rounds (comparePrecision wide steps); and the
-	// median of the rounds' own p99 differences.
+	// Against the first setup (zero for the first): the pooled p99's
+	// difference; its 90% interval from resampling the rounds
+	// (comparePrecision wide steps); and the median of the rounds' own
+	// p99 differences.
 	P99DiffMs         float64 `json:"p99_diff_ms,omitempty"`
 	P99DiffLowMs      float64 `json:"p99_diff_low_ms,omitempty"`
 	P99DiffHighMs     float64 `json:"p99_diff_high_ms,omitempty"`
@@ -50,8 +50,9 @@ const (
 )
 
 // CompareLatency compares the setups' latency from the fault on in each
-// scenario and client that has runs of more than one round, setups in
-// the order they first appear. Runs without AfterFault are left out.
+// scenario and client that has runs of more than one round, over the
+// rounds every setup ran, setups in the order they first appear. Runs
+// without AfterFault are left out.
 func CompareLatency(runs []LabRun) []LatencyComparison {
 	type key struct{ scenario, client string }
 	type setupRuns struct {
@@ -80,31 +81,37 @@ func CompareLatency(runs []LabRun) []LatencyComparison {
 	var out []LatencyComparison
 	for _, k := range keys {
 		setups := bySetup[k]
-		if !slices.ContainsFunc(setups, func(s *setupRuns) bool { return len(s.rounds) > 1 }) {
+		common := slices.DeleteFunc(slices.Sorted(maps.Keys(setups[0].rounds)), func(round int) bool {
+			return slices.ContainsFunc(setups, func(s *setupRuns) bool { _, ok := s.rounds[round]; return !ok })
+		})
+		if len(common) < 2 {
 			continue
 		}
 		c := LatencyComparison{Scenario: k.scenario, Client: k.client, Listener: listener[k]}
-		base := setups[0]
-		for _, s := range setups {
+		hists := make([][][]int, len(setups)) // by setup, by common round
+		for i, s := range setups {
 			sl := SetupLatency{Setup: s.setup}
 			var pooled []time.Duration
-			for _, round := range slices.Sorted(maps.Keys(s.rounds)) {
+			for _, round := range common {
 				lat := s.rounds[round]
 				pooled = append(pooled, lat...)
 				sl.RoundP99Ms = append(sl.RoundP99Ms, reportMs(stats.Percentile(lat, 0.99)))
+				hists[i] = append(hists[i], latencyHistogram(lat))
 			}
 			slices.Sort(pooled)
 			sl.Answered = len(pooled)
 			sl.P50Ms = reportMs(stats.Percentile(pooled, 0.50))
 			sl.P99Ms = reportMs(stats.Percentile(pooled, 0.99))
-			if s != base {
-				var paired []int
-				for _, round := range slices.Sorted(maps.Keys(s.rounds)) {
-					if _, ok := base.rounds[round]; ok {
-						paired = append(paired, round)
-					}
+			if i > 0 {
+				base := c.Setups[0]
+				sl.P99DiffMs = sl.P99Ms - base.P99Ms
+				sl.P99DiffLowMs, sl.P99DiffHighMs = resampleP99Diff(hists[0], hists[i])
+				diffs := make([]float64, len(common))
+				for j := range diffs {
+					diffs[j] = sl.RoundP99Ms[j] - base.RoundP99Ms[j]
 				}
-				sl.P99DiffMs, sl.P99DiffLowMs, sl.P99DiffHighMs, sl.RoundDiffMedianMs = diffP99(base.rounds, s.rounds, paired)
+				slices.Sort(diffs)
+				sl.RoundDiffMedianMs = diffs[(len(diffs)-1)/2]
 			}
 			c.Setups = append(c.Setups, sl)
 		}
@@ -113,48 +120,28 @@ func CompareLatency(runs []LabRun) []LatencyComparison {
 	return out
 }
 
-// diffP99 is b's p99 less a's over the paired rounds: pooled, its 5th and
-// 95th percentiles over resamples of the rounds (with replacement, a fixed
-// seed so that a report reads the same twice), and the median of each
-// round's own difference.
-func diffP99(a, b map[int][]time.Duration, paired []int) (diff, low, high, roundMedian float64) {
-	if len(paired) == 0 {
-		return 0, 0, 0, 0
-	}
-	var pa, pb []time.Duration
-	var roundDiffs []float64
-	ha := make([][]int, len(paired))
-	hb := make([][]int, len(paired))
-	for i, round := range paired {
-		pa, pb = append(pa, a[round]...), append(pb, b[round]...)
-		roundDiffs = append(roundDiffs, reportMs(stats.Percentile(b[round], 0.99))-reportMs(stats.Percentile(a[round], 0.99)))
-		ha[i], hb[i] = latencyHistogram(a[round]), latencyHistogram(b[round])
-	}
-	slices.Sort(pa)
-	slices.Sort(pb)
-	diff = reportMs(stats.Percentile(pb, 0.99)) - reportMs(stats.Percentile(pa, 0.99))
-	slices.Sort(roundDiffs)
-	roundMedian = roundDiffs[(len(roundDiffs)-1)/2]
-	if len(paired) < 2 {
-		return diff, diff, diff, roundMedian
-	}
+// resampleP99Diff is the 5th and 95th percentile of b's pooled p99 less
+// a's, over resamples of the rounds (latencyHistograms, round by round,
+// the same rounds for both; with replacement, and a fixed seed so that a
+// report reads the same twice).
+func resampleP99Diff(a, b [][]int) (low, high float64) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	sa, sb := make([]int, compareBuckets+1), make([]int, compareBuckets+1)
 	diffs := make([]float64, compareResamples)
 	for n := range diffs {
 		clear(sa)
 		clear(sb)
-		for range paired {
-			i := rng.IntN(len(paired))
+		for range a {
+			i := rng.IntN(len(a))
 			for j := range sa {
-				sa[j] += ha[i][j]
-				sb[j] += hb[i][j]
+				sa[j] += a[i][j]
+				sb[j] += b[i][j]
 			}
 		}
 		diffs[n] = histogramPercentileMs(sb, 0.99) - histogramPercentileMs(sa, 0.99)
 	}
 	slices.Sort(diffs)
-	return diff, stats.Percentile(diffs, 0.05), stats.Percentile(diffs, 0.95), roundMedian
+	return stats.Percentile(diffs, 0.05), stats.Percentile(diffs, 0.95)
 }
 
 // latencyHistogram counts latencies in comparePrecision steps, the last

@@ -80,6 +80,9 @@ func run(ctx context.Context, o *options) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the lab needs root (network namespaces, a systemd guest)")
 	}
+	if o.rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
 	if o.bins.coredns == "" {
 		p, err := nstest.FindCoreDNS()
 		if err != nil {
@@ -147,9 +150,6 @@ func run(ctx context.Context, o *options) error {
 		chosen = append(chosen, s)
 	}
 
-	if o.rounds < 1 {
-		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
-	}
 	file := lab.LabFile{CoreDNSVersion: version}
 	for round := 1; round <= o.rounds; round++ {
 		order, label := chosen, 0 // runs carry no round without -rounds
@@ -205,13 +205,13 @@ func runRound(ctx context.Context, o *options, list []scenario, chosen []string,
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
 		for i := range got {
-			got[i].Round = round
+			got[i].Round = sc.round
 			printRun(got[i])
 		}
 		file.Runs = append(file.Runs, got...)
 		checks := checkRuns(sc.name, setups, clientNames(o), got, o.hedges)
 		for i := range checks {
-			checks[i].Round = round
+			checks[i].Round = sc.round
 			fmt.Printf("  %s\n", checks[i])
 		}
 		file.Checks = append(file.Checks, checks...)
